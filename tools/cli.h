@@ -1,0 +1,12 @@
+// The looplm binary: one file per subcommand, each an entry point taking the arguments after the
+// subcommand name. Usage errors throw looplm::UsageError (exit 2), runtime failures looplm::Error
+// (exit 1); main() turns them into a message on stderr and the exit code.
+#pragma once
+
+namespace looplm::cli {
+int cmd_train(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_data(int argc, char** argv);
+}  // namespace looplm::cli
