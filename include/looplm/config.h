@@ -68,8 +68,8 @@ struct Config {
   static std::vector<std::string> keys();
 };
 
-// Named presets shipped in configs/ (looked up relative to the source tree or the binary).
+// Named presets: configs/NAME.json, embedded in the binary at build time.
 Config load_preset(const std::string& name);
-std::string find_preset_path(const std::string& name);
+std::vector<std::string> preset_names();
 
 }  // namespace looplm

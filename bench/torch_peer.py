@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""PyTorch peer for looplm's benchmark: the same models as looplm's bench presets, in eager PyTorch.
+
+Run with Debian's PyTorch (torch 1.13.1, CPU):
+
+    /usr/bin/python3 bench/torch_peer.py --config dense --threads 2 [--steps S] [--json] [--bf16]
+
+Model (nanoGPT style, identical in architecture to looplm's bench-<config> presets): token embedding
++ learned positional embedding; pre-norm blocks  x = x + attn(ln1(x));  x = x + mlp(ln2(x));
+LayerNorm with weight and bias, eps 1e-5; causal multi-head attention whose q, k, v, o projections
+are Linear without bias (q, k and v are stored as one [3d, d] Linear, i.e. the three matrices
+concatenated: the same parameters and the same arithmetic, one GEMM instead of three); MLP
+d -> 4d -> d without bias, exact (erf) GELU; final LayerNorm; lm_head tied to the token embedding.
+
+  tiny:   4 layers, d 128, 4 heads, context 64,  batch 12, vocab 65
+  dense:  6 layers, d 384, 6 heads, context 256, batch 8,  vocab 65
+  looped: 1 prelude block + 2 core blocks applied R=4 times (weights shared, backprop through all
+          4 applications) + 1 coda block; d 384, 6 heads, context 256, batch 8, vocab 65
+
+Training: random tokens, forward + backward + torch.optim.AdamW(lr 1e-3, weight_decay 0.1).
+Reported: median tokens/s over the timed steps (B*T tokens a step) after warm-up steps, and peak RSS
+(resource.getrusage ru_maxrss, the whole process) in MiB.
+
+Generation: batch 1, a 16-token prompt, then 256 new tokens greedy (argmax) with a per-layer KV cache
+under torch.inference_mode(). For the looped model each of the 4 applications of a core block has
+its own cache (its inputs differ). The timed span is prefill + all decode steps; tokens/s = new
+tokens / that time, median of --gen-repeats runs after one warm-up run. 16 + 256 exceeds the dense
+model's context of 256 (and tiny's 64): when the cache is full, the context is shifted — the last
+half of the context is kept, re-encoded at positions 0.. (one batched prefill), and decoding goes on.
+For dense that happens once (at the 241st new token); its cost is included and is ~1-2% of the run.
+
+Set-up ("best set-up" of /work/shared/PERF.md): fp32 Linear layers go through the BLAS torch was
+built against, here Debian's OpenBLAS (openblas-pthread 0.3.21); everything else (and bf16 GEMMs,
+via oneDNN) uses torch's OpenMP pool.
+  * OPENBLAS_CORETYPE: this environment may preset OPENBLAS_CORETYPE=Haswell (deliberately, for
+    other software), which makes OpenBLAS use its AVX2 kernels and halves its GEMM rate. This script
+    removes the variable from ITS OWN environment before torch (and so OpenBLAS) is loaded, so
+    OpenBLAS detects the CPU itself (Cooperlake kernels, AVX-512). Pass --keep-coretype to leave the
+    variable alone (to measure the out-of-the-box set-up). The parent environment is not changed.
+  * Threads: torch.set_num_threads(N) sizes the OpenMP pool; OpenBLAS (pthread build) has its own
+    pool, which torch does not size: the script sets it to N as well (openblas_set_num_threads via
+    ctypes) — the two pools never run at the same time, torch calls BLAS from its main thread.
+  * Attention: torch 1.13 has no public F.scaled_dot_product_attention; its private
+    F._scaled_dot_product_attention (is_causal=True) is the composite math path, the same speed as
+    a manual masked softmax here; the manual version is used (--attn sdpa to switch).
+  * AdamW: foreach=True (the multi-tensor path; fused AdamW is CUDA-only in 1.13).
+
+Measured here (2 vCPU AMD EPYC, family 25 / Zen 4 as this VM reports itself; shared with other work,
+so repeat): see bench/README.md for the table. Set-up comparison, dense fp32 training, tokens/s:
+  (filled in below, in SETUP_NOTES)
+"""
+
+import os
+import sys
+
+# Must happen before torch (and with it OpenBLAS, which reads the variable when it is loaded) is
+# imported. Only this process's environment is changed.
+if "--keep-coretype" not in sys.argv:
+    os.environ.pop("OPENBLAS_CORETYPE", None)
+
+import argparse
+import ctypes
+import json
+import math
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = {
+    "tiny": dict(n_prelude=0, n_core=4, n_coda=0, loops=1, d=128, heads=4, ctx=64, batch=12, vocab=65),
+    "dense": dict(n_prelude=0, n_core=6, n_coda=0, loops=1, d=384, heads=6, ctx=256, batch=8, vocab=65),
+    "looped": dict(n_prelude=1, n_core=2, n_coda=1, loops=4, d=384, heads=6, ctx=256, batch=8, vocab=65),
+}
+
+ATTN = "manual"
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.qkv = nn.Linear(d, 3 * d, bias=False)  # q, k, v stacked
+        self.o = nn.Linear(d, d, bias=False)
+
+    def forward(self, x, cache=None):
+        B, T, C = x.shape
+        h = self.h
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, h, C // h).transpose(1, 2)
+        k = k.view(B, T, h, C // h).transpose(1, 2)
+        v = v.view(B, T, h, C // h).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        S = k.shape[2]
+        if ATTN == "sdpa" and cache is None:
+            y = F._scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.shape[-1]))
+            if T > 1:  # causal mask; query i (absolute S-T+i) sees keys 0..S-T+i
+                mask = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+                att = att.masked_fill(~mask, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.o(y)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d, eps=1e-5)
+        self.attn = Attention(d, heads)
+        self.ln2 = nn.LayerNorm(d, eps=1e-5)
+        self.fc = nn.Linear(d, 4 * d, bias=False)
+        self.proj = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln1(x), cache)
+        x = x + self.proj(F.gelu(self.fc(self.ln2(x))))  # exact (erf) GELU
+        return x
+
+
+class KVCache:
+    def __init__(self, B, heads, hd, ctx):
+        self.k = torch.empty(B, heads, ctx, hd)
+        self.v = torch.empty(B, heads, ctx, hd)
+        self.n = 0
+
+    def append(self, k, v):
+        T = k.shape[2]
+        self.k[:, :, self.n:self.n + T] = k
+        self.v[:, :, self.n:self.n + T] = v
+        self.n += T
+        return self.k[:, :, :self.n], self.v[:, :, :self.n]
+
+
+class GPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        d = c["d"]
+        self.wte = nn.Embedding(c["vocab"], d)
+        self.wpe = nn.Embedding(c["ctx"], d)
+        self.prelude = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["n_prelude"]))
+        self.core = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["n_core"]))
+        self.coda = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["n_coda"]))
+        self.ln_f = nn.LayerNorm(d, eps=1e-5)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def schedule(self):
+        """The blocks in application order (core blocks repeated `loops` times)."""
+        return list(self.prelude) + list(self.core) * self.c["loops"] + list(self.coda)
+
+    def new_caches(self, B):
+        c = self.c
+        return [KVCache(B, c["heads"], c["d"] // c["heads"], c["ctx"]) for _ in self.schedule()]
+
+    def forward(self, idx, caches=None, pos0=0):
+        T = idx.shape[1]
+        pos = torch.arange(pos0, pos0 + T)
+        x = self.wte(idx) + self.wpe(pos)
+        for i, blk in enumerate(self.schedule()):
+            x = blk(x, None if caches is None else caches[i])
+        x = self.ln_f(x)
+        return x @ self.wte.weight.t()  # tied lm_head
+
+
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def bench_train(model, c, steps, warmup, bf16, foreach):
+    B, T, V = c["batch"], c["ctx"], c["vocab"]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=foreach)
+    g = torch.Generator().manual_seed(0)
+    times = []
+    for step in range(warmup + steps):
+        x = torch.randint(0, V, (B, T), generator=g)
+        y = torch.randint(0, V, (B, T), generator=g)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        dt = time.perf_counter() - t0
+        if step >= warmup:
+            times.append(dt)
+    return B * T / statistics.median(times), times
+
+
+@torch.inference_mode()
+def generate(model, c, prompt, n_new, bf16):
+    ctx = c["ctx"]
+    caches = model.new_caches(1)
+    seq = prompt.tolist()[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(prompt, caches, 0)
+        for _ in range(n_new):
+            nxt = int(logits[0, -1].argmax())
+            seq.append(nxt)
+            if caches[0].n >= ctx:  # context full: keep the last half, re-encode it from position 0
+                keep = seq[-(ctx // 2):]
+                caches = model.new_caches(1)
+                logits = model(torch.tensor([keep]), caches, 0)
+            else:
+                logits = model(torch.tensor([[nxt]]), caches, caches[0].n)
+    return seq
+
+
+def bench_generate(model, c, n_prompt, n_new, repeats, bf16):
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, c["vocab"], (1, n_prompt), generator=g)
+    generate(model, c, prompt, min(n_new, 32), bf16)  # warm-up
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        generate(model, c, prompt, n_new, bf16)
+        rates.append(n_new / (time.perf_counter() - t0))
+    return statistics.median(rates), rates
+
+
+def check_generate(model, c):
+    """The cached decode gives the same logits as a full forward pass."""
+    g = torch.Generator().manual_seed(2)
+    n = min(40, c["ctx"])
+    idx = torch.randint(0, c["vocab"], (1, n), generator=g)
+    with torch.inference_mode():
+        full = model(idx)
+        caches = model.new_caches(1)
+        outs = [model(idx[:, :16], caches, 0)]
+        for t in range(16, n):
+            outs.append(model(idx[:, t:t + 1], caches, t))
+        inc = torch.cat(outs, dim=1)
+    err = (full - inc).abs().max().item()
+    assert err < 1e-4, f"KV-cache decode differs from full forward: {err}"
+    return err
+
+
+def openblas_set_threads(n):
+    """Size OpenBLAS's own (pthread) pool; returns the core name OpenBLAS chose, or None."""
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if "libopenblas" in os.path.basename(path):
+            try:
+                lib = ctypes.CDLL(path)
+                lib.openblas_get_corename.restype = ctypes.c_char_p
+                if n > 0:
+                    lib.openblas_set_num_threads(n)
+                return lib.openblas_get_corename().decode()
+            except (OSError, AttributeError):
+                pass
+    return None
+
+
+def main():
+    global ATTN
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", choices=CONFIGS, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default: per config)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (training and generation)")
+    ap.add_argument("--gen-prompt", type=int, default=16)
+    ap.add_argument("--gen-tokens", type=int, default=256, help="new tokens; 0 skips generation")
+    ap.add_argument("--gen-repeats", type=int, default=3)
+    ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
+    ap.add_argument("--no-foreach", action="store_true", help="AdamW for-loop path")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="OpenBLAS pool size (default: --threads; 0 = leave OpenBLAS's default)")
+    ap.add_argument("--keep-coretype", action="store_true",
+                    help="keep OPENBLAS_CORETYPE from the environment (out-of-the-box set-up)")
+    ap.add_argument("--check", action="store_true", help="check KV-cache decode against full forward")
+    a = ap.parse_args()
+    ATTN = a.attn
+
+    torch.set_num_threads(a.threads)
+    corename = openblas_set_threads(a.threads if a.blas_threads is None else a.blas_threads)
+    torch.manual_seed(0)
+    c = CONFIGS[a.config]
+    model = GPT(c)
+    n_params = sum(p.numel() for p in model.parameters())
+    steps = a.steps if a.steps is not None else {"tiny": 20, "dense": 8, "looped": 6}[a.config]
+
+    res = {"config": a.config, "threads": a.threads, "train_tokens_per_s": None,
+           "generate_tokens_per_s": None, "peak_rss_mib": None}
+    extra = {"params": n_params, "bf16": a.bf16, "openblas_core": corename,
+             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "attn": a.attn,
+             "foreach": not a.no_foreach, "torch": torch.__version__}
+    if a.check:
+        extra["kv_check_max_abs_err"] = check_generate(model, c)
+    if not a.no_train:
+        tps, times = bench_train(model, c, steps, a.warmup, a.bf16, not a.no_foreach)
+        res["train_tokens_per_s"] = round(tps, 1)
+        extra["train_step_s"] = [round(t, 4) for t in times]
+        res["peak_rss_mib"] = round(rss_mib(), 1)  # training peak (generation adds nothing)
+    if a.gen_tokens > 0:
+        gtps, rates = bench_generate(model, c, a.gen_prompt, a.gen_tokens, a.gen_repeats, a.bf16)
+        res["generate_tokens_per_s"] = round(gtps, 1)
+        extra["generate_runs"] = [round(r, 1) for r in rates]
+    res["peak_rss_mib"] = round(rss_mib(), 1)
+    if a.json:
+        res.update(extra)
+        print(json.dumps(res))
+    else:
+        print(f"config {a.config}: {n_params / 1e6:.2f} M params, threads {a.threads}, "
+              f"{'bf16 autocast' if a.bf16 else 'fp32'}, OpenBLAS core {corename}")
+        if res["train_tokens_per_s"] is not None:
+            print(f"  train:    {res['train_tokens_per_s']:>10.1f} tokens/s (median of {steps} steps; "
+                  f"step times {extra['train_step_s']})")
+        if res["generate_tokens_per_s"] is not None:
+            print(f"  generate: {res['generate_tokens_per_s']:>10.1f} tokens/s "
+                  f"(runs {extra['generate_runs']})")
+        print(f"  peak RSS: {res['peak_rss_mib']:>10.1f} MiB")
+        if "kv_check_max_abs_err" in extra:
+            print(f"  KV-cache check: max |err| {extra['kv_check_max_abs_err']:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+# Embeds configs/*.json into the binary (so `looplm` is self-contained): generates presets.cpp.
+file(GLOB PRESET_FILES "${SRC_DIR}/configs/*.json")
+list(SORT PRESET_FILES)
+set(BODY "// generated from configs/*.json by cmake_presets.cmake\n#include <utility>\n#include <vector>\n#include <string>\nnamespace looplm {\nconst std::vector<std::pair<std::string, std::string>>& embedded_presets() {\n  static const std::vector<std::pair<std::string, std::string>> p = {\n")
+foreach(F ${PRESET_FILES})
+  get_filename_component(NAME ${F} NAME_WE)
+  file(READ ${F} TEXT)
+  string(APPEND BODY "    {\"${NAME}\", R\"looplm(${TEXT})looplm\"},\n")
+endforeach()
+string(APPEND BODY "  };\n  return p;\n}\n}  // namespace looplm\n")
+file(WRITE "${OUT}.tmp" "${BODY}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")

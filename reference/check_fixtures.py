@@ -1,0 +1,182 @@
+"""Self-check of the reference and the fixtures.
+
+    /usr/bin/python3 reference/check_fixtures.py
+
+1. safetensors_io round trip (every dtype, 0-d and empty tensors, header padding).
+2. For every tests/fixtures/*.safetensors, read back with our reader, rebuild the model from the
+   stored config + weights and recompute (float64) logits, losses, loop states, grads and the K
+   training steps; the training steps are redone with a hand-written clip + AdamW (not torch.optim),
+   so the optimizer semantics the C++ engine must match are spelled out below.
+3. Central finite differences of a few gradient entries against grad.*.
+4. Independent checks: cross-entropy by hand; RoPE scores depend only on relative position.
+"""
+import glob
+import json
+import math
+import os
+import struct
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from looplm_ref import LoopLM, apply_rope, rope_cos_sin  # noqa: E402
+from safetensors_io import load_file, save_file  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXDIR = os.path.join(HERE, "..", "tests", "fixtures")
+PREFIXES = ("input.", "out.", "state.", "grad.", "train.", "after.")
+failures = []
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def close(name, got, want, rtol=1e-5, atol=1e-6):
+    got, want = got.double(), want.double()
+    err = (got - want).abs().max().item() if got.numel() else 0.0
+    ok = got.shape == want.shape and torch.allclose(got, want, rtol=rtol, atol=atol)
+    check(ok, f"{name}: max abs err {err:.2e}")
+
+
+def roundtrip():
+    ts = {
+        "f64": torch.randn(3, 5, dtype=torch.float64),
+        "f32": torch.randn(2, 3, 4),
+        "i32": torch.randint(-5, 5, (7,), dtype=torch.int32),
+        "i64": torch.randint(-5, 5, (2, 2), dtype=torch.int64),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 4),
+    }
+    meta = {"format": "pt", "config": json.dumps({"a": 1})}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "x.safetensors")
+        save_file(ts, path, meta)
+        raw = open(path, "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        check(n % 8 == 0 and raw[8:8 + n].decode().endswith(("}", " ")), "header padded to 8")
+        back, meta2 = load_file(path)
+    check(meta2 == meta, "metadata round trip")
+    check(all(back[k].dtype == v.dtype and torch.equal(back[k], v) for k, v in ts.items()),
+          "tensor round trip (F64 F32 I32 I64, 0-d, empty)")
+
+
+def manual_train(model, tokens, targets, cfg, k):
+    """clip_grad_norm_ + AdamW, written out:
+       g *= min(1, clip / (||g||_total + 1e-6))
+       p *= 1 - lr * wd            (wd only for ndim >= 2)
+       m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+       p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)"""
+    lr, wd, b1, b2, eps = (cfg[x] for x in ("lr", "weight_decay", "beta1", "beta2", "adam_eps"))
+    params = list(model.parameters())
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    losses, norms = [], []
+    for t in range(1, k + 1):
+        for p in params:
+            p.grad = None
+        loss = model.loss(model(tokens), targets)
+        loss.backward()
+        total = math.sqrt(sum(p.grad.pow(2).sum().item() for p in params))
+        coef = min(1.0, cfg["grad_clip"] / (total + 1e-6))
+        with torch.no_grad():
+            for i, p in enumerate(params):
+                g = p.grad * coef
+                if p.ndim >= 2:
+                    p.mul_(1 - lr * wd)
+                m[i] = b1 * m[i] + (1 - b1) * g
+                v[i] = b2 * v[i] + (1 - b2) * g * g
+                denom = v[i].sqrt() / math.sqrt(1 - b2 ** t) + eps
+                p.sub_(lr / (1 - b1 ** t) * m[i] / denom)
+        losses.append(loss.item())
+        norms.append(total)
+    return torch.tensor(losses), torch.tensor(norms)
+
+
+def check_fixture(path):
+    name = os.path.basename(path)
+    ts, meta = load_file(path)
+    check(meta.get("format") == "pt" and meta.get("fixture_version") == "1", f"{name}: metadata")
+    cfg = json.loads(meta["config"])
+    model = LoopLM(cfg).double()
+    weights = {k: v for k, v in ts.items() if not k.startswith(PREFIXES)}
+    model.load_state_dict({k: v.double() for k, v in weights.items()}, strict=True)
+    check(set(weights) == {k[5:] for k in ts if k.startswith("grad.")}, f"{name}: grad.* for every param")
+    tokens, targets = ts["input.tokens"].long(), ts["input.targets"].long()
+    R = cfg["R"]
+
+    states = model.loop_states(tokens)
+    for r, h in enumerate(states):
+        close(f"{name}: state.{r}", h.detach(), ts[f"state.{r}"])
+    logits = model.exit_logits(states[-1])
+    close(f"{name}: out.logits", logits.detach(), ts["out.logits"])
+    loss = model.loss(logits, targets)
+    # cross-entropy by hand
+    lp = logits.detach() - logits.detach().logsumexp(-1, keepdim=True)
+    ce = -lp.gather(-1, targets[..., None]).mean()
+    close(f"{name}: out.loss (and CE by hand)", torch.stack([loss.detach(), ce]), ts["out.loss"].expand(2))
+    with torch.no_grad():
+        close(f"{name}: out.loss_by_depth [{R}]", model.loss_by_depth(tokens, targets), ts["out.loss_by_depth"])
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    worst = max((grads[n] - ts[f"grad.{n}"].double()).abs().max().item() /
+                (grads[n].abs().max().item() + 1e-12) for n in grads)
+    check(worst < 1e-5, f"{name}: all {len(grads)} grad.* tensors match (worst rel err {worst:.1e})")
+
+    # finite differences in float64 on a few entries (largest |grad| entry of a few params)
+    picks = [n for n in grads if n.startswith(("tok_emb", "pos_emb", "lm_head"))][:1]
+    picks += [n for n in grads if ".attn.q." in n][:1] + [n for n in grads if "norm" in n][-2:]
+    picks += [n for n in grads if n.endswith(".bias")][:1] + [n for n in grads if ".mlp.down." in n][-1:]
+    params = dict(model.named_parameters())
+    for n in dict.fromkeys(picks):
+        idx = grads[n].abs().flatten().argmax().item()
+        p, eps = params[n], 1e-6
+        with torch.no_grad():
+            flat = p.view(-1)
+            old = flat[idx].item()
+            flat[idx] = old + eps
+            lp_ = model.loss(model(tokens), targets).item()
+            flat[idx] = old - eps
+            lm_ = model.loss(model(tokens), targets).item()
+            flat[idx] = old
+        fd = (lp_ - lm_) / (2 * eps)
+        g = ts[f"grad.{n}"].view(-1)[idx].item()
+        check(abs(fd - g) <= 1e-6 + 1e-4 * abs(g), f"{name}: finite diff {n}[{idx}] {fd:.8f} vs stored {g:.8f}")
+
+    # training steps with the hand-written optimizer
+    model.zero_grad(set_to_none=True)
+    losses, norms = manual_train(model, tokens, targets, cfg, len(ts["train.loss"]))
+    close(f"{name}: train.loss", losses, ts["train.loss"])
+    close(f"{name}: train.grad_norm", norms, ts["train.grad_norm"])
+    worst = max((p.detach() - ts[f"after.{n}"].double()).abs().max().item() for n, p in model.named_parameters())
+    check(worst < 1e-6, f"{name}: all after.* match a hand-written clip+AdamW (max abs err {worst:.1e})")
+    check(os.path.getsize(path) < 200_000, f"{name}: size {os.path.getsize(path)} < 200 KB")
+
+
+def check_rope():
+    hd, T = 6, 9
+    cos, sin = rope_cos_sin(T, hd, 10000.0, torch.float64)
+    q, k = torch.randn(hd, dtype=torch.float64), torch.randn(hd, dtype=torch.float64)
+    s = lambda i, j: (apply_rope(q, cos[i], sin[i]) @ apply_rope(k, cos[j], sin[j])).item()
+    check(abs(s(5, 2) - s(7, 4)) < 1e-12 and abs(s(3, 3) - q @ k) < 1e-12, "RoPE: scores depend on i - j only")
+    # channel i pairs with i + hd/2: at t=1 the pair (0, 3) rotates by theta_0 = 1 rad
+    x = torch.zeros(hd, dtype=torch.float64)
+    x[0] = 1
+    y = apply_rope(x, cos[1], sin[1])
+    check(abs(y[0] - math.cos(1)) < 1e-12 and abs(y[3] - math.sin(1)) < 1e-12, "RoPE: rotate-half pairing")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    roundtrip()
+    check_rope()
+    paths = sorted(glob.glob(os.path.join(FIXDIR, "*.safetensors")))
+    check(len(paths) >= 4, f"{len(paths)} fixtures found")
+    for path in paths:
+        check_fixture(path)
+    print(f"\n{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,144 @@
+"""Write tests/fixtures/{dense,looped,sandwich,parallel}.safetensors from the PyTorch reference.
+
+    /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures]
+
+Every fixture is computed in float64 from float32 weights (the stored ones), so the stored outputs
+are exact up to their float32 rounding. Tensors (F32 unless noted):
+    <param name>            initial weights (norm weights/biases and linear biases perturbed,
+                            attn.q/k and mlp.gate/up redrawn N(0, 1/d); see perturb())
+    input.tokens [B,T] I32, input.targets [B,T] I32
+    out.logits [B,T,V]      at depth R
+    out.loss [1]            mean CE at depth R;  out.loss_by_depth [R]: loss at exits r = 1..R
+    state.{r} [B,T,d]       loop state h^(r), r = 0..R (state.0 = h_pre)
+    grad.{param}            d out.loss / d param
+    train.loss [K]          loss before each of K AdamW steps (same batch, depth R)
+    train.grad_norm [K]     total grad L2 norm before clipping, per step
+    after.{param}           params after K steps
+"""
+import argparse
+import copy
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from looplm_ref import LoopLM, param_groups, resolve_config  # noqa: E402
+from safetensors_io import save_file  # noqa: E402
+
+FIXTURE_VERSION = "1"
+B, T, K = 2, 11, 3
+TRAIN = dict(lr=0.01, weight_decay=0.1, beta1=0.9, beta2=0.95, adam_eps=1e-8, grad_clip=1.0)
+COMMON = dict(vocab_size=37, d_model=18, n_heads=3, context=11)
+
+FIXTURES = {
+    "dense": dict(n_core=3, R=1, d_ff=28, block="pre_norm", norm="rmsnorm", mlp="swiglu",
+                  pos="rope", bias=False, tie_embeddings=True),
+    "looped": dict(n_prelude=1, n_core=2, R=3, n_coda=1, d_ff=20, block="pre_norm",
+                   norm="layernorm", mlp="gelu", pos="learned", bias=True, tie_embeddings=False),
+    "sandwich": dict(n_core=2, R=3, d_ff=0, block="sandwich", norm="rmsnorm", mlp="gelu",
+                     pos="rope", bias=False, tie_embeddings=True, deeploop_p=0.5),
+    "parallel": dict(n_core=2, R=2, d_ff=0, block="parallel", norm="layernorm", mlp="gelu",
+                     pos="none", bias=True, tie_embeddings=True),
+}
+
+
+def full_config(name):
+    cfg = resolve_config({**COMMON, **FIXTURES[name]})
+    return {**cfg, **TRAIN}
+
+
+def perturb(model, gen):
+    """Make the fixture discriminative. Norm weights/biases and linear biases move off 1/0 so their
+    gradients are meaningful; attn.q/k and mlp.gate/up are redrawn from N(0, 1/d_model) so that
+    attention scores and MLP pre-activations are O(1) (at init_std 0.02 they are ~1e-3 and RoPE,
+    the softmax scale or erf-vs-tanh GELU would barely show in the outputs)."""
+    d = model.cfg["d_model"]
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+            elif any(s in n for s in (".attn.q.", ".attn.k.", ".mlp.gate.", ".mlp.up.")):
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / d ** 0.5)
+
+
+def train_steps(model, tokens, targets, cfg, k):
+    """K steps of clip(grad_clip) + AdamW (decay only on ndim >= 2). Returns (losses, grad norms)."""
+    opt = torch.optim.AdamW(param_groups(model, cfg["weight_decay"]), lr=cfg["lr"],
+                            betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["adam_eps"])
+    losses, norms = [], []
+    for _ in range(k):
+        opt.zero_grad(set_to_none=True)
+        loss = model.loss(model(tokens), targets)
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]).item())
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=torch.float64), torch.tensor(norms, dtype=torch.float64)
+
+
+def make_fixture(name, seed):
+    cfg = full_config(name)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    model = LoopLM(cfg)  # float32 init
+    perturb(model, gen)
+    model = model.double()  # exact copy of the float32 values; all math below in float64
+    V = cfg["vocab_size"]
+    tokens = torch.randint(0, V, (B, T), generator=gen)
+    targets = torch.randint(0, V, (B, T), generator=gen)
+
+    out = {}
+    params = dict(model.named_parameters())
+    for n, p in params.items():
+        out[n] = p.detach().float()
+    out["input.tokens"] = tokens.int()
+    out["input.targets"] = targets.int()
+
+    states = model.loop_states(tokens)
+    logits = model.exit_logits(states[-1])
+    loss = model.loss(logits, targets)
+    with torch.no_grad():
+        by_depth = model.loss_by_depth(tokens, targets)
+    loss.backward()
+    out["out.logits"] = logits.detach().float()
+    out["out.loss"] = loss.detach().reshape(1).float()
+    out["out.loss_by_depth"] = by_depth.float()
+    for r, h in enumerate(states):
+        out[f"state.{r}"] = h.detach().float()
+    for n, p in params.items():
+        out[f"grad.{n}"] = p.grad.float()
+
+    trained = copy.deepcopy(model)
+    trained.zero_grad(set_to_none=True)
+    losses, norms = train_steps(trained, tokens, targets, cfg, K)
+    out["train.loss"] = losses.float()
+    out["train.grad_norm"] = norms.float()
+    for n, p in trained.named_parameters():
+        out[f"after.{n}"] = p.detach().float()
+
+    meta = {"format": "pt", "fixture_version": FIXTURE_VERSION,
+            "config": json.dumps(cfg, sort_keys=True)}
+    return out, meta
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "tests", "fixtures")))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for i, name in enumerate(FIXTURES):
+        tensors, meta = make_fixture(name, seed=1000 + i)
+        path = os.path.join(args.out, f"{name}.safetensors")
+        save_file(tensors, path, meta)
+        cfg = json.loads(meta["config"])
+        n_params = sum(v.numel() for k, v in tensors.items() if k.startswith("after."))
+        fmt = lambda t, nd: [round(x, nd) for x in t.tolist()]
+        print(f"{path}: {os.path.getsize(path)} bytes, {n_params} params, R={cfg['R']}, "
+              f"loss_by_depth {fmt(tensors['out.loss_by_depth'], 4)}, "
+              f"train.loss {fmt(tensors['train.loss'], 4)}, grad_norm {fmt(tensors['train.grad_norm'], 3)}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+#include "core/arena.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "looplm/error.h"
+
+namespace looplm {
+
+static uint8_t* aligned_block(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return static_cast<uint8_t*>(p);
+}
+
+Arena::~Arena() {
+  for (auto& b : blocks_) std::free(b.base);
+}
+
+void* Arena::alloc(size_t bytes, size_t align) {
+  for (auto& b : blocks_) {
+    size_t start = (b.used + align - 1) / align * align;
+    if (start + bytes <= b.size) {
+      b.used = start + bytes;
+      in_use_ += bytes;
+      if (in_use_ > high_water_) high_water_ = in_use_;
+      return b.base + start;
+    }
+  }
+  size_t size = bytes + align;
+  if (size < (size_t(16) << 20)) size = size_t(16) << 20;
+  blocks_.push_back({aligned_block(size), size, 0});
+  return alloc(bytes, align);
+}
+
+void Arena::reset() {
+  if (blocks_.size() > 1) {  // the step needed more than one block: merge for next time
+    size_t total = 0;
+    for (auto& b : blocks_) { total += b.size; std::free(b.base); }
+    blocks_.clear();
+    blocks_.push_back({aligned_block(total), total, 0});
+  }
+  for (auto& b : blocks_) b.used = 0;
+  in_use_ = 0;
+}
+
+size_t Arena::bytes_reserved() const {
+  size_t s = 0;
+  for (auto& b : blocks_) s += b.size;
+  return s;
+}
+
+GradPool::~GradPool() {
+  for (float* p : owned_) std::free(p);
+}
+
+float* GradPool::acquire(size_t n) {
+  in_use_ += n * sizeof(float);
+  if (in_use_ > peak_) peak_ = in_use_;
+  auto it = free_.find(n);
+  if (it != free_.end() && !it->second.empty()) {
+    float* p = it->second.back();
+    it->second.pop_back();
+    return p;
+  }
+  float* p = reinterpret_cast<float*>(aligned_block(n * sizeof(float)));
+  owned_.push_back(p);
+  reserved_ += n * sizeof(float);
+  return p;
+}
+
+void GradPool::release(float* p, size_t n) {
+  in_use_ -= n * sizeof(float);
+  free_[n].push_back(p);
+}
+
+}  // namespace looplm

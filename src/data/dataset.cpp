@@ -1,0 +1,332 @@
+#include "data/dataset.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "looplm/error.h"
+
+namespace looplm {
+
+namespace {
+
+constexpr size_t kHeaderBytes = kLlmcHeaderInts * sizeof(int32_t);
+
+std::string errno_text() { return std::strerror(errno); }
+
+int32_t read_i32_le(const std::string& b, size_t off) {
+  uint32_t v = 0;
+  for (int k = 3; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(b[off + k]);
+  return static_cast<int32_t>(v);
+}
+
+void put_i32_le(std::string& b, size_t off, int32_t x) {
+  const auto v = static_cast<uint32_t>(x);
+  for (int k = 0; k < 4; ++k) b[off + k] = static_cast<char>((v >> (8 * k)) & 0xFF);
+}
+
+std::vector<int32_t> read_u16_le(const std::string& b, size_t off, size_t count) {
+  std::vector<int32_t> out(count);
+  const auto* p = reinterpret_cast<const unsigned char*>(b.data()) + off;
+  for (size_t i = 0; i < count; ++i) out[i] = p[2 * i] | (p[2 * i + 1] << 8);
+  return out;
+}
+
+bool has_extension(const std::string& path, const char* ext) {
+  return std::filesystem::path(path).extension() == ext;
+}
+
+struct JsonlDoc {
+  size_t line;
+  std::string text;
+};
+
+std::vector<JsonlDoc> parse_jsonl(const std::string& path) {
+  const std::string bytes = read_file_bytes(path);
+  std::vector<JsonlDoc> docs;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < bytes.size();) {
+    size_t end = bytes.find('\n', pos);
+    if (end == std::string::npos) end = bytes.size();
+    std::string_view line(bytes.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(where + "invalid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object()) throw Error(where + "expected a JSON object with a string \"text\"");
+    auto it = j.find("text");
+    if (it == j.end()) throw Error(where + "the object has no \"text\" key");
+    if (!it->is_string()) {
+      throw Error(where + "\"text\" is a " + std::string(it->type_name()) + ", expected a string");
+    }
+    docs.push_back({line_no, it->get<std::string>()});
+  }
+  return docs;
+}
+
+// Shards: every id must index the tokenizer's vocabulary.
+void check_vocab(const std::string& path, const std::vector<int32_t>& ids, const Tokenizer& tok,
+                 const std::string& note) {
+  const int V = tok.vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= V) {
+      throw Error(path + ": token id " + std::to_string(ids[i]) + " at position " +
+                  std::to_string(i) + " is outside the " + tok.kind_name() +
+                  " tokenizer's vocabulary (" + std::to_string(V) +
+                  "); the file was made with a different tokenizer" + note);
+    }
+  }
+}
+
+std::vector<int32_t> load_bin(const std::string& path, const Tokenizer& tok) {
+  const std::string b = read_file_bytes(path);
+  const int32_t first = b.size() >= 4 ? read_i32_le(b, 0) : 0;
+  if (b.size() >= 4 && first == kLlmcMagic) {
+    if (b.size() < kHeaderBytes) {
+      throw Error(path + ": truncated llm.c shard: " + std::to_string(b.size()) +
+                  " bytes, but the header alone is " + std::to_string(kHeaderBytes) + " bytes");
+    }
+    const int32_t version = read_i32_le(b, 4);
+    if (version != kLlmcVersion) {
+      throw Error(path + ": llm.c shard version " + std::to_string(version) +
+                  " is not supported (expected " + std::to_string(kLlmcVersion) +
+                  ": uint16 tokens)" + (version == 2 ? "; version 2 (uint32 tokens) is not read" : ""));
+    }
+    const int32_t count = read_i32_le(b, 8);
+    if (count < 0) {
+      throw Error(path + ": llm.c shard header has a negative token count " + std::to_string(count));
+    }
+    const uint64_t expect = kHeaderBytes + 2ull * static_cast<uint64_t>(count);
+    if (b.size() != expect) {
+      throw Error(path + ": llm.c shard header says " + std::to_string(count) + " tokens (" +
+                  std::to_string(expect) + " bytes) but the file has " + std::to_string(b.size()) +
+                  " bytes (" + (b.size() < expect ? "truncated" : "trailing data") + ")");
+    }
+    std::vector<int32_t> ids = read_u16_le(b, kHeaderBytes, static_cast<size_t>(count));
+    check_vocab(path, ids, tok, "");
+    return ids;
+  }
+  if (b.size() % 2 != 0) {
+    throw Error(path + ": headerless nanoGPT token file has an odd size (" +
+                std::to_string(b.size()) + " bytes); expected uint16 tokens");
+  }
+  std::vector<int32_t> ids = read_u16_le(b, 0, b.size() / 2);
+  check_vocab(path, ids, tok,
+              " (read as a headerless nanoGPT uint16 file because its first int32 is " +
+                  std::to_string(first) + ", not the llm.c magic " + std::to_string(kLlmcMagic) +
+                  ")");
+  return ids;
+}
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::string origin_or(std::string_view origin) {
+  return origin.empty() ? std::string("data") : std::string(origin);
+}
+
+}  // namespace
+
+std::string read_file_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error("cannot open '" + path + "': " + errno_text());
+  std::string out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const bool bad = std::ferror(f);
+  const int err = errno;
+  std::fclose(f);
+  if (bad) throw Error("cannot read '" + path + "': " + std::strerror(err));
+  return out;
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  namespace fs = std::filesystem;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write '" + path + "' (temp file '" + tmp + "'): " + errno_text());
+  auto fail = [&](const char* what) {
+    const std::string msg = "cannot write '" + path + "': " + what + ": " + errno_text();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(msg);
+  };
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    const std::string msg = "cannot write '" + path + "': close: " + errno_text();
+    ::unlink(tmp.c_str());
+    throw Error(msg);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string msg = "cannot rename '" + tmp + "' to '" + path + "': " + errno_text();
+    ::unlink(tmp.c_str());
+    throw Error(msg);
+  }
+  // Make the rename itself durable; a failure here does not undo a completed write.
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_llmc_shard(const std::string& path, const std::vector<int32_t>& tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    throw Error("cannot write '" + path + "': " + std::to_string(tokens.size()) +
+                " tokens do not fit the llm.c header's int32 count");
+  }
+  std::string b(kHeaderBytes + 2 * tokens.size(), '\0');
+  put_i32_le(b, 0, kLlmcMagic);
+  put_i32_le(b, 4, kLlmcVersion);
+  put_i32_le(b, 8, static_cast<int32_t>(tokens.size()));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t id = tokens[i];
+    if (id < 0 || id > 0xFFFF) {
+      throw Error("cannot write '" + path + "': token id " + std::to_string(id) + " at position " +
+                  std::to_string(i) + " does not fit uint16 (llm.c shards hold ids 0..65535)");
+    }
+    b[kHeaderBytes + 2 * i] = static_cast<char>(id & 0xFF);
+    b[kHeaderBytes + 2 * i + 1] = static_cast<char>(id >> 8);
+  }
+  write_file_atomic(path, b);
+}
+
+DataFormat detect_format(const std::string& path) {
+  if (has_extension(path, ".jsonl")) return DataFormat::Jsonl;
+  if (!has_extension(path, ".bin")) return DataFormat::Text;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error("cannot open '" + path + "': " + errno_text());
+  unsigned char h[4];
+  const size_t n = std::fread(h, 1, 4, f);
+  std::fclose(f);
+  const int32_t first = static_cast<int32_t>(h[0] | (h[1] << 8) | (h[2] << 16) |
+                                             (static_cast<uint32_t>(h[3]) << 24));
+  return n == 4 && first == kLlmcMagic ? DataFormat::LlmcShard : DataFormat::NanoGptBin;
+}
+
+std::string load_text(const std::string& path) {
+  if (has_extension(path, ".bin")) {
+    throw Error(path + ": is a token file (.bin), not text; it has no text to read");
+  }
+  if (!has_extension(path, ".jsonl")) return read_file_bytes(path);
+  std::string out;
+  bool first = true;
+  for (const JsonlDoc& d : parse_jsonl(path)) {
+    if (!first) out += kDocSeparator;
+    out += d.text;
+    first = false;
+  }
+  return out;
+}
+
+std::vector<int32_t> load_tokens(const std::string& path, const Tokenizer& tok) {
+  if (has_extension(path, ".bin")) return load_bin(path, tok);
+  if (has_extension(path, ".jsonl")) {
+    std::vector<JsonlDoc> docs = parse_jsonl(path);
+    std::vector<int32_t> sep;
+    if (docs.size() > 1) {
+      try {
+        sep = tok.encode(kDocSeparator);
+      } catch (const Error& e) {
+        throw Error(path + ": cannot encode the document separator \"\\n\\n\": " + e.what());
+      }
+    }
+    std::vector<int32_t> ids;
+    for (size_t k = 0; k < docs.size(); ++k) {
+      if (k > 0) ids.insert(ids.end(), sep.begin(), sep.end());
+      try {
+        std::vector<int32_t> d = tok.encode(docs[k].text);
+        ids.insert(ids.end(), d.begin(), d.end());
+      } catch (const Error& e) {
+        throw Error(path + ":" + std::to_string(docs[k].line) + ": " + e.what() +
+                    " (offset within this document's text)");
+      }
+    }
+    return ids;
+  }
+  const std::string text = read_file_bytes(path);
+  try {
+    return tok.encode(text);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+uint64_t counter_rng_u64(uint64_t seed, uint64_t counter) {
+  // kDomain separates this stream from other users of the same seed (ASCII "looplmDT").
+  constexpr uint64_t kDomain = 0x6C6F6F706C6D4454ull;
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  const uint64_t key = mix64(seed ^ kDomain);
+  return mix64(key + (counter + 1) * kGolden);
+}
+
+TokenStream::TokenStream(std::vector<int32_t> tokens, int T, int B, uint64_t seed,
+                         std::string origin)
+    : tokens_(std::move(tokens)), T_(T), B_(B), seed_(seed) {
+  if (T < 1) throw UsageError("context must be >= 1 (got " + std::to_string(T) + ")");
+  if (B < 1) throw UsageError("batch_size must be >= 1 (got " + std::to_string(B) + ")");
+  if (tokens_.size() < static_cast<size_t>(T) + 1) {
+    throw Error(origin_or(origin) + ": " + std::to_string(tokens_.size()) +
+                " tokens are too few for context " + std::to_string(T) + " (a training window needs " +
+                std::to_string(T + 1ll) + " tokens)");
+  }
+}
+
+void TokenStream::next_batch(int32_t* x, int32_t* y) {
+  const uint64_t n_offsets = tokens_.size() - static_cast<uint64_t>(T_);  // starts 0..N-T-1
+  for (int b = 0; b < B_; ++b) {
+    const uint64_t r = counter_rng_u64(seed_, cursor_ * static_cast<uint64_t>(B_) + b);
+    const int32_t* w = tokens_.data() + uniform_below(r, n_offsets);
+    std::memcpy(x + static_cast<size_t>(b) * T_, w, sizeof(int32_t) * T_);
+    std::memcpy(y + static_cast<size_t>(b) * T_, w + 1, sizeof(int32_t) * T_);
+  }
+  ++cursor_;
+}
+
+int64_t eval_windows(std::span<const int32_t> tokens, int T, std::string_view origin) {
+  if (T < 1) throw UsageError("context must be >= 1 (got " + std::to_string(T) + ")");
+  if (tokens.size() < static_cast<size_t>(T) + 1) {
+    throw Error(origin_or(origin) + ": " + std::to_string(tokens.size()) +
+                " tokens are too few for context " + std::to_string(T) + " (an eval window needs " +
+                std::to_string(T + 1ll) + " tokens)");
+  }
+  return static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(T));
+}
+
+void eval_window(std::span<const int32_t> tokens, int T, int64_t i, int32_t* x, int32_t* y) {
+  LOOPLM_ASSERT(T >= 1 && i >= 0 && static_cast<size_t>(i + 1) * T + 1 <= tokens.size(),
+                "eval window index out of range");
+  const int32_t* w = tokens.data() + static_cast<size_t>(i) * T;
+  std::memcpy(x, w, sizeof(int32_t) * T);
+  std::memcpy(y, w + 1, sizeof(int32_t) * T);
+}
+
+}  // namespace looplm

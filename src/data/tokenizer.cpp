@@ -1,0 +1,208 @@
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "looplm/error.h"
+
+namespace looplm {
+
+namespace {
+
+// Decodes one code point at s[i]; returns its length in bytes, or 0 for an invalid sequence.
+int utf8_next(std::string_view s, size_t i, char32_t& cp) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) { cp = b0; return 1; }
+  int len;
+  char32_t min;
+  if ((b0 & 0xE0) == 0xC0) { len = 2; cp = b0 & 0x1F; min = 0x80; }
+  else if ((b0 & 0xF0) == 0xE0) { len = 3; cp = b0 & 0x0F; min = 0x800; }
+  else if ((b0 & 0xF8) == 0xF0) { len = 4; cp = b0 & 0x07; min = 0x10000; }
+  else return 0;
+  if (i + len > s.size()) return 0;
+  for (int k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+[[noreturn]] void throw_bad_utf8(std::string_view s, size_t i) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "invalid UTF-8 at byte offset %zu (byte 0x%02X)", i,
+                static_cast<unsigned>(static_cast<unsigned char>(s[i])));
+  throw Error(std::string(buf) + "; the char tokenizer needs valid UTF-8 text (the byte tokenizer "
+              "accepts any bytes)");
+}
+
+}  // namespace
+
+std::vector<char32_t> utf8_decode(std::string_view s) {
+  std::vector<char32_t> out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    const int n = utf8_next(s, i, cp);
+    if (n == 0) throw_bad_utf8(s, i);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+
+void utf8_append(char32_t cp, std::string& out) {
+  LOOPLM_ASSERT(cp <= 0x10FFFF, "code point out of range");
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::string describe_code_point(char32_t cp) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
+  std::string s = buf;
+  if (cp >= 0x20 && cp != 0x7F && !(cp >= 0x80 && cp < 0xA0)) {
+    s += " '";
+    utf8_append(cp, s);
+    s += "'";
+  }
+  return s;
+}
+
+Tokenizer Tokenizer::byte_level() { return Tokenizer(); }
+
+Tokenizer Tokenizer::char_level_from_text(const std::string& utf8_corpus) {
+  if (utf8_corpus.empty()) throw Error("cannot build a char tokenizer from an empty corpus");
+  std::vector<char32_t> cps = utf8_decode(utf8_corpus);
+  std::sort(cps.begin(), cps.end());
+  cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+  std::string alphabet;
+  for (char32_t cp : cps) utf8_append(cp, alphabet);
+  return char_level(alphabet);
+}
+
+Tokenizer Tokenizer::char_level(const std::string& alphabet_utf8) {
+  std::vector<char32_t> cps;
+  try {
+    cps = utf8_decode(alphabet_utf8);
+  } catch (const Error& e) {
+    throw UsageError(std::string("tokenizer_chars: ") + e.what());
+  }
+  if (cps.empty()) {
+    throw UsageError("tokenizer_chars is empty: a char tokenizer needs its alphabet (build it "
+                     "from the corpus, e.g. 'looplm data --tokenizer char')");
+  }
+  Tokenizer t;
+  t.kind_ = Kind::Char;
+  t.alphabet_ = alphabet_utf8;
+  t.cps_ = std::move(cps);
+  t.ascii_.fill(-1);
+  for (size_t id = 0; id < t.cps_.size(); ++id) {
+    const char32_t cp = t.cps_[id];
+    bool dup;
+    if (cp < 128) {
+      dup = t.ascii_[cp] >= 0;
+      if (!dup) t.ascii_[cp] = static_cast<int32_t>(id);
+    } else {
+      dup = !t.other_.emplace(cp, static_cast<int32_t>(id)).second;
+    }
+    if (dup) {
+      throw UsageError("tokenizer_chars: code point " + describe_code_point(cp) +
+                       " appears more than once (at id " + std::to_string(id) + ")");
+    }
+  }
+  return t;
+}
+
+Tokenizer Tokenizer::from_config(const Config& cfg) {
+  Tokenizer t;
+  if (cfg.tokenizer == "byte") {
+    t = byte_level();
+  } else if (cfg.tokenizer == "char") {
+    t = char_level(cfg.tokenizer_chars);
+  } else {
+    throw UsageError("tokenizer: unknown kind '" + cfg.tokenizer + "' (expected byte or char)");
+  }
+  if (cfg.vocab_size < t.vocab_size()) {
+    throw UsageError("vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the " +
+                     t.kind_name() + " tokenizer's vocabulary (" + std::to_string(t.vocab_size()) +
+                     ")");
+  }
+  return t;
+}
+
+void Tokenizer::to_config(Config& cfg) const {
+  cfg.tokenizer = kind_name();
+  cfg.tokenizer_chars = kind_ == Kind::Char ? alphabet_ : std::string();
+  cfg.vocab_size = vocab_size();
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  if (kind_ == Kind::Byte) {
+    for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  for (size_t i = 0; i < text.size();) {
+    char32_t cp;
+    const int n = utf8_next(text, i, cp);
+    if (n == 0) throw_bad_utf8(text, i);
+    int32_t id = -1;
+    if (cp < 128) {
+      id = ascii_[cp];
+    } else if (auto it = other_.find(cp); it != other_.end()) {
+      id = it->second;
+    }
+    if (id < 0) {
+      throw Error("character " + describe_code_point(cp) + " at byte offset " + std::to_string(i) +
+                  " is not in the char tokenizer's alphabet (" + std::to_string(cps_.size()) +
+                  " symbols); hint: build the alphabet from text that contains it, or use the "
+                  "byte tokenizer");
+    }
+    ids.push_back(id);
+    i += n;
+  }
+  return ids;
+}
+
+void Tokenizer::append_decoded(int32_t id, std::string& out) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw Error("token id " + std::to_string(id) + " is outside the " + kind_name() +
+                " tokenizer's vocabulary [0, " + std::to_string(vocab_size()) + ")");
+  }
+  if (kind_ == Kind::Byte) {
+    out += static_cast<char>(static_cast<unsigned char>(id));
+  } else {
+    utf8_append(cps_[id], out);
+  }
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  out.reserve(ids.size());
+  for (int32_t id : ids) append_decoded(id, out);
+  return out;
+}
+
+std::string Tokenizer::decode_one(int32_t id) const {
+  std::string out;
+  append_decoded(id, out);
+  return out;
+}
+
+}  // namespace looplm

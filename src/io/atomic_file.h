@@ -1,0 +1,47 @@
+// Crash-safe file output and checked file input.
+//
+// A file written here is either the complete old version or the complete new one, never a torn mix:
+// the bytes go to `PATH.tmp.<pid>` in the same directory, the temp file is fsync'ed, renamed over PATH,
+// and the directory is fsync'ed so the rename itself survives a power cut. Any failure removes the
+// temp file and throws looplm::Error naming the path and strerror(errno).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace looplm::io {
+
+// Streaming atomic write: write() any number of times, then commit(). Destroying an uncommitted
+// writer (an exception on the way, a forgotten commit) removes the temp file and leaves PATH as it was.
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(const std::string& path);  // creates PATH.tmp.<pid>; throws Error
+  ~AtomicWriter();
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+
+  void write(const void* data, size_t n);  // all n bytes or Error
+  void commit();                           // fsync, rename over PATH, fsync the directory
+  size_t bytes_written() const { return written_; }
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err);  // abort + throw
+  void abort() noexcept;                                      // close + unlink temp
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  size_t written_ = 0;
+  bool committed_ = false;
+};
+
+// One-shot atomic write of n bytes.
+void write_file_atomic(const std::string& path, const void* data, size_t n);
+inline void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+// Whole file into memory. Error names the path and strerror (missing file, directory, I/O error).
+std::string read_file(const std::string& path);
+
+}  // namespace looplm::io

@@ -1,0 +1,78 @@
+// The standard block kinds of SPEC §1.1.
+#include <cmath>
+
+#include "model/block.h"
+
+namespace looplm {
+
+// Common parts: attention + MLP with their norms, and the init roles of their matrices.
+class AttnMlpBlock : public Block {
+ protected:
+  AttnMlpBlock(ParamStore& ps, const std::string& p, const Config& c)
+      : attn_norm(ps, p + ".attn_norm", c), attn(ps, p + ".attn", c) {
+    mlp_norm = Norm(ps, p + ".mlp_norm", c);
+    mlp = Mlp(ps, p + ".mlp", c);
+    output_projections = {attn.o_w, mlp.down_w};
+    beta_scaled = {attn.v_w, attn.o_w, mlp.up_w, mlp.down_w};
+    if (mlp.gate_w >= 0) beta_scaled.push_back(mlp.gate_w);
+  }
+  void bind(ParamStore& ps) override {
+    attn_norm.bind(ps);
+    attn.bind(ps);
+    mlp_norm.bind(ps);
+    mlp.bind(ps);
+  }
+  Norm attn_norm;
+  Attention attn;
+  Norm mlp_norm;
+  Mlp mlp;
+};
+
+// pre_norm (GPT-2 / Llama): x = x + attn(n1(x)); x = x + mlp(n2(x))
+class PreNormBlock : public AttnMlpBlock {
+ public:
+  PreNormBlock(ParamStore& ps, const std::string& p, const Config& c) : AttnMlpBlock(ps, p, c) {}
+  Node* forward(Graph& g, Node* x, const BlockCtx& ctx) const override {
+    x = op::add(g, x, attn(g, attn_norm(g, x), ctx));
+    return op::add(g, x, mlp(g, mlp_norm(g, x)));
+  }
+};
+LOOPLM_REGISTER_BLOCK("pre_norm", PreNormBlock);
+
+// parallel (NRGPT's GPT_Rec_parallel): x = x + attn(n1(x)) + mlp(n2(x))
+class ParallelBlock : public AttnMlpBlock {
+ public:
+  ParallelBlock(ParamStore& ps, const std::string& p, const Config& c) : AttnMlpBlock(ps, p, c) {}
+  Node* forward(Graph& g, Node* x, const BlockCtx& ctx) const override {
+    Node* a = attn(g, attn_norm(g, x), ctx);
+    Node* m = mlp(g, mlp_norm(g, x));
+    return op::add(g, op::add(g, x, a), m);
+  }
+};
+LOOPLM_REGISTER_BLOCK("parallel", ParallelBlock);
+
+// sandwich (post-norm; DeepLoop / DeepNorm / Huginn), α = (2N)^p (SPEC §2.2; 1 when p = 0):
+//   x = n2(α·x + attn(n1(x)));  x = n4(α·x + mlp(n3(x)))
+class SandwichBlock : public AttnMlpBlock {
+ public:
+  SandwichBlock(ParamStore& ps, const std::string& p, const Config& c)
+      : AttnMlpBlock(ps, p, c),
+        attn_post_norm(ps, p + ".attn_post_norm", c),
+        mlp_post_norm(ps, p + ".mlp_post_norm", c),
+        alpha_(c.deeploop_p > 0 ? (float)std::pow(2.0 * c.n_unrolled(), c.deeploop_p) : 1.0f) {}
+  void bind(ParamStore& ps) override {
+    AttnMlpBlock::bind(ps);
+    attn_post_norm.bind(ps);
+    mlp_post_norm.bind(ps);
+  }
+  Node* forward(Graph& g, Node* x, const BlockCtx& ctx) const override {
+    x = attn_post_norm(g, op::axpby(g, alpha_, x, attn(g, attn_norm(g, x), ctx)));
+    return mlp_post_norm(g, op::axpby(g, alpha_, x, mlp(g, mlp_norm(g, x))));
+  }
+ private:
+  Norm attn_post_norm, mlp_post_norm;
+  float alpha_;
+};
+LOOPLM_REGISTER_BLOCK("sandwich", SandwichBlock);
+
+}  // namespace looplm

@@ -1,0 +1,104 @@
+// The autograd tape. Ops (src/ops/*.h) compute their forward at once and, when gradients are on,
+// record a backward closure; backward() runs the closures in reverse.
+//
+// Gradient contract (one rule for every op):
+//  * parameter gradients accumulate (+=): a core block visited R times sums its gradients with no
+//    extra code, and micro-batches accumulate until the optimizer zeroes them;
+//  * activation gradients: the first op to reach an activation overwrites a fresh buffer, later ones
+//    add (grad_of() says which). A buffer returns to the pool once the op that produced the
+//    activation has run its backward.
+// Values live in an arena that is reset after each step; nothing is allocated on the hot path
+// after the first step.
+#pragma once
+#include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/arena.h"
+#include "looplm/error.h"
+
+namespace looplm {
+
+// A 2-D view [rows, cols] of float values and (lazily) their gradient.
+struct Node {
+  float* v = nullptr;
+  float* g = nullptr;
+  int64_t rows = 0, cols = 0;
+  bool requires_grad = false;
+  bool is_param = false;  // grads are persistent and always accumulate
+  int64_t numel() const { return rows * cols; }
+};
+
+class Graph {
+ public:
+  Graph() { tape_.reserve(4096); }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  bool grad_enabled() const { return grad_enabled_; }
+
+  // A new activation; requires_grad when gradients are on and any input requires them.
+  Node* node(int64_t rows, int64_t cols, bool requires_grad);
+  template <class... In>
+  Node* output(int64_t rows, int64_t cols, const In*... inputs) {
+    bool rg = grad_enabled_ && (false || ... || (inputs && inputs->requires_grad));
+    return node(rows, cols, rg);
+  }
+  // Scratch memory for the current step (freed at reset()).
+  template <class T>
+  T* scratch(size_t n) { return values_.alloc_n<T>(n); }
+
+  // Working memory shared by ops that run one after another (attention's per-thread score tiles,
+  // norm partial sums). Persistent: grows on the first step, then never reallocates.
+  float* shared_scratch(size_t n) {
+    if (shared_scratch_.size() < n) shared_scratch_.resize(n);
+    return shared_scratch_.data();
+  }
+
+  // Record a backward closure. Closures live in the arena, so they must be trivially destructible
+  // (capture pointers and numbers only).
+  template <class F>
+  void record(F&& f) {
+    using Fn = std::decay_t<F>;
+    static_assert(std::is_trivially_destructible_v<Fn>, "tape closures capture pointers and numbers only");
+    void* mem = closures_.alloc(sizeof(Fn), alignof(Fn) > 64 ? alignof(Fn) : 64);
+    new (mem) Fn(std::forward<F>(f));
+    tape_.push_back({mem, [](void* p) { (*static_cast<Fn*>(p))(); }});
+  }
+
+  // For backward closures: the gradient buffer of `n` to write into, or nullptr when `n` needs no
+  // gradient. `accumulate` tells whether to add (buffer already holds a gradient) or overwrite.
+  float* grad_of(Node* n, bool& accumulate);
+  // The op that produced `n` has finished its backward: return n's gradient buffer to the pool.
+  void release_grad(Node* n);
+
+  // Run the tape backward from a scalar loss node (d loss = scale).
+  void backward(Node* loss, float scale = 1.0f);
+  // Drop the tape and every activation (parameters are untouched).
+  void reset();
+
+  size_t activation_bytes_peak() const { return values_.high_water(); }
+  size_t grad_bytes_peak() const { return grads_.bytes_in_use_peak(); }
+
+  class NoGrad {  // RAII: ops inside run forward only (truncated BPTT, eval, generation)
+   public:
+    explicit NoGrad(Graph& g) : g_(g), saved_(g.grad_enabled_) { g.grad_enabled_ = false; }
+    ~NoGrad() { g_.grad_enabled_ = saved_; }
+   private:
+    Graph& g_;
+    bool saved_;
+  };
+
+ private:
+  struct Entry { void* fn; void (*call)(void*); };
+  Arena values_, closures_;
+  GradPool grads_;
+  std::vector<Entry> tape_;
+  std::vector<Node*> live_grads_;
+  std::vector<float> shared_scratch_;  // activation grads handed out this step (released at reset)
+  bool grad_enabled_ = true;
+};
+
+}  // namespace looplm

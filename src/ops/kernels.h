@@ -1,0 +1,329 @@
+// The closed op set's kernels, forward and backward side by side. Templated on the scalar so the
+// same code runs in float (the engine) and in double (the finite-difference tests,
+// tests/test_gradcheck.cpp). Shapes are written next to every pointer; all matrices row-major.
+// Backward kernels write input gradients with overwrite-or-add chosen by `acc` (graph.h contract);
+// parameter gradients always add.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <omp.h>
+
+#include "backend/cpu/gemm.h"
+
+namespace looplm::k {
+
+template <class T>
+inline void store(T* dst, T v, bool acc) { *dst = acc ? *dst + v : v; }
+
+// ---------------------------------------------------------------- linear: y = x W^T + b
+// x [N, in], W [out, in], b [out] or null, y [N, out]
+template <class T>
+void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out) {
+  gemm(false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
+  if (b) {
+#pragma omp parallel for
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < out; ++o) y[(int64_t)n * out + o] += b[o];
+  }
+}
+// dx = dy W  (overwrite or add);  dW += dy^T x;  db += colsum(dy)
+template <class T>
+void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, T* db, int N, int in, int out) {
+  if (dx) gemm(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
+  if (dW) gemm(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);
+  if (db) {
+#pragma omp parallel for
+    for (int o = 0; o < out; ++o) {
+      T s = 0;
+      for (int n = 0; n < N; ++n) s += dy[(int64_t)n * out + o];
+      db[o] += s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- embedding (+ learned positions)
+// tok [N] ids, E [V, d], P [T_max, d] or null: row n is at position pos0 + n % T_rows; y [N, d]
+template <class T>
+void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int d, int T_rows, int pos0 = 0) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const T* e = E + (int64_t)tok[n] * d;
+    T* yn = y + (int64_t)n * d;
+    if (P) {
+      const T* p = P + (int64_t)(pos0 + n % T_rows) * d;
+      for (int i = 0; i < d; ++i) yn[i] = e[i] + p[i];
+    } else {
+      for (int i = 0; i < d; ++i) yn[i] = e[i];
+    }
+  }
+}
+// dE[tok[n]] += dy[n];  dP[n % T_rows] += dy[n]. Parallel over channel slices so rows never race.
+template <class T>
+void embedding_bwd(const int32_t* tok, const T* dy, T* dE, T* dP, int N, int d, int T_rows) {
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    int lo = (int)((int64_t)d * id / nt), hi = (int)((int64_t)d * (id + 1) / nt);
+    for (int n = 0; n < N; ++n) {
+      const T* g = dy + (int64_t)n * d;
+      if (dE) { T* e = dE + (int64_t)tok[n] * d; for (int i = lo; i < hi; ++i) e[i] += g[i]; }
+      if (dP) { T* p = dP + (int64_t)(n % T_rows) * d; for (int i = lo; i < hi; ++i) p[i] += g[i]; }
+    }
+  }
+}
+
+// Sum per-thread partial rows [nt, d] into out [d] (+=).
+template <class T>
+void reduce_partials(const T* part, int nt, int d, T* out) {
+  for (int t = 0; t < nt; ++t)
+    for (int i = 0; i < d; ++i) out[i] += part[(int64_t)t * d + i];
+}
+
+// ---------------------------------------------------------------- RMSNorm: y = x / rms(x) * w
+// x, y [N, d]; w [d]; rstd [N] saved for backward
+template <class T>
+void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int d, double eps) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const T* xn = x + (int64_t)n * d;
+    T* yn = y + (int64_t)n * d;
+    T ss = 0;
+    for (int i = 0; i < d; ++i) ss += xn[i] * xn[i];
+    T r = T(1) / std::sqrt(ss / T(d) + T(eps));
+    rstd[n] = r;
+    for (int i = 0; i < d; ++i) yn[i] = xn[i] * r * w[i];
+  }
+}
+// dx = r (dy w) - r^3/d x Σ(dy w x);  dw += Σ_n dy x r.  part: scratch [threads, d] for dw
+template <class T>
+void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool acc, T* dw, T* part, int N,
+                 int d) {
+  int nt_used = 1;
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#pragma omp single
+    nt_used = nt;
+    T* pw = part + (int64_t)id * d;
+    std::fill(pw, pw + d, T(0));
+#pragma omp for
+    for (int n = 0; n < N; ++n) {
+      const T* xn = x + (int64_t)n * d;
+      const T* gn = dy + (int64_t)n * d;
+      T r = rstd[n], dot = 0;
+      for (int i = 0; i < d; ++i) dot += gn[i] * w[i] * xn[i];
+      T c = r * r * r * dot / T(d);
+      if (dx) {
+        T* o = dx + (int64_t)n * d;
+        for (int i = 0; i < d; ++i) store(o + i, r * gn[i] * w[i] - c * xn[i], acc);
+      }
+      for (int i = 0; i < d; ++i) pw[i] += gn[i] * xn[i] * r;
+    }
+  }
+  if (dw) reduce_partials(part, nt_used, d, dw);
+}
+
+// ---------------------------------------------------------------- LayerNorm: y = (x - μ)/σ · w + b
+// x, y [N, d]; w, b [d] (b may be null); mean, rstd [N]
+template <class T>
+void layernorm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int N, int d, double eps) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const T* xn = x + (int64_t)n * d;
+    T* yn = y + (int64_t)n * d;
+    T mu = 0;
+    for (int i = 0; i < d; ++i) mu += xn[i];
+    mu /= T(d);
+    T var = 0;
+    for (int i = 0; i < d; ++i) var += (xn[i] - mu) * (xn[i] - mu);
+    T r = T(1) / std::sqrt(var / T(d) + T(eps));
+    mean[n] = mu;
+    rstd[n] = r;
+    for (int i = 0; i < d; ++i) yn[i] = (xn[i] - mu) * r * (w ? w[i] : T(1)) + (b ? b[i] : T(0));
+  }
+}
+// x̂ = (x-μ)r; g = dy w;  dx = r (g - mean(g) - x̂ mean(g x̂));  dw += Σ dy x̂;  db += Σ dy.
+// part: scratch [threads, 2d]
+template <class T>
+void layernorm_bwd(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, bool acc, T* dw,
+                   T* db, T* part, int N, int d) {
+  int nt_used = 1;
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#pragma omp single
+    nt_used = nt;
+    T* pw = part + (int64_t)id * 2 * d;
+    T* pb = pw + d;
+    std::fill(pw, pw + 2 * d, T(0));
+#pragma omp for
+    for (int n = 0; n < N; ++n) {
+      const T* xn = x + (int64_t)n * d;
+      const T* gn = dy + (int64_t)n * d;
+      T mu = mean[n], r = rstd[n], sg = 0, sgx = 0;
+      for (int i = 0; i < d; ++i) {
+        T xh = (xn[i] - mu) * r, g = gn[i] * (w ? w[i] : T(1));
+        sg += g;
+        sgx += g * xh;
+        pw[i] += gn[i] * xh;
+        pb[i] += gn[i];
+      }
+      sg /= T(d);
+      sgx /= T(d);
+      if (dx) {
+        T* o = dx + (int64_t)n * d;
+        for (int i = 0; i < d; ++i) {
+          T xh = (xn[i] - mu) * r, g = gn[i] * (w ? w[i] : T(1));
+          store(o + i, r * (g - sg - xh * sgx), acc);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < nt_used; ++t)
+    for (int i = 0; i < d; ++i) {
+      if (dw) dw[i] += part[(int64_t)t * 2 * d + i];
+      if (db) db[i] += part[(int64_t)t * 2 * d + d + i];
+    }
+}
+
+// ---------------------------------------------------------------- RoPE (rotate-half, SPEC §6)
+// Channel i pairs with i + hd/2. cos/sin tables [T, hd/2] for positions pos0.. of the rows.
+// x, y [rows, ld] with the head in columns [0, hd); y may alias x.
+template <class T>
+void rope_fwd(const T* x, int ldx, T* y, int ldy, const float* cos_t, const float* sin_t, int rows, int hd) {
+  int h = hd / 2;
+  for (int t = 0; t < rows; ++t) {
+    const T* xr = x + (int64_t)t * ldx;
+    T* yr = y + (int64_t)t * ldy;
+    const float* c = cos_t + (int64_t)t * h;
+    const float* s = sin_t + (int64_t)t * h;
+    for (int i = 0; i < h; ++i) {
+      T a = xr[i], b = xr[i + h];
+      yr[i] = a * T(c[i]) - b * T(s[i]);
+      yr[i + h] = b * T(c[i]) + a * T(s[i]);
+    }
+  }
+}
+// The transpose (= inverse) rotation.
+template <class T>
+void rope_bwd(const T* dy, int ldy, T* dx, int ldx, const float* cos_t, const float* sin_t, int rows, int hd,
+              bool acc) {
+  int h = hd / 2;
+  for (int t = 0; t < rows; ++t) {
+    const T* g = dy + (int64_t)t * ldy;
+    T* o = dx + (int64_t)t * ldx;
+    const float* c = cos_t + (int64_t)t * h;
+    const float* s = sin_t + (int64_t)t * h;
+    for (int i = 0; i < h; ++i) {
+      T ga = g[i], gb = g[i + h];
+      store(o + i, ga * T(c[i]) + gb * T(s[i]), acc);
+      store(o + i + h, gb * T(c[i]) - ga * T(s[i]), acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- causal self-attention
+// qkv [B*T, 3d] rows = [q | k | v], head h in columns h*hd..; y [B*T, d]; lse [B, H, T] saved.
+// With rope tables, q and k are rotated (in per-head scratch) before the scores.
+// Probabilities are not stored: backward recomputes them from the saved log-sum-exp.
+// scratch: per thread (2*T*T + 4*T*hd) elements.
+template <class T>
+void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, const float* cos_t,
+                   const float* sin_t, T* scratch) {
+  const int d = H * hd, ld = 3 * d;
+  const T scale = T(1) / std::sqrt(T(hd));
+  const int64_t per_thread = 2 * (int64_t)Tn * Tn + 4 * (int64_t)Tn * hd;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int bh = 0; bh < B * H; ++bh) {
+    int b = bh / H, h = bh % H;
+    T* S = scratch + (int64_t)omp_get_thread_num() * per_thread;  // [T, T]
+    T* Qr = S + 2 * (int64_t)Tn * Tn;                             // [T, hd]
+    T* Kr = Qr + (int64_t)Tn * hd;
+    const T* Q = qkv + (int64_t)b * Tn * ld + h * hd;
+    const T* K = Q + d;
+    const T* V = Q + 2 * d;
+    const T *q = Q, *kk = K;
+    int ldq = ld, ldk = ld;
+    if (cos_t) {
+      rope_fwd(Q, ld, Qr, hd, cos_t, sin_t, Tn, hd);
+      rope_fwd(K, ld, Kr, hd, cos_t, sin_t, Tn, hd);
+      q = Qr; kk = Kr; ldq = ldk = hd;
+    }
+    gemm(false, true, Tn, Tn, hd, scale, q, ldq, kk, ldk, T(0), S, Tn);
+    T* L = lse + (int64_t)bh * Tn;
+    for (int i = 0; i < Tn; ++i) {
+      T* s = S + (int64_t)i * Tn;
+      T m = s[0];
+      for (int j = 1; j <= i; ++j) m = std::max(m, s[j]);
+      T sum = 0;
+      for (int j = 0; j <= i; ++j) { s[j] = std::exp(s[j] - m); sum += s[j]; }
+      T inv = T(1) / sum;
+      for (int j = 0; j <= i; ++j) s[j] *= inv;
+      for (int j = i + 1; j < Tn; ++j) s[j] = 0;
+      L[i] = m + std::log(sum);
+    }
+    gemm(false, false, Tn, hd, Tn, T(1), S, Tn, V, ld, T(0), y + (int64_t)b * Tn * d + h * hd, d);
+  }
+}
+
+// dP = dO V^T; dS = P ∘ (dP − rowsum(dP∘P)); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO.
+template <class T>
+void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, int B, int Tn, int H, int hd,
+                   const float* cos_t, const float* sin_t, T* scratch) {
+  const int d = H * hd, ld = 3 * d;
+  const T scale = T(1) / std::sqrt(T(hd));
+  const int64_t per_thread = 2 * (int64_t)Tn * Tn + 4 * (int64_t)Tn * hd;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int bh = 0; bh < B * H; ++bh) {
+    int b = bh / H, h = bh % H;
+    T* P = scratch + (int64_t)omp_get_thread_num() * per_thread;  // [T, T]
+    T* dP = P + (int64_t)Tn * Tn;                                 // [T, T]
+    T* Qr = dP + (int64_t)Tn * Tn;
+    T* Kr = Qr + (int64_t)Tn * hd;
+    T* dQr = Kr + (int64_t)Tn * hd;
+    T* dKr = dQr + (int64_t)Tn * hd;
+    const T* Q = qkv + (int64_t)b * Tn * ld + h * hd;
+    const T* K = Q + d;
+    const T* V = Q + 2 * d;
+    const T* dO = dy + (int64_t)b * Tn * d + h * hd;
+    T* dQ = dqkv + (int64_t)b * Tn * ld + h * hd;
+    T* dK = dQ + d;
+    T* dV = dQ + 2 * d;
+    const T *q = Q, *kk = K;
+    int ldq = ld, ldk = ld;
+    if (cos_t) {
+      rope_fwd(Q, ld, Qr, hd, cos_t, sin_t, Tn, hd);
+      rope_fwd(K, ld, Kr, hd, cos_t, sin_t, Tn, hd);
+      q = Qr; kk = Kr; ldq = ldk = hd;
+    }
+    gemm(false, true, Tn, Tn, hd, scale, q, ldq, kk, ldk, T(0), P, Tn);
+    const T* L = lse + (int64_t)bh * Tn;
+    for (int i = 0; i < Tn; ++i) {
+      T* p = P + (int64_t)i * Tn;
+      for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - L[i]);
+      for (int j = i + 1; j < Tn; ++j) p[j] = 0;
+    }
+    gemm(true, false, Tn, hd, Tn, T(1), P, Tn, dO, d, acc ? T(1) : T(0), dV, ld);  // dV = P^T dO
+    gemm(false, true, Tn, Tn, hd, T(1), dO, d, V, ld, T(0), dP, Tn);
+    for (int i = 0; i < Tn; ++i) {
+      T* p = P + (int64_t)i * Tn;
+      T* g = dP + (int64_t)i * Tn;
+      T dot = 0;
+      for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
+      for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
+      for (int j = i + 1; j < Tn; ++j) g[j] = 0;
+    }
+    if (cos_t) {
+      gemm(false, false, Tn, hd, Tn, scale, dP, Tn, kk, ldk, T(0), dQr, hd);
+      gemm(true, false, Tn, hd, Tn, scale, dP, Tn, q, ldq, T(0), dKr, hd);
+      rope_bwd(dQr, hd, dQ, ld, cos_t, sin_t, Tn, hd, acc);
+      rope_bwd(dKr, hd, dK, ld, cos_t, sin_t, Tn, hd, acc);
+    } else {
+      gemm(false, false, Tn, hd, Tn, scale, dP, Tn, K, ld, acc ? T(1) : T(0), dQ, ld);
+      gemm(true, false, Tn, hd, Tn, scale, dP, Tn, Q, ld, acc ? T(1) : T(0), dK, ld);
+    }
+  }
+}
+
+}  // namespace looplm::k

@@ -1,0 +1,242 @@
+#include "ops/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <omp.h>
+
+#include "ops/kernels.h"
+#include "ops/kernels_pointwise.h"
+
+namespace looplm {
+
+RopeTable::RopeTable(int T_, int hd_, double base) : T(T_), hd(hd_), cos((size_t)T_ * (hd_ / 2)), sin(cos.size()) {
+  int h = hd / 2;
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < h; ++i) {
+      double theta = std::pow(base, -2.0 * i / hd);
+      cos[(size_t)t * h + i] = (float)std::cos(t * theta);
+      sin[(size_t)t * h + i] = (float)std::sin(t * theta);
+    }
+}
+
+namespace op {
+
+static int n_threads() { return omp_get_max_threads(); }
+
+Node* linear(Graph& g, Node* x, Node* W, Node* b) {
+  const int N = (int)x->rows, in = (int)x->cols, out = (int)W->rows;
+  LOOPLM_ASSERT(W->cols == in, "linear: W [out, in] must match x [N, in]");
+  Node* y = g.output(N, out, x, W, b);
+  k::linear_fwd(x->v, W->v, b ? b->v : nullptr, y->v, N, in, out);
+  if (y->requires_grad)
+    g.record([&g, x, W, b, y, N, in, out] {
+      bool ax = false, aw, ab;
+      float* dx = g.grad_of(x, ax);
+      float* dW = g.grad_of(W, aw);
+      float* db = b ? g.grad_of(b, ab) : nullptr;
+      k::linear_bwd(x->v, W->v, y->g, dx, ax, dW, db, N, in, out);
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, int pos0) {
+  const int d = (int)E->cols;
+  Node* y = g.output(N, d, E, P);
+  int32_t* tok = g.scratch<int32_t>(N);
+  std::memcpy(tok, tokens, sizeof(int32_t) * N);
+  k::embedding_fwd(tok, E->v, P ? P->v : nullptr, y->v, N, d, T_rows, pos0);
+  if (y->requires_grad)
+    g.record([&g, tok, E, P, y, N, d, T_rows] {
+      bool a;
+      float* dE = g.grad_of(E, a);
+      float* dP = P ? g.grad_of(P, a) : nullptr;
+      k::embedding_bwd(tok, y->g, dE, dP, N, d, T_rows);
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* rmsnorm(Graph& g, Node* x, Node* w, double eps) {
+  const int N = (int)x->rows, d = (int)x->cols;
+  Node* y = g.output(N, d, x, w);
+  float* rstd = g.scratch<float>(N);
+  k::rmsnorm_fwd(x->v, w->v, y->v, rstd, N, d, eps);
+  if (y->requires_grad)
+    g.record([&g, x, w, y, rstd, N, d] {
+      bool ax = false, aw;
+      float* dx = g.grad_of(x, ax);
+      float* dw = g.grad_of(w, aw);
+      k::rmsnorm_bwd(x->v, w->v, rstd, y->g, dx, ax, dw, g.shared_scratch((size_t)n_threads() * d), N, d);
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps) {
+  const int N = (int)x->rows, d = (int)x->cols;
+  Node* y = g.output(N, d, x, w, b);
+  float* mean = g.scratch<float>(N);
+  float* rstd = g.scratch<float>(N);
+  k::layernorm_fwd(x->v, w ? w->v : nullptr, b ? b->v : nullptr, y->v, mean, rstd, N, d, eps);
+  if (y->requires_grad)
+    g.record([&g, x, w, b, y, mean, rstd, N, d] {
+      bool ax = false, a;
+      float* dx = g.grad_of(x, ax);
+      float* dw = w ? g.grad_of(w, a) : nullptr;
+      float* db = b ? g.grad_of(b, a) : nullptr;
+      k::layernorm_bwd(x->v, w ? w->v : nullptr, mean, rstd, y->g, dx, ax, dw, db,
+                       g.shared_scratch((size_t)n_threads() * 2 * d), N, d);
+      g.release_grad(y);
+    });
+  return y;
+}
+
+static size_t attention_scratch(int T, int hd) { return (size_t)n_threads() * (2 * (size_t)T * T + 4 * (size_t)T * hd); }
+
+Node* attention(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope) {
+  const int d = (int)qkv->cols / 3, hd = d / H;
+  LOOPLM_ASSERT(qkv->rows == (int64_t)B * T && d * 3 == qkv->cols, "attention: qkv must be [B*T, 3d]");
+  Node* y = g.output((int64_t)B * T, d, qkv);
+  float* lse = g.scratch<float>((size_t)B * H * T);
+  const float* cs = rope ? rope->cos.data() : nullptr;
+  const float* sn = rope ? rope->sin.data() : nullptr;
+  k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)));
+  if (y->requires_grad)
+    g.record([&g, qkv, y, lse, B, T, H, hd, cs, sn] {
+      bool acc = false;
+      float* dqkv = g.grad_of(qkv, acc);
+      if (dqkv)
+        k::attention_bwd(qkv->v, lse, y->g, dqkv, acc, B, T, H, hd, cs, sn,
+                         g.shared_scratch(attention_scratch(T, hd)));
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope, const KVSlot& kv, int pos0) {
+  const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, Tk = pos0 + T;
+  LOOPLM_ASSERT(Tk <= kv.capacity, "attention_cached: KV cache capacity exceeded");
+  LOOPLM_ASSERT(!rope || Tk <= rope->T, "attention_cached: position beyond the RoPE table");
+  Node* y = g.node((int64_t)B * T, d, false);
+  const float scale = 1.0f / std::sqrt((float)hd);
+  float* scores = g.shared_scratch((size_t)n_threads() * Tk);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int bh = 0; bh < B * H; ++bh) {
+    int b = bh / H, h = bh % H;
+    float* s = scores + (size_t)omp_get_thread_num() * Tk;
+    const float* Q = qkv->v + (int64_t)b * T * ld + h * hd;
+    float* Kc = kv.k + ((int64_t)b * kv.capacity) * d + h * hd;
+    float* Vc = kv.v + ((int64_t)b * kv.capacity) * d + h * hd;
+    float q[1024];  // head dims are small; checked by Config::validate
+    for (int t = 0; t < T; ++t) {
+      const float* kn = Q + (int64_t)t * ld + d;
+      const float* vn = kn + d;
+      float* kdst = Kc + (int64_t)(pos0 + t) * d;
+      if (rope) k::rope_fwd(kn, ld, kdst, d, rope->cos_at(pos0 + t), rope->sin_at(pos0 + t), 1, hd);
+      else std::memcpy(kdst, kn, sizeof(float) * hd);
+      std::memcpy(Vc + (int64_t)(pos0 + t) * d, vn, sizeof(float) * hd);
+    }
+    for (int t = 0; t < T; ++t) {
+      const int n = pos0 + t + 1;  // keys 0..pos0+t
+      if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope->cos_at(pos0 + t), rope->sin_at(pos0 + t), 1, hd);
+      else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
+      float m = -INFINITY;
+      for (int j = 0; j < n; ++j) {
+        const float* kj = Kc + (int64_t)j * d;
+        float acc = 0;
+        for (int i = 0; i < hd; ++i) acc += q[i] * kj[i];
+        s[j] = acc * scale;
+        m = std::max(m, s[j]);
+      }
+      float sum = 0;
+      for (int j = 0; j < n; ++j) { s[j] = std::exp(s[j] - m); sum += s[j]; }
+      float* out = y->v + ((int64_t)b * T + t) * d + h * hd;
+      for (int i = 0; i < hd; ++i) out[i] = 0;
+      for (int j = 0; j < n; ++j) {
+        const float* vj = Vc + (int64_t)j * d;
+        float p = s[j] / sum;
+        for (int i = 0; i < hd; ++i) out[i] += p * vj[i];
+      }
+    }
+  }
+  return y;
+}
+
+Node* gelu(Graph& g, Node* x) {
+  Node* y = g.output(x->rows, x->cols, x);
+  k::gelu_fwd(x->v, y->v, x->numel());
+  if (y->requires_grad)
+    g.record([&g, x, y] {
+      bool acc = false;
+      if (float* dx = g.grad_of(x, acc)) k::gelu_bwd(x->v, y->g, dx, acc, x->numel());
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* swiglu(Graph& g, Node* u) {
+  const int N = (int)u->rows, f = (int)u->cols / 2;
+  Node* y = g.output(N, f, u);
+  k::swiglu_fwd(u->v, y->v, N, f);
+  if (y->requires_grad)
+    g.record([&g, u, y, N, f] {
+      bool acc = false;
+      if (float* du = g.grad_of(u, acc)) k::swiglu_bwd(u->v, y->g, du, acc, N, f);
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* axpby(Graph& g, float alpha, Node* a, Node* b) {
+  LOOPLM_ASSERT(a->numel() == b->numel(), "axpby: shapes differ");
+  Node* y = g.output(a->rows, a->cols, a, b);
+  k::axpby_fwd(alpha, a->v, b->v, y->v, a->numel());
+  if (y->requires_grad)
+    g.record([&g, alpha, a, b, y] {
+      bool aa = false, ab = false;
+      float* da = g.grad_of(a, aa);
+      float* db = g.grad_of(b, ab);
+      k::axpby_bwd(alpha, y->g, da, aa, db, ab, y->numel());
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* concat(Graph& g, Node* a, Node* b) {
+  LOOPLM_ASSERT(a->rows == b->rows, "concat: row counts differ");
+  const int N = (int)a->rows, ca = (int)a->cols, cb = (int)b->cols;
+  Node* y = g.output(N, ca + cb, a, b);
+  k::concat_fwd(a->v, ca, b->v, cb, y->v, N);
+  if (y->requires_grad)
+    g.record([&g, a, b, y, N, ca, cb] {
+      bool aa = false, ab = false;
+      float* da = g.grad_of(a, aa);
+      float* db = g.grad_of(b, ab);
+      k::concat_bwd(y->g, da, aa, ca, db, ab, cb, N);
+      g.release_grad(y);
+    });
+  return y;
+}
+
+Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets) {
+  const int N = (int)logits->rows, V = (int)logits->cols;
+  Node* loss = g.output(1, 1, logits);
+  int32_t* tgt = g.scratch<int32_t>(N);
+  std::memcpy(tgt, targets, sizeof(int32_t) * N);
+  float* lse = g.scratch<float>(N);
+  int counted = 0;
+  loss->v[0] = (float)k::xent_fwd(logits->v, tgt, lse, N, V, &counted);
+  if (loss->requires_grad)
+    g.record([&g, logits, tgt, lse, loss, N, V, counted] {
+      bool acc = false;
+      if (float* dz = g.grad_of(logits, acc))
+        k::xent_bwd(logits->v, tgt, lse, counted ? loss->g[0] / counted : 0.0f, dz, acc, N, V);
+      g.release_grad(loss);
+    });
+  return loss;
+}
+
+}  // namespace op
+}  // namespace looplm
