@@ -1,0 +1,108 @@
+// LanguageModel: a checkpoint loaded for evaluation and generation (the public API's model).
+#include <sys/stat.h>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "infer/eval.h"
+#include "infer/sampler.h"
+#include "looplm/looplm.h"
+#include "train/checkpoint.h"
+
+namespace looplm {
+
+struct LanguageModel::Impl {
+  std::unique_ptr<Model> model;
+  Tokenizer tok;
+  explicit Impl(std::unique_ptr<Model> m) : model(std::move(m)), tok(Tokenizer::from_config(model->config())) {}
+};
+
+LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
+LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
+LanguageModel::~LanguageModel() = default;
+
+LanguageModel LanguageModel::load(const std::string& checkpoint) {
+  std::string path = checkpoint;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
+  return LanguageModel(std::make_unique<Impl>(load_model(path)));
+}
+
+const Config& LanguageModel::config() const { return impl_->model->config(); }
+int64_t LanguageModel::n_params() const { return impl_->model->n_params(); }
+std::vector<int32_t> LanguageModel::encode(const std::string& text) const { return impl_->tok.encode(text); }
+std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
+
+EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth, int batch) const {
+  return evaluate_tokens(*impl_->model, tokens, depth, batch);
+}
+
+EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth) const {
+  return evaluate(load_tokens(data_path, impl_->tok), depth);
+}
+
+std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tokens, int depth) const {
+  const Model& m = *impl_->model;
+  if (tokens.empty() || (int)tokens.size() > m.config().context)
+    throw UsageError("forward_logits: need 1..context tokens");
+  Graph g;
+  Graph::NoGrad ng(g);
+  RunOptions o;
+  o.depth = depth;
+  Node* z = m.logits(g, tokens.data(), 1, (int)tokens.size(), o);
+  return std::vector<float>(z->v, z->v + z->numel());
+}
+
+std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_in, const GenerateOptions& opt,
+                                             const std::function<void(int32_t)>& on_token) const {
+  const Model& m = *impl_->model;
+  const Config& c = m.config();
+  const int V = c.vocab_size, ctx = c.context;
+  const int depth = opt.depth < 0 ? c.R : opt.depth;
+  if (prompt_in.empty()) throw UsageError("generate: the prompt is empty");
+  if (depth < 1) throw UsageError("generate: --depth must be >= 1");
+  for (int32_t t : prompt_in)
+    if (t < 0 || t >= V) throw UsageError("generate: prompt token " + std::to_string(t) + " is outside the vocabulary");
+  KVCache cache(c, 1, ctx, depth);
+  Graph g;
+  Graph::NoGrad ng(g);
+  RunOptions o;
+  o.depth = depth;
+  o.cache = &cache;
+  SamplerOptions so{opt.temperature, opt.top_k, opt.top_p};
+  Rng rng(opt.seed, kStreamSample);
+  std::vector<float> work;
+  std::vector<int32_t> seq = prompt_in, out;
+
+  // Fill the cache with `ids` (positions from 0) and return the last row's logits.
+  std::vector<float> last(V);
+  auto prefill = [&](const int32_t* ids, int n) {
+    o.pos0 = 0;
+    Node* z = m.logits(g, ids, 1, n, o);
+    std::copy(z->v + (int64_t)(n - 1) * V, z->v + (int64_t)n * V, last.begin());
+    cache.length = n;
+    g.reset();
+  };
+  int start = std::max(0, (int)seq.size() - ctx);
+  prefill(seq.data() + start, (int)seq.size() - start);
+  for (int i = 0; i < opt.max_new; ++i) {
+    int32_t next = sample_token(last.data(), V, so, rng, work);
+    seq.push_back(next);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == opt.max_new) break;
+    if (cache.length == ctx) {  // window full: restart the cache on the last half context
+      int keep = ctx / 2;
+      prefill(seq.data() + seq.size() - keep, keep);
+      continue;
+    }
+    o.pos0 = cache.length;
+    Node* z = m.logits(g, &next, 1, 1, o);
+    std::copy(z->v, z->v + V, last.begin());
+    cache.length += 1;
+    g.reset();
+  }
+  return out;
+}
+
+}  // namespace looplm

@@ -1,0 +1,39 @@
+#include "infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace looplm {
+
+int32_t sample_token(const float* z, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work) {
+  if (o.temperature <= 0) return (int32_t)(std::max_element(z, z + V) - z);
+  // Candidates sorted by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  int k = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return z[a] > z[b]; });
+  work.assign(k, 0.0f);
+  const double m = z[idx[0]];
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += work[i] = (float)std::exp((z[idx[i]] - m) / o.temperature);
+  if (o.top_p < 1.0) {
+    double cum = 0;
+    int keep = 0;
+    while (keep < k) {
+      cum += work[keep++] / sum;
+      if (cum >= o.top_p) break;
+    }
+    k = keep;
+    sum = 0;
+    for (int i = 0; i < k; ++i) sum += work[i];
+  }
+  double u = rng.uniform() * sum, acc = 0;
+  for (int i = 0; i < k; ++i) {
+    acc += work[i];
+    if (u < acc) return idx[i];
+  }
+  return idx[k - 1];
+}
+
+}  // namespace looplm

@@ -1,0 +1,17 @@
+// Next-token choice from logits: greedy (temperature 0) or temperature / top-k / top-p sampling.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace looplm {
+
+struct SamplerOptions {
+  double temperature = 1.0;
+  int top_k = 0;
+  double top_p = 1.0;
+};
+int32_t sample_token(const float* logits, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work);
+
+}  // namespace looplm

@@ -1,0 +1,158 @@
+// `looplm bench`: training tokens/s, generation tokens/s (batch 1, KV cache) and the achieved
+// GFLOP/s as a fraction of the machine's fp32 GEMM rate measured in the same run
+// (bench/compare.py puts these next to the PyTorch peer).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <omp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/gemm.h"
+#include "cli.h"
+#include "cli_common.h"
+#include "core/rng.h"
+#include "looplm/looplm.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "train/optimizer.h"
+
+namespace looplm::cli {
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The best fp32 GEMM rate over the model's own training shapes (M = B*T; K, N from d and d_ff).
+double measure_gemm_peak(const Config& c) {
+  const int M = c.batch_size * c.context, d = c.d_model, f = c.ff_dim();
+  const int shapes[][3] = {{M, 3 * d, d}, {M, f, d}, {M, d, f}};
+  double best = 0;
+  for (auto& s : shapes) {
+    std::vector<float> A((size_t)s[0] * s[2], 0.5f), Bm((size_t)s[1] * s[2], 0.25f), C((size_t)s[0] * s[1]);
+    gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);
+    std::vector<double> t;
+    for (int i = 0; i < 7; ++i) {
+      auto t0 = clk::now();
+      gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);
+      t.push_back(secs(t0, clk::now()));
+    }
+    best = std::max(best, 2.0 * s[0] * s[1] * s[2] / median(t) / 1e9);
+  }
+  return best;
+}
+
+double peak_rss_mib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Benchmark training and generation speed.", "looplm bench"};
+  ConfigArgs cfg;
+  cfg.add(app, "bench-dense");
+  int threads = 0, steps = 6, gen_tokens = 256;
+  bool as_json = false;
+  app.add_option("--threads", threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", steps, "timed training steps (default 6, after 2 warm-up steps)")->check(CLI::PositiveNumber);
+  app.add_option("--gen-tokens", gen_tokens, "new tokens in the generation test (default 256)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", as_json, "print one JSON object");
+  if (!parse(app, argc, argv, "bench")) return 0;
+  if (threads > 0) omp_set_num_threads(threads);
+  Config c = cfg.resolve();
+  const int B = c.batch_size, T = c.context, V = c.vocab_size;
+
+  // Training: fwd + bwd + clip + AdamW on random tokens, median step time after warm-up.
+  Model m(c);
+  m.init_weights(c.seed);
+  AdamW opt(m.params());
+  Rng rng(c.seed, kStreamData);
+  std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
+  for (auto& t : x) t = (int32_t)rng.below(V);
+  for (auto& t : y) t = (int32_t)rng.below(V);
+  Graph g;
+  std::vector<double> step_s;
+  size_t act_peak = 0, grad_peak = 0;
+  for (int s = 0; s < steps + 2; ++s) {
+    auto t0 = clk::now();
+    m.params().zero_grad();
+    RunOptions ro;
+    ro.training = true;
+    Node* l = op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data());
+    g.backward(l);
+    act_peak = std::max(act_peak, g.activation_bytes_peak());
+    grad_peak = std::max(grad_peak, g.grad_bytes_peak());
+    g.reset();
+    clip_grad_norm(m.params(), c.grad_clip);
+    opt.step(m.params(), c.lr, c);
+    if (s >= 2) step_s.push_back(secs(t0, clk::now()));
+  }
+  const double train_tps = B * T / median(step_s);
+  const double train_rss = peak_rss_mib();
+  const double train_gflops = 3.0 * m.flops_per_token(c.R) * train_tps / 1e9;  // fwd + bwd ≈ 3 × fwd
+
+  // Generation: batch 1, 16-token prompt, gen_tokens new tokens, greedy, KV cache.
+  double gen_tps = 0;
+  if (gen_tokens > 0) {
+    Graph gg;
+    Graph::NoGrad ng(gg);
+    const int prompt = std::min(16, T - 1);
+    const int n_new = std::min(gen_tokens, T - prompt);  // stay inside one context window
+    KVCache cache(c, 1, T, c.R);
+    RunOptions o;
+    o.cache = &cache;
+    std::vector<double> runs;
+    for (int rep = 0; rep < 3; ++rep) {
+      Node* z = m.logits(gg, x.data(), 1, prompt, o);
+      int32_t next = (int32_t)(std::max_element(z->v + (int64_t)(prompt - 1) * V, z->v + (int64_t)prompt * V) -
+                               (z->v + (int64_t)(prompt - 1) * V));
+      gg.reset();
+      auto t0 = clk::now();
+      for (int i = 0; i < n_new; ++i) {
+        o.pos0 = prompt + i;
+        Node* zz = m.logits(gg, &next, 1, 1, o);
+        next = (int32_t)(std::max_element(zz->v, zz->v + V) - zz->v);
+        gg.reset();
+      }
+      runs.push_back(n_new / secs(t0, clk::now()));
+      o.pos0 = 0;
+    }
+    gen_tps = median(runs);
+  }
+  const double peak = measure_gemm_peak(c);
+
+  if (as_json) {
+    nlohmann::json j = {{"preset", cfg.file.empty() ? cfg.preset : cfg.file},
+                        {"threads", omp_get_max_threads()},
+                        {"params", m.n_params()},
+                        {"train_tokens_per_s", train_tps},
+                        {"generate_tokens_per_s", gen_tps},
+                        {"train_gflops", train_gflops},
+                        {"gemm_peak_gflops", peak},
+                        {"peak_fraction", train_gflops / peak},
+                        {"peak_rss_mib", train_rss},
+                        {"activation_mib", act_peak / 1048576.0},
+                        {"activation_grad_mib", grad_peak / 1048576.0}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("| config | threads | params | train tok/s | GFLOP/s | of GEMM peak (%.0f) | gen tok/s | peak RSS MiB |\n",
+                peak);
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("| %s | %d | %.2fM | %.0f | %.1f | %.0f%% | %.0f | %.0f |\n",
+                (cfg.file.empty() ? cfg.preset : cfg.file).c_str(), omp_get_max_threads(), m.n_params() / 1e6, train_tps,
+                train_gflops, 100 * train_gflops / peak, gen_tps, train_rss);
+  }
+  return 0;
+}
+
+}  // namespace looplm::cli

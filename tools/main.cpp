@@ -1,0 +1,47 @@
+// looplm: train, evaluate, sample and benchmark looped transformer language models.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli.h"
+#include "looplm/error.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: looplm <command> [options]   (looplm <command> --help for its options)\n"
+    "commands:\n"
+    "  train      train a model (--preset NAME | --config FILE) [--set key=value ...] --out DIR\n"
+    "  eval       loss at every exit r = 1..R of a checkpoint on a data file\n"
+    "  generate   sample text from a checkpoint (KV cache per block and loop step)\n"
+    "  bench      training and generation speed against the machine's GEMM peak\n"
+    "  data       tokenise text / JSONL into an llm.c shard\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    using namespace looplm::cli;
+    if (cmd == "train") return cmd_train(argc - 1, argv + 1);
+    if (cmd == "eval") return cmd_eval(argc - 1, argv + 1);
+    if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
+    if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
+    if (cmd == "data") return cmd_data(argc - 1, argv + 1);
+    std::fprintf(stderr, "looplm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const looplm::Error& e) {
+    std::fprintf(stderr, "looplm %s: error: %s\n", cmd.c_str(), e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "looplm %s: error: out of memory\n", cmd.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "looplm %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}
