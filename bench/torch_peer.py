@@ -55,8 +55,13 @@ import sys
 
 # Must happen before torch (and with it OpenBLAS, which reads the variable when it is loaded) is
 # imported. Only this process's environment is changed.
-if "--keep-coretype" not in sys.argv:
+_OUT_OF_THE_BOX = "--out-of-the-box" in sys.argv
+if not _OUT_OF_THE_BOX and "--keep-coretype" not in sys.argv:
     os.environ.pop("OPENBLAS_CORETYPE", None)
+if not _OUT_OF_THE_BOX:
+    # libgomp reads this when it is loaded (with torch). Idle OpenMP workers then sleep instead of
+    # spinning, so they do not fight OpenBLAS's own threads for the same cores.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import ctypes
@@ -278,16 +283,22 @@ def main():
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
     ap.add_argument("--no-foreach", action="store_true", help="AdamW for-loop path")
+    ap.add_argument("--omp-threads", type=int, default=None,
+                    help="torch.set_num_threads value (default: --threads)")
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="OpenBLAS pool size (default: --threads; 0 = leave OpenBLAS's default)")
     ap.add_argument("--keep-coretype", action="store_true",
-                    help="keep OPENBLAS_CORETYPE from the environment (out-of-the-box set-up)")
+                    help="keep OPENBLAS_CORETYPE from the environment")
+    ap.add_argument("--out-of-the-box", action="store_true",
+                    help="no set-up: keep OPENBLAS_CORETYPE, default OpenMP wait policy and OpenBLAS "
+                         "pool; only torch.set_num_threads(N)")
     ap.add_argument("--check", action="store_true", help="check KV-cache decode against full forward")
     a = ap.parse_args()
     ATTN = a.attn
 
-    torch.set_num_threads(a.threads)
-    corename = openblas_set_threads(a.threads if a.blas_threads is None else a.blas_threads)
+    torch.set_num_threads(a.threads if a.omp_threads is None else a.omp_threads)
+    blas_threads = a.threads if a.blas_threads is None else a.blas_threads
+    corename = openblas_set_threads(0 if a.out_of_the_box else blas_threads)
     torch.manual_seed(0)
     c = CONFIGS[a.config]
     model = GPT(c)
@@ -298,7 +309,9 @@ def main():
            "generate_tokens_per_s": None, "peak_rss_mib": None}
     extra = {"params": n_params, "bf16": a.bf16, "openblas_core": corename,
              "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "attn": a.attn,
-             "foreach": not a.no_foreach, "torch": torch.__version__}
+             "foreach": not a.no_foreach, "torch": torch.__version__,
+             "omp_threads": torch.get_num_threads(), "blas_threads": blas_threads,
+             "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}
     if a.check:
         extra["kv_check_max_abs_err"] = check_generate(model, c)
     if not a.no_train:

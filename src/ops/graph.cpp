@@ -35,7 +35,12 @@ void Graph::backward(Node* loss, float scale) {
   bool acc;
   float* g = grad_of(loss, acc);
   g[0] = scale;
-  for (size_t i = tape_.size(); i-- > 0;) tape_[i].call(tape_[i].fn);
+  for (size_t i = tape_.size(); i-- > 0;) {
+    Entry& e = tape_[i];
+    if (!e.out->g) continue;  // no gradient reached this op's output
+    e.call(e.fn);
+    release_grad(e.out);
+  }
   tape_.clear();
 }
 

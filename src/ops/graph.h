@@ -57,21 +57,23 @@ class Graph {
     return shared_scratch_.data();
   }
 
-  // Record a backward closure. Closures live in the arena, so they must be trivially destructible
-  // (capture pointers and numbers only).
+  // Record the backward closure of the op that produced `out`. It runs only if a gradient reached
+  // `out` (a branch that feeds nothing differentiable is skipped), after which out's gradient
+  // buffer goes back to the pool. Closures live in the arena, so they must be trivially
+  // destructible (capture pointers and numbers only).
   template <class F>
-  void record(F&& f) {
+  void record(Node* out, F&& f) {
     using Fn = std::decay_t<F>;
     static_assert(std::is_trivially_destructible_v<Fn>, "tape closures capture pointers and numbers only");
     void* mem = closures_.alloc(sizeof(Fn), alignof(Fn) > 64 ? alignof(Fn) : 64);
     new (mem) Fn(std::forward<F>(f));
-    tape_.push_back({mem, [](void* p) { (*static_cast<Fn*>(p))(); }});
+    tape_.push_back({mem, [](void* p) { (*static_cast<Fn*>(p))(); }, out});
   }
 
   // For backward closures: the gradient buffer of `n` to write into, or nullptr when `n` needs no
   // gradient. `accumulate` tells whether to add (buffer already holds a gradient) or overwrite.
   float* grad_of(Node* n, bool& accumulate);
-  // The op that produced `n` has finished its backward: return n's gradient buffer to the pool.
+  // Return n's gradient buffer to the pool (its producer has run backward).
   void release_grad(Node* n);
 
   // Run the tape backward from a scalar loss node (d loss = scale).
@@ -92,7 +94,7 @@ class Graph {
   };
 
  private:
-  struct Entry { void* fn; void (*call)(void*); };
+  struct Entry { void* fn; void (*call)(void*); Node* out; };
   Arena values_, closures_;
   GradPool grads_;
   std::vector<Entry> tape_;

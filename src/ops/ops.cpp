@@ -30,13 +30,12 @@ Node* linear(Graph& g, Node* x, Node* W, Node* b) {
   Node* y = g.output(N, out, x, W, b);
   k::linear_fwd(x->v, W->v, b ? b->v : nullptr, y->v, N, in, out);
   if (y->requires_grad)
-    g.record([&g, x, W, b, y, N, in, out] {
+    g.record(y, [&g, x, W, b, y, N, in, out] {
       bool ax = false, aw, ab;
       float* dx = g.grad_of(x, ax);
       float* dW = g.grad_of(W, aw);
       float* db = b ? g.grad_of(b, ab) : nullptr;
       k::linear_bwd(x->v, W->v, y->g, dx, ax, dW, db, N, in, out);
-      g.release_grad(y);
     });
   return y;
 }
@@ -48,12 +47,11 @@ Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_
   std::memcpy(tok, tokens, sizeof(int32_t) * N);
   k::embedding_fwd(tok, E->v, P ? P->v : nullptr, y->v, N, d, T_rows, pos0);
   if (y->requires_grad)
-    g.record([&g, tok, E, P, y, N, d, T_rows] {
+    g.record(y, [&g, tok, E, P, y, N, d, T_rows] {
       bool a;
       float* dE = g.grad_of(E, a);
       float* dP = P ? g.grad_of(P, a) : nullptr;
       k::embedding_bwd(tok, y->g, dE, dP, N, d, T_rows);
-      g.release_grad(y);
     });
   return y;
 }
@@ -64,12 +62,11 @@ Node* rmsnorm(Graph& g, Node* x, Node* w, double eps) {
   float* rstd = g.scratch<float>(N);
   k::rmsnorm_fwd(x->v, w->v, y->v, rstd, N, d, eps);
   if (y->requires_grad)
-    g.record([&g, x, w, y, rstd, N, d] {
+    g.record(y, [&g, x, w, y, rstd, N, d] {
       bool ax = false, aw;
       float* dx = g.grad_of(x, ax);
       float* dw = g.grad_of(w, aw);
       k::rmsnorm_bwd(x->v, w->v, rstd, y->g, dx, ax, dw, g.shared_scratch((size_t)n_threads() * d), N, d);
-      g.release_grad(y);
     });
   return y;
 }
@@ -81,14 +78,13 @@ Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps) {
   float* rstd = g.scratch<float>(N);
   k::layernorm_fwd(x->v, w ? w->v : nullptr, b ? b->v : nullptr, y->v, mean, rstd, N, d, eps);
   if (y->requires_grad)
-    g.record([&g, x, w, b, y, mean, rstd, N, d] {
+    g.record(y, [&g, x, w, b, y, mean, rstd, N, d] {
       bool ax = false, a;
       float* dx = g.grad_of(x, ax);
       float* dw = w ? g.grad_of(w, a) : nullptr;
       float* db = b ? g.grad_of(b, a) : nullptr;
       k::layernorm_bwd(x->v, w ? w->v : nullptr, mean, rstd, y->g, dx, ax, dw, db,
                        g.shared_scratch((size_t)n_threads() * 2 * d), N, d);
-      g.release_grad(y);
     });
   return y;
 }
@@ -104,13 +100,12 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope)
   const float* sn = rope ? rope->sin.data() : nullptr;
   k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)));
   if (y->requires_grad)
-    g.record([&g, qkv, y, lse, B, T, H, hd, cs, sn] {
+    g.record(y, [&g, qkv, y, lse, B, T, H, hd, cs, sn] {
       bool acc = false;
       float* dqkv = g.grad_of(qkv, acc);
       if (dqkv)
         k::attention_bwd(qkv->v, lse, y->g, dqkv, acc, B, T, H, hd, cs, sn,
                          g.shared_scratch(attention_scratch(T, hd)));
-      g.release_grad(y);
     });
   return y;
 }
@@ -168,10 +163,9 @@ Node* gelu(Graph& g, Node* x) {
   Node* y = g.output(x->rows, x->cols, x);
   k::gelu_fwd(x->v, y->v, x->numel());
   if (y->requires_grad)
-    g.record([&g, x, y] {
+    g.record(y, [&g, x, y] {
       bool acc = false;
       if (float* dx = g.grad_of(x, acc)) k::gelu_bwd(x->v, y->g, dx, acc, x->numel());
-      g.release_grad(y);
     });
   return y;
 }
@@ -181,10 +175,9 @@ Node* swiglu(Graph& g, Node* u) {
   Node* y = g.output(N, f, u);
   k::swiglu_fwd(u->v, y->v, N, f);
   if (y->requires_grad)
-    g.record([&g, u, y, N, f] {
+    g.record(y, [&g, u, y, N, f] {
       bool acc = false;
       if (float* du = g.grad_of(u, acc)) k::swiglu_bwd(u->v, y->g, du, acc, N, f);
-      g.release_grad(y);
     });
   return y;
 }
@@ -194,12 +187,11 @@ Node* axpby(Graph& g, float alpha, Node* a, Node* b) {
   Node* y = g.output(a->rows, a->cols, a, b);
   k::axpby_fwd(alpha, a->v, b->v, y->v, a->numel());
   if (y->requires_grad)
-    g.record([&g, alpha, a, b, y] {
+    g.record(y, [&g, alpha, a, b, y] {
       bool aa = false, ab = false;
       float* da = g.grad_of(a, aa);
       float* db = g.grad_of(b, ab);
       k::axpby_bwd(alpha, y->g, da, aa, db, ab, y->numel());
-      g.release_grad(y);
     });
   return y;
 }
@@ -210,12 +202,11 @@ Node* concat(Graph& g, Node* a, Node* b) {
   Node* y = g.output(N, ca + cb, a, b);
   k::concat_fwd(a->v, ca, b->v, cb, y->v, N);
   if (y->requires_grad)
-    g.record([&g, a, b, y, N, ca, cb] {
+    g.record(y, [&g, a, b, y, N, ca, cb] {
       bool aa = false, ab = false;
       float* da = g.grad_of(a, aa);
       float* db = g.grad_of(b, ab);
       k::concat_bwd(y->g, da, aa, ca, db, ab, cb, N);
-      g.release_grad(y);
     });
   return y;
 }
@@ -229,11 +220,10 @@ Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets) {
   int counted = 0;
   loss->v[0] = (float)k::xent_fwd(logits->v, tgt, lse, N, V, &counted);
   if (loss->requires_grad)
-    g.record([&g, logits, tgt, lse, loss, N, V, counted] {
+    g.record(loss, [&g, logits, tgt, lse, loss, N, V, counted] {
       bool acc = false;
       if (float* dz = g.grad_of(logits, acc))
         k::xent_bwd(logits->v, tgt, lse, counted ? loss->g[0] / counted : 0.0f, dz, acc, N, V);
-      g.release_grad(loss);
     });
   return loss;
 }
