@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/fastmath.h"
+#include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels.h"
 #include "ops/kernels_pointwise.h"
 #include "ops/ops.h"
@@ -191,4 +193,23 @@ TEST(GradCheck, FloatMatchesDouble) {
   for (size_t i = 0; i < qkv.size(); ++i) n->v[i] = (float)qkv[i];
   Node* yf = op::attention(g, n, B, T, H, &rt);
   for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(yf->v[i], y[i], 1e-5);
+}
+
+// The float fast paths (fastmath.h, ISA-cloned) against the double reference kernels.
+TEST(GradCheck, FloatGeluMatchesDouble) {
+  const int n = 4001;
+  std::vector<float> xf(n), yf(n), gf(n), dyf(n, 1.0f);
+  Vec x(n), y(n), g(n), dy(n, 1.0);
+  for (int i = 0; i < n; ++i) x[i] = xf[i] = -12.0f + 24.0f * i / (n - 1);
+  k::gelu_fwd(xf.data(), yf.data(), n);  // float overload (pointwise_f32.cpp)
+  k::gelu_fwd(x.data(), y.data(), n);    // double template
+  k::gelu_bwd(xf.data(), dyf.data(), gf.data(), false, n);
+  k::gelu_bwd(x.data(), dy.data(), g.data(), false, n);
+  for (int i = 0; i < n; ++i) {
+    // float rounding of the result (6e-8 relative) plus erf's < 2e-7 absolute error, times |x|
+    EXPECT_NEAR(yf[i], y[i], 3e-7 * (1 + std::fabs(x[i]))) << x[i];
+    EXPECT_NEAR(gf[i], g[i], 3e-7 * (1 + std::fabs(x[i]))) << x[i];
+  }
+  for (float v : {-80.0f, -10.0f, -1.0f, -1e-3f, 0.0f, 0.5f, 1.0f, 20.0f, 80.0f})
+    EXPECT_NEAR(fm::exp(v) / std::exp((double)v), 1.0, 3e-7) << v;
 }

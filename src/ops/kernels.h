@@ -13,6 +13,10 @@
 
 namespace looplm::k {
 
+// Below this many elements a loop runs on the calling thread: waking the pool costs more than the
+// work (batch-1 decoding is made of such ops).
+inline constexpr int64_t kParallelMin = 1 << 14;
+
 template <class T>
 inline void store(T* dst, T v, bool acc) { *dst = acc ? *dst + v : v; }
 
@@ -22,7 +26,7 @@ template <class T>
 void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out) {
   gemm(false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
   if (b) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * out > kParallelMin)
     for (int n = 0; n < N; ++n)
       for (int o = 0; o < out; ++o) y[(int64_t)n * out + o] += b[o];
   }
@@ -33,7 +37,7 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
   if (dx) gemm(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
   if (dW) gemm(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);
   if (db) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * out > kParallelMin)
     for (int o = 0; o < out; ++o) {
       T s = 0;
       for (int n = 0; n < N; ++n) s += dy[(int64_t)n * out + o];
@@ -46,7 +50,7 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
 // tok [N] ids, E [V, d], P [T_max, d] or null: row n is at position pos0 + n % T_rows; y [N, d]
 template <class T>
 void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int d, int T_rows, int pos0 = 0) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * d > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* e = E + (int64_t)tok[n] * d;
     T* yn = y + (int64_t)n * d;
@@ -61,7 +65,7 @@ void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int 
 // dE[tok[n]] += dy[n];  dP[n % T_rows] += dy[n]. Parallel over channel slices so rows never race.
 template <class T>
 void embedding_bwd(const int32_t* tok, const T* dy, T* dE, T* dP, int N, int d, int T_rows) {
-#pragma omp parallel
+#pragma omp parallel if ((int64_t)N * d > kParallelMin)
   {
     int nt = omp_get_num_threads(), id = omp_get_thread_num();
     int lo = (int)((int64_t)d * id / nt), hi = (int)((int64_t)d * (id + 1) / nt);
@@ -84,7 +88,7 @@ void reduce_partials(const T* part, int nt, int d, T* out) {
 // x, y [N, d]; w [d]; rstd [N] saved for backward
 template <class T>
 void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int d, double eps) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * d > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* xn = x + (int64_t)n * d;
     T* yn = y + (int64_t)n * d;
@@ -100,7 +104,7 @@ template <class T>
 void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool acc, T* dw, T* part, int N,
                  int d) {
   int nt_used = 1;
-#pragma omp parallel
+#pragma omp parallel if ((int64_t)N * d > kParallelMin)
   {
     int nt = omp_get_num_threads(), id = omp_get_thread_num();
 #pragma omp single
@@ -128,7 +132,7 @@ void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool
 // x, y [N, d]; w, b [d] (b may be null); mean, rstd [N]
 template <class T>
 void layernorm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int N, int d, double eps) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * d > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* xn = x + (int64_t)n * d;
     T* yn = y + (int64_t)n * d;
@@ -149,7 +153,7 @@ template <class T>
 void layernorm_bwd(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, bool acc, T* dw,
                    T* db, T* part, int N, int d) {
   int nt_used = 1;
-#pragma omp parallel
+#pragma omp parallel if ((int64_t)N * d > kParallelMin)
   {
     int nt = omp_get_num_threads(), id = omp_get_thread_num();
 #pragma omp single

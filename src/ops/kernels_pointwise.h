@@ -18,12 +18,12 @@ inline T gelu_grad(T x) {  // Φ(x) + x φ(x)
 }
 template <class T>
 void gelu_fwd(const T* x, T* y, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
 }
 template <class T>
 void gelu_bwd(const T* x, const T* dy, T* dx, bool acc, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) store(dx + i, dy[i] * gelu_grad(x[i]), acc);
 }
 
@@ -33,7 +33,7 @@ template <class T>
 inline T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
 template <class T>
 void swiglu_fwd(const T* u, T* y, int N, int f) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * f > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* g = u + (int64_t)n * 2 * f;
     const T* up = g + f;
@@ -44,7 +44,7 @@ void swiglu_fwd(const T* u, T* y, int N, int f) {
 // d gate = dy ⊙ up ⊙ silu'(gate), silu'(g) = σ(g)(1 + g(1 − σ(g)));  d up = dy ⊙ silu(gate)
 template <class T>
 void swiglu_bwd(const T* u, const T* dy, T* du, bool acc, int N, int f) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * f > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* g = u + (int64_t)n * 2 * f;
     const T* up = g + f;
@@ -62,13 +62,13 @@ void swiglu_bwd(const T* u, const T* dy, T* du, bool acc, int N, int f) {
 // ---------------------------------------------------------------- residual: y = α a + b
 template <class T>
 void axpby_fwd(T alpha, const T* a, const T* b, T* y, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = alpha * a[i] + b[i];
 }
 // da = α dy, db = dy
 template <class T>
 void axpby_bwd(T alpha, const T* dy, T* da, bool acc_a, T* db, bool acc_b, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     if (da) store(da + i, alpha * dy[i], acc_a);
     if (db) store(db + i, dy[i], acc_b);
@@ -79,7 +79,7 @@ void axpby_bwd(T alpha, const T* dy, T* da, bool acc_a, T* db, bool acc_b, int64
 // a [N, ca], b [N, cb] -> y [N, ca + cb]; backward splits.
 template <class T>
 void concat_fwd(const T* a, int ca, const T* b, int cb, T* y, int N) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * (ca + cb) > kParallelMin)
   for (int n = 0; n < N; ++n) {
     T* yn = y + (int64_t)n * (ca + cb);
     for (int i = 0; i < ca; ++i) yn[i] = a[(int64_t)n * ca + i];
@@ -88,7 +88,7 @@ void concat_fwd(const T* a, int ca, const T* b, int cb, T* y, int N) {
 }
 template <class T>
 void concat_bwd(const T* dy, T* da, bool acc_a, int ca, T* db, bool acc_b, int cb, int N) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * (ca + cb) > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* g = dy + (int64_t)n * (ca + cb);
     if (da) for (int i = 0; i < ca; ++i) store(da + (int64_t)n * ca + i, g[i], acc_a);
@@ -103,7 +103,7 @@ template <class T>
 double xent_fwd(const T* logits, const int32_t* targets, T* lse, int N, int V, int* counted) {
   double total = 0;
   int cnt = 0;
-#pragma omp parallel for reduction(+ : total, cnt)
+#pragma omp parallel for reduction(+ : total, cnt) if ((int64_t)N * V > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* z = logits + (int64_t)n * V;
     T m = z[0];
@@ -120,7 +120,7 @@ double xent_fwd(const T* logits, const int32_t* targets, T* lse, int N, int V, i
 template <class T>
 void xent_bwd(const T* logits, const int32_t* targets, const T* lse, T dloss_over_count, T* dlogits, bool acc,
               int N, int V) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)N * V > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* z = logits + (int64_t)n * V;
     T* g = dlogits + (int64_t)n * V;

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "ops/kernels.h"
+#include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels_pointwise.h"
 
 namespace looplm {

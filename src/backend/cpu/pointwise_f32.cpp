@@ -1,0 +1,52 @@
+#include "backend/cpu/pointwise_f32.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "backend/cpu/fastmath.h"
+#include "backend/cpu/isa.h"
+
+namespace looplm::k {
+
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f, kInvSqrt2Pi = 0.39894228040143267794f;
+
+LOOPLM_ISA_CLONES void gelu_fwd_span(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + fm::erf(x[i] * kInvSqrt2));
+}
+
+// GELU'(x) = Φ(x) + x φ(x)
+LOOPLM_ISA_CLONES void gelu_bwd_span(const float* x, const float* dy, float* dx, bool acc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float g = 0.5f * (1.0f + fm::erf(v * kInvSqrt2)) + v * fm::exp(-0.5f * v * v) * kInvSqrt2Pi;
+    dx[i] = (acc ? dx[i] : 0.0f) + dy[i] * g;
+  }
+}
+
+// Split [0, n) into one contiguous span per thread (64-element aligned) and run f on each.
+template <class F>
+void parallel_spans(int64_t n, F f) {
+  if (n < (1 << 14)) { f(0, n); return; }
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t chunk = ((n + nt - 1) / nt + 63) / 64 * 64;
+    const int64_t lo = std::min(n, id * chunk), hi = std::min(n, lo + chunk);
+    if (hi > lo) f(lo, hi - lo);
+  }
+}
+
+}  // namespace
+
+void gelu_fwd(const float* x, float* y, int64_t n) {
+  parallel_spans(n, [&](int64_t lo, int64_t m) { gelu_fwd_span(x + lo, y + lo, m); });
+}
+
+void gelu_bwd(const float* x, const float* dy, float* dx, bool acc, int64_t n) {
+  parallel_spans(n, [&](int64_t lo, int64_t m) { gelu_bwd_span(x + lo, dy + lo, dx + lo, acc, m); });
+}
+
+}  // namespace looplm::k
