@@ -213,3 +213,35 @@ TEST(GradCheck, FloatGeluMatchesDouble) {
   for (float v : {-80.0f, -10.0f, -1.0f, -1e-3f, 0.0f, 0.5f, 1.0f, 20.0f, 80.0f})
     EXPECT_NEAR(fm::exp(v) / std::exp((double)v), 1.0, 3e-7) << v;
 }
+
+// The fused gelu_linear op equals the composition linear(gelu(u)) in value and in every gradient.
+TEST(GradCheck, FusedGeluLinearEqualsComposition) {
+  const int N = 5, f = 12, out = 7;
+  std::vector<float> uv(N * f), Wv(out * f), bv(out);
+  Vec r = randn(N * f + out * f + out, 31);
+  for (int i = 0; i < N * f; ++i) uv[i] = (float)r[i];
+  for (int i = 0; i < out * f; ++i) Wv[i] = (float)r[N * f + i];
+  for (int i = 0; i < out; ++i) bv[i] = (float)r[N * f + out * f + i];
+  auto run = [&](bool fused, std::vector<float>& y, std::vector<float>& du, std::vector<float>& dW, std::vector<float>& db) {
+    Graph g;
+    std::vector<float> gW(out * f, 0.0f), gb(out, 0.0f);
+    Node W{Wv.data(), gW.data(), out, f, true, true}, b{bv.data(), gb.data(), 1, out, true, true};
+    Node* u = g.node(N, f, true);
+    std::copy(uv.begin(), uv.end(), u->v);
+    Node* yn = fused ? op::gelu_linear(g, u, &W, &b) : op::linear(g, op::gelu(g, u), &W, &b);
+    y.assign(yn->v, yn->v + N * out);
+    std::vector<int32_t> tgt(N, 1);
+    Node* loss = op::cross_entropy(g, yn, tgt.data());
+    g.backward(loss);
+    du.assign(u->g, u->g + N * f);
+    dW = gW;
+    db = gb;
+  };
+  std::vector<float> y1, du1, dW1, db1, y2, du2, dW2, db2;
+  run(true, y1, du1, dW1, db1);
+  run(false, y2, du2, dW2, db2);
+  for (size_t i = 0; i < y1.size(); ++i) EXPECT_NEAR(y1[i], y2[i], 1e-6);
+  for (size_t i = 0; i < du1.size(); ++i) EXPECT_NEAR(du1[i], du2[i], 1e-7);
+  for (size_t i = 0; i < dW1.size(); ++i) EXPECT_NEAR(dW1[i], dW2[i], 1e-7);
+  for (size_t i = 0; i < db1.size(); ++i) EXPECT_NEAR(db1[i], db2[i], 1e-7);
+}

@@ -80,8 +80,8 @@ void Mlp::bind(ParamStore& ps) {
 
 Node* Mlp::operator()(Graph& g, Node* x) const {
   Node* u = op::linear(g, x, Win, bin);
-  Node* a = swiglu_ ? op::swiglu(g, u) : op::gelu(g, u);
-  return op::linear(g, a, Wdown, bdown);
+  if (!swiglu_) return op::gelu_linear(g, u, Wdown, bdown);  // = linear(gelu(u)), stores only u
+  return op::linear(g, op::swiglu(g, u), Wdown, bdown);
 }
 
 }  // namespace looplm

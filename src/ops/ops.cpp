@@ -171,6 +171,28 @@ Node* gelu(Graph& g, Node* x) {
   return y;
 }
 
+Node* gelu_linear(Graph& g, Node* u, Node* W, Node* b) {
+  const int N = (int)u->rows, f = (int)u->cols, out = (int)W->rows;
+  LOOPLM_ASSERT(W->cols == f, "gelu_linear: W [out, f] must match u [N, f]");
+  Node* y = g.output(N, out, u, W, b);
+  float* a = g.shared_scratch((size_t)N * f);  // gelu(u), not kept
+  k::gelu_fwd(u->v, a, (int64_t)N * f);
+  k::linear_fwd(a, W->v, b ? b->v : nullptr, y->v, N, f, out);
+  if (y->requires_grad)
+    g.record(y, [&g, u, W, b, y, N, f, out] {
+      bool au = false, aw, ab;
+      float* du = g.grad_of(u, au);
+      float* dW = g.grad_of(W, aw);
+      float* db = b ? g.grad_of(b, ab) : nullptr;
+      float* a = g.shared_scratch((size_t)2 * N * f);
+      float* da = a + (size_t)N * f;
+      k::gelu_fwd(u->v, a, (int64_t)N * f);  // recompute
+      k::linear_bwd(a, W->v, y->g, du ? da : nullptr, false, dW, db, N, f, out);
+      if (du) k::gelu_bwd(u->v, da, du, au, (int64_t)N * f);
+    });
+  return y;
+}
+
 Node* swiglu(Graph& g, Node* u) {
   const int N = (int)u->rows, f = (int)u->cols / 2;
   Node* y = g.output(N, f, u);

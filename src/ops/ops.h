@@ -39,6 +39,10 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope)
 // slot and attends each new query over every cached position up to its own.
 Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope, const KVSlot& kv, int pos0);
 Node* gelu(Graph& g, Node* x);
+// Fused linear(gelu(u), W, b) that stores only u: gelu(u) [N, f] lives in shared scratch and is
+// recomputed in backward (saves 4d floats per token per MLP). Same result as the composition
+// (tests/test_gradcheck.cpp).
+Node* gelu_linear(Graph& g, Node* u, Node* W, Node* b);
 Node* swiglu(Graph& g, Node* gate_up);                               // [N, 2f] -> [N, f]
 Node* axpby(Graph& g, float alpha, Node* a, Node* b);                // α a + b
 inline Node* add(Graph& g, Node* a, Node* b) { return axpby(g, 1.0f, a, b); }
