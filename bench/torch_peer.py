@@ -81,7 +81,16 @@ CONFIGS = {
     "looped": dict(n_prelude=1, n_core=2, n_coda=1, loops=4, d=384, heads=6, ctx=256, batch=8, vocab=65),
 }
 
-ATTN = "manual"
+ATTN = "sdpa"
+DECODE_MV = True
+
+
+def lin(layer, x):
+    """layer(x); for a single token (decode) as a matrix-vector product: OpenBLAS 0.3.21 sends a
+    1-row sgemm through its full GEMM path (packing the whole weight), up to 4x slower than sgemv."""
+    if DECODE_MV and x.shape[0] * x.shape[1] == 1:
+        return torch.mv(layer.weight, x.reshape(-1)).view(1, 1, -1)
+    return layer(x)
 
 
 class Attention(nn.Module):
@@ -94,7 +103,7 @@ class Attention(nn.Module):
     def forward(self, x, cache=None):
         B, T, C = x.shape
         h = self.h
-        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = lin(self.qkv, x).split(C, dim=2)
         q = q.view(B, T, h, C // h).transpose(1, 2)
         k = k.view(B, T, h, C // h).transpose(1, 2)
         v = v.view(B, T, h, C // h).transpose(1, 2)
@@ -102,7 +111,7 @@ class Attention(nn.Module):
             k, v = cache.append(k, v)
         S = k.shape[2]
         if ATTN == "sdpa" and cache is None:
-            y = F._scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+            y = F._scaled_dot_product_attention(q, k, v, is_causal=True, need_attn_weights=False)[0]
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.shape[-1]))
             if T > 1:  # causal mask; query i (absolute S-T+i) sees keys 0..S-T+i
@@ -111,7 +120,7 @@ class Attention(nn.Module):
             att = F.softmax(att, dim=-1)
             y = att @ v
         y = y.transpose(1, 2).reshape(B, T, C)
-        return self.o(y)
+        return lin(self.o, y)
 
 
 class Block(nn.Module):
@@ -125,7 +134,7 @@ class Block(nn.Module):
 
     def forward(self, x, cache=None):
         x = x + self.attn(self.ln1(x), cache)
-        x = x + self.proj(F.gelu(self.fc(self.ln2(x))))  # exact (erf) GELU
+        x = x + lin(self.proj, F.gelu(lin(self.fc, self.ln2(x))))  # exact (erf) GELU
         return x
 
 
@@ -269,7 +278,7 @@ def openblas_set_threads(n):
 
 
 def main():
-    global ATTN
+    global ATTN, DECODE_MV
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", choices=CONFIGS, required=True)
     ap.add_argument("--threads", type=int, default=2)
@@ -281,7 +290,10 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=256, help="new tokens; 0 skips generation")
     ap.add_argument("--gen-repeats", type=int, default=3)
     ap.add_argument("--no-train", action="store_true")
-    ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
+    ap.add_argument("--attn", choices=["manual", "sdpa"], default="sdpa",
+                    help="training attention: F._scaled_dot_product_attention or masked softmax")
+    ap.add_argument("--no-decode-mv", action="store_true",
+                    help="decode through nn.Linear (sgemm) instead of torch.mv (sgemv)")
     ap.add_argument("--no-foreach", action="store_true", help="AdamW for-loop path")
     ap.add_argument("--omp-threads", type=int, default=None,
                     help="torch.set_num_threads value (default: --threads)")
@@ -295,6 +307,7 @@ def main():
     ap.add_argument("--check", action="store_true", help="check KV-cache decode against full forward")
     a = ap.parse_args()
     ATTN = a.attn
+    DECODE_MV = not a.no_decode_mv
 
     torch.set_num_threads(a.threads if a.omp_threads is None else a.omp_threads)
     blas_threads = a.threads if a.blas_threads is None else a.blas_threads

@@ -11,7 +11,8 @@ namespace looplm::fm {
 
 inline float exp(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
+  // round to nearest by the 1.5·2^23 trick (vectorises; nearbyintf is a libm call)
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f;  // ln2 split hi/lo for an exact reduction
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
