@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <omp.h>
 
+#include "backend/cpu/fastmath.h"
 #include "backend/cpu/gemm.h"
 
 namespace looplm::k {
@@ -19,6 +20,10 @@ inline constexpr int64_t kParallelMin = 1 << 14;
 
 template <class T>
 inline void store(T* dst, T v, bool acc) { *dst = acc ? *dst + v : v; }
+
+// exp for softmax loops: the vectorisable fastmath version in float, libm in double.
+inline float vexp(float x) { return fm::exp(x); }
+inline double vexp(double x) { return std::exp(x); }
 
 // ---------------------------------------------------------------- linear: y = x W^T + b
 // x [N, in], W [out, in], b [out] or null, y [N, out]
@@ -260,8 +265,9 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
       T* s = S + (int64_t)i * Tn;
       T m = s[0];
       for (int j = 1; j <= i; ++j) m = std::max(m, s[j]);
+      for (int j = 0; j <= i; ++j) s[j] = vexp(s[j] - m);
       T sum = 0;
-      for (int j = 0; j <= i; ++j) { s[j] = std::exp(s[j] - m); sum += s[j]; }
+      for (int j = 0; j <= i; ++j) sum += s[j];
       T inv = T(1) / sum;
       for (int j = 0; j <= i; ++j) s[j] *= inv;
       for (int j = i + 1; j < Tn; ++j) s[j] = 0;
@@ -305,7 +311,8 @@ void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, i
     const T* L = lse + (int64_t)bh * Tn;
     for (int i = 0; i < Tn; ++i) {
       T* p = P + (int64_t)i * Tn;
-      for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - L[i]);
+      const T Li = L[i];
+      for (int j = 0; j <= i; ++j) p[j] = vexp(p[j] - Li);
       for (int j = i + 1; j < Tn; ++j) p[j] = 0;
     }
     gemm(true, false, Tn, hd, Tn, T(1), P, Tn, dO, d, acc ? T(1) : T(0), dV, ld);  // dV = P^T dO

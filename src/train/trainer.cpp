@@ -178,6 +178,11 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       g.backward(l, 1.0f / c.grad_accum);
       g.reset();
     }
+    if (steps_this_run == 0 && !opt.quiet) {
+      std::snprintf(line, sizeof line, "memory: activations %.1f MiB, activation gradients %.1f MiB (step at depth %d)",
+                    g.activation_bytes_peak() / 1048576.0, g.grad_bytes_peak() / 1048576.0, depth);
+      log(line);
+    }
     const double gnorm = clip_grad_norm(m.params(), c.grad_clip);
     adam.step(m.params(), lr, c);
     st.step = step + 1;
