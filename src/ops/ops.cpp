@@ -6,6 +6,8 @@
 #include <omp.h>
 
 #include "ops/kernels.h"
+#include "backend/cpu/fastmath.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels_pointwise.h"
 
@@ -140,14 +142,12 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, const RopeTable
       else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
       float m = -INFINITY;
       for (int j = 0; j < n; ++j) {
-        const float* kj = Kc + (int64_t)j * d;
-        float acc = 0;
-        for (int i = 0; i < hd; ++i) acc += q[i] * kj[i];
-        s[j] = acc * scale;
+        s[j] = dot(q, Kc + (int64_t)j * d, hd) * scale;
         m = std::max(m, s[j]);
       }
       float sum = 0;
-      for (int j = 0; j < n; ++j) { s[j] = std::exp(s[j] - m); sum += s[j]; }
+      for (int j = 0; j < n; ++j) s[j] = fm::exp(s[j] - m);
+      for (int j = 0; j < n; ++j) sum += s[j];
       float* out = y->v + ((int64_t)b * T + t) * d + h * hd;
       for (int i = 0; i < hd; ++i) out[i] = 0;
       for (int j = 0; j < n; ++j) {

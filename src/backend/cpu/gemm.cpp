@@ -9,7 +9,7 @@
 namespace looplm {
 
 // Σ a[i] b[i] with 16 independent partial sums (vectorises to one zmm accumulator per 16 lanes).
-LOOPLM_ISA_CLONES static float dot_f32(const float* a, const float* b, int n) {
+LOOPLM_ISA_CLONES float dot(const float* a, const float* b, int n) {
   float acc[16] = {0};
   int i = 0;
   for (; i + 16 <= n; i += 16)
@@ -24,7 +24,7 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
   // Memory-bound: each thread streams its own rows of W once.
 #pragma omp parallel for schedule(static) if ((int64_t)N * K > (1 << 15))
   for (int j = 0; j < N; ++j) {
-    float v = dot_f32(W + (int64_t)j * ldw, x, K);
+    float v = dot(W + (int64_t)j * ldw, x, K);
     y[j] = accumulate ? y[j] + v : v;
   }
 }

@@ -11,6 +11,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc);
 
+// Σ a[i] b[i] (ISA-cloned, 16 partial sums).
+float dot(const float* a, const float* b, int n);
+
 // y[N] = W[N,K] · x[K] (+ y if accumulate) — matrix-vector for batch-1 decoding, multithreaded
 // over rows, memory-bound (weights are streamed once).
 void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate);
