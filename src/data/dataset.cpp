@@ -1,5 +1,7 @@
 #include "data/dataset.h"
 
+#include "io/atomic_file.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -144,58 +146,10 @@ std::string origin_or(std::string_view origin) {
 
 }  // namespace
 
-std::string read_file_bytes(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("cannot open '" + path + "': " + errno_text());
-  std::string out;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const bool bad = std::ferror(f);
-  const int err = errno;
-  std::fclose(f);
-  if (bad) throw Error("cannot read '" + path + "': " + std::strerror(err));
-  return out;
-}
+std::string read_file_bytes(const std::string& path) { return io::read_file(path); }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write '" + path + "' (temp file '" + tmp + "'): " + errno_text());
-  auto fail = [&](const char* what) {
-    const std::string msg = "cannot write '" + path + "': " + what + ": " + errno_text();
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  };
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    const std::string msg = "cannot write '" + path + "': close: " + errno_text();
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string msg = "cannot rename '" + tmp + "' to '" + path + "': " + errno_text();
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  }
-  // Make the rename itself durable; a failure here does not undo a completed write.
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  io::write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 void write_llmc_shard(const std::string& path, const std::vector<int32_t>& tokens) {

@@ -37,7 +37,8 @@ std::string load_text(const std::string& path);
 
 // Whole file as bytes; Error with the path and strerror.
 std::string read_file_bytes(const std::string& path);
-// Atomic write: temp file in the same directory, fsync, rename (then fsync the directory).
+// Thin wrappers over io/atomic_file.h (read: Error with path + strerror; write: temp file in the
+// same directory, fsync, rename, fsync the directory).
 void write_file_atomic(const std::string& path, std::string_view bytes);
 // llm.c shard (version 1, uint16 tokens), written atomically. Error if an id does not fit uint16.
 void write_llmc_shard(const std::string& path, const std::vector<int32_t>& tokens);
