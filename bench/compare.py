@@ -26,7 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-METRICS = ("train_tokens_per_s", "generate_tokens_per_s", "peak_rss_mib", "gflops", "peak_fraction")
+METRICS = ("train_tokens_per_s", "generate_tokens_per_s", "peak_rss_mib", "gflops", "peak_fraction",
+           "gemm_peak_gflops")
 
 
 def last_json(text):
@@ -53,6 +54,8 @@ def run_one(cmd, timeout):
         tail = (p.stderr or p.stdout).strip().splitlines()[-5:]
         return None, f"exit {p.returncode} from {' '.join(cmd)}:\n    " + "\n    ".join(tail)
     d["_wall_s"] = time.perf_counter() - t0
+    if "gflops" not in d and "train_gflops" in d:  # looplm names it train_gflops
+        d["gflops"] = d["train_gflops"]
     return d, None
 
 
@@ -148,7 +151,10 @@ def main():
             extra = ""
             if who == "looplm":
                 g, pf = median(rs, "gflops"), median(rs, "peak_fraction")
-                extra = f"; {fmt(g, 1)} GFLOP/s, {fmt(pf, 3)} of peak"
+                gp = median(rs, "gemm_peak_gflops")
+                extra = f"; train {fmt(g, 1)} GFLOP/s = {fmt(pf, 3)} of peak"
+                if gp is not None:
+                    extra += f" (measured GEMM peak {fmt(gp, 1)} GFLOP/s)"
             print(f"- {c} {who}: train [{tr}], gen [{ge}]{extra}")
     if errors:
         print(f"\n{len(errors)} run(s) failed; see stderr.")

@@ -29,25 +29,50 @@ model's context of 256 (and tiny's 64): when the cache is full, the context is s
 half of the context is kept, re-encoded at positions 0.. (one batched prefill), and decoding goes on.
 For dense that happens once (at the 241st new token); its cost is included and is ~1-2% of the run.
 
-Set-up ("best set-up" of /work/shared/PERF.md): fp32 Linear layers go through the BLAS torch was
-built against, here Debian's OpenBLAS (openblas-pthread 0.3.21); everything else (and bf16 GEMMs,
-via oneDNN) uses torch's OpenMP pool.
-  * OPENBLAS_CORETYPE: this environment may preset OPENBLAS_CORETYPE=Haswell (deliberately, for
-    other software), which makes OpenBLAS use its AVX2 kernels and halves its GEMM rate. This script
-    removes the variable from ITS OWN environment before torch (and so OpenBLAS) is loaded, so
-    OpenBLAS detects the CPU itself (Cooperlake kernels, AVX-512). Pass --keep-coretype to leave the
-    variable alone (to measure the out-of-the-box set-up). The parent environment is not changed.
-  * Threads: torch.set_num_threads(N) sizes the OpenMP pool; OpenBLAS (pthread build) has its own
-    pool, which torch does not size: the script sets it to N as well (openblas_set_num_threads via
-    ctypes) — the two pools never run at the same time, torch calls BLAS from its main thread.
-  * Attention: torch 1.13 has no public F.scaled_dot_product_attention; its private
-    F._scaled_dot_product_attention (is_causal=True) is the composite math path, the same speed as
-    a manual masked softmax here; the manual version is used (--attn sdpa to switch).
-  * AdamW: foreach=True (the multi-tensor path; fused AdamW is CUDA-only in 1.13).
+Set-up ("best set-up" of /work/shared/PERF.md), all applied inside this process only:
+  * fp32 Linear layers go through the BLAS torch was built against: Debian's OpenBLAS
+    (openblas-pthread 0.3.21, which has its own thread pool); everything else, and bf16 GEMMs
+    (oneDNN), runs on torch's OpenMP pool (libgomp).
+  * OPENBLAS_CORETYPE: this environment may preset OPENBLAS_CORETYPE=Haswell (deliberately, for other
+    software), which makes OpenBLAS use its AVX2 kernels; on PERF.md's Zen 5 machine that halves its
+    GEMM rate. This script removes the variable from ITS OWN environment (os.environ, before torch
+    and with it OpenBLAS is loaded: OpenBLAS reads it at load time), so OpenBLAS detects the CPU
+    (Cooperlake kernels, AVX-512). The parent environment is not changed. --keep-coretype keeps it.
+  * OMP_WAIT_POLICY=PASSIVE (set in os.environ before torch loads, unless already set): two pools
+    (OpenMP + OpenBLAS) on 2 cores, both busy-waiting by default, fight each other; that is the
+    biggest effect here (4-5x on dense training, up to 10x on decode).
+  * torch.set_num_threads(N) and openblas_set_num_threads(N) (ctypes; torch does not size OpenBLAS's
+    pool). Generation runs with torch.set_num_threads(1) (--gen-omp-threads) and OpenBLAS at N:
+    the decode ops are too small to split, and that is 15-20% faster than N OpenMP threads.
+  * Decode (1 token) uses torch.mv (sgemv) instead of nn.Linear: OpenBLAS 0.3.21 runs a 1-row
+    sgemm through its full packing GEMM path (a 1x384 @ 384x1536 product: 149 us vs 34 us).
+    Dense decode 166-179 -> 217 tokens/s with that alone. (--no-decode-mv; not under --bf16.)
+  * Attention: torch 1.13 has no public F.scaled_dot_product_attention; the private
+    F._scaled_dot_product_attention(is_causal=True, need_attn_weights=False) is the composite math
+    path: identical results to the manual masked softmax, ~3-5% faster and ~90 MiB less peak RSS on
+    dense in training; used for training (--attn manual to switch). Decode uses the manual path.
+  * AdamW(foreach=True): the multi-tensor path (fused AdamW is CUDA-only in 1.13); no measurable
+    difference from the for-loop path at these sizes.
+--out-of-the-box skips all of the above except torch.set_num_threads(N).
 
-Measured here (2 vCPU AMD EPYC, family 25 / Zen 4 as this VM reports itself; shared with other work,
-so repeat): see bench/README.md for the table. Set-up comparison, dense fp32 training, tokens/s:
-  (filled in below, in SETUP_NOTES)
+Measurements (2026-11-29, this VM: 2 vCPU AMD EPYC family 25 model 17 = Zen 4, NOT the Zen 5 of
+PERF.md; other jobs share the 2 cores, so runs were interleaved and repeated and those hit by
+background load discarded). OpenBLAS sgemm here: ~104 GFLOP/s at 1 thread, ~200 at 2 (either core
+type: Zen 4 executes AVX-512 as 2x256 bit, so the AVX2 kernels keep up); oneDNN bf16 ~216 / ~436.
+dense, 2 threads, train tokens/s | decode tokens/s:
+  best set-up (above)                           2120-2172 | 347-432
+  same, OPENBLAS_CORETYPE=Haswell kept          2144-2154 | 297-336
+  same, OMP_WAIT_POLICY=ACTIVE                   457-513  |  33-82
+  same, torch.set_num_threads(1) for training   1784-1808 | (same)
+  manual attention + nn.Linear decode           1694      | 222-224
+  out of the box (Haswell, spinning pools)       429-1114 |  14-46
+tiny: all passive set-ups 11.8k-17.5k (noise-bound), spinning pools 9.0k-12.0k with 0.2-2 s stalls.
+Best set-up, medians of separate runs (runs hit by background load left out), 1 thread / 2 threads
+(PERF.md's Zen 5 figures in brackets; bench/README.md has the full table):
+  tiny   train 11,985-13,261 / 15,982-17,813 (19,150 / 25,996); decode 1,831-1,918 / 1,814-1,982
+  dense  train  1,219-1,242  /  2,104-2,194  (2,424 / 4,595);   decode 206-256 / 367-432 (449 / 587)
+  looped train    716-758    /  1,261-1,330  (1,468 / 2,648);   decode 141-194 / 215-322
+  peak RSS: tiny ~315 MiB, dense 1.19-1.33 GiB, looped 1.62-1.72 GiB
 """
 
 import os
@@ -88,7 +113,7 @@ DECODE_MV = True
 def lin(layer, x):
     """layer(x); for a single token (decode) as a matrix-vector product: OpenBLAS 0.3.21 sends a
     1-row sgemm through its full GEMM path (packing the whole weight), up to 4x slower than sgemv."""
-    if DECODE_MV and x.shape[0] * x.shape[1] == 1:
+    if DECODE_MV and x.shape[0] * x.shape[1] == 1 and not torch.is_autocast_cpu_enabled():
         return torch.mv(layer.weight, x.reshape(-1)).view(1, 1, -1)
     return layer(x)
 
@@ -232,7 +257,9 @@ def generate(model, c, prompt, n_new, bf16):
     return seq
 
 
-def bench_generate(model, c, n_prompt, n_new, repeats, bf16):
+def bench_generate(model, c, n_prompt, n_new, repeats, bf16, omp_threads):
+    train_threads = torch.get_num_threads()
+    torch.set_num_threads(omp_threads)
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, c["vocab"], (1, n_prompt), generator=g)
     generate(model, c, prompt, min(n_new, 32), bf16)  # warm-up
@@ -241,6 +268,7 @@ def bench_generate(model, c, n_prompt, n_new, repeats, bf16):
         t0 = time.perf_counter()
         generate(model, c, prompt, n_new, bf16)
         rates.append(n_new / (time.perf_counter() - t0))
+    torch.set_num_threads(train_threads)
     return statistics.median(rates), rates
 
 
@@ -289,6 +317,9 @@ def main():
     ap.add_argument("--gen-prompt", type=int, default=16)
     ap.add_argument("--gen-tokens", type=int, default=256, help="new tokens; 0 skips generation")
     ap.add_argument("--gen-repeats", type=int, default=3)
+    ap.add_argument("--gen-omp-threads", type=int, default=1,
+                    help="torch.set_num_threads during generation (default 1: decode ops are too "
+                         "small to split; OpenBLAS keeps --threads for the matrix-vector products)")
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--attn", choices=["manual", "sdpa"], default="sdpa",
                     help="training attention: F._scaled_dot_product_attention or masked softmax")
@@ -333,7 +364,9 @@ def main():
         extra["train_step_s"] = [round(t, 4) for t in times]
         res["peak_rss_mib"] = round(rss_mib(), 1)  # training peak (generation adds nothing)
     if a.gen_tokens > 0:
-        gtps, rates = bench_generate(model, c, a.gen_prompt, a.gen_tokens, a.gen_repeats, a.bf16)
+        gen_omp = a.threads if a.out_of_the_box else a.gen_omp_threads
+        gtps, rates = bench_generate(model, c, a.gen_prompt, a.gen_tokens, a.gen_repeats, a.bf16,
+                                     gen_omp)
         res["generate_tokens_per_s"] = round(gtps, 1)
         extra["generate_runs"] = [round(r, 1) for r in rates]
     res["peak_rss_mib"] = round(rss_mib(), 1)
