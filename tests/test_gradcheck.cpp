@@ -118,8 +118,8 @@ TEST(GradCheck, Rope) {
   fd_check("rope dx", x, dx, L);
 }
 
-void attention_check(bool rope) {
-  const int B = 2, T = 7, H = 3, hd = 4, d = H * hd;
+void attention_check(bool rope, int B = 2, int T = 7, int H = 3, int hd = 4) {
+  const int d = H * hd;
   RopeTable rt(T, hd, 10000.0);
   const float* cs = rope ? rt.cos.data() : nullptr;
   const float* sn = rope ? rt.sin.data() : nullptr;
@@ -133,6 +133,11 @@ void attention_check(bool rope) {
 }
 TEST(GradCheck, Attention) { attention_check(false); }
 TEST(GradCheck, AttentionRope) { attention_check(true); }
+// T past two causal blocks (kAttnBlock = 64), ragged last block.
+TEST(GradCheck, AttentionBlocks) {
+  attention_check(false, 1, 2 * k::kAttnBlock + 3, 1, 4);
+  attention_check(true, 1, k::kAttnBlock + 5, 2, 2);
+}
 
 TEST(GradCheck, Gelu) {
   const int n = 33;

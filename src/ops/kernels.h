@@ -236,7 +236,12 @@ void rope_bwd(const T* dy, int ldy, T* dx, int ldx, const float* cos_t, const fl
 // qkv [B*T, 3d] rows = [q | k | v], head h in columns h*hd..; y [B*T, d]; lse [B, H, T] saved.
 // With rope tables, q and k are rotated (in per-head scratch) before the scores.
 // Probabilities are not stored: backward recomputes them from the saved log-sum-exp.
+// Causal blocking: query rows go in blocks of kAttnBlock and a block only multiplies against the
+// keys it can see (0..end of block), so the masked upper triangle is never computed; entries of a
+// block's rows past the diagonal are set to 0 so the GEMMs over the block's key range stay exact.
 // scratch: per thread (2*T*T + 4*T*hd) elements.
+inline constexpr int kAttnBlock = 64;
+
 template <class T>
 void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, const float* cos_t,
                    const float* sin_t, T* scratch) {
@@ -259,25 +264,31 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
       rope_fwd(K, ld, Kr, hd, cos_t, sin_t, Tn, hd);
       q = Qr; kk = Kr; ldq = ldk = hd;
     }
-    gemm(false, true, Tn, Tn, hd, scale, q, ldq, kk, ldk, T(0), S, Tn);
     T* L = lse + (int64_t)bh * Tn;
-    for (int i = 0; i < Tn; ++i) {
-      T* s = S + (int64_t)i * Tn;
-      T m = s[0];
-      for (int j = 1; j <= i; ++j) m = std::max(m, s[j]);
-      for (int j = 0; j <= i; ++j) s[j] = vexp(s[j] - m);
-      T sum = 0;
-      for (int j = 0; j <= i; ++j) sum += s[j];
-      T inv = T(1) / sum;
-      for (int j = 0; j <= i; ++j) s[j] *= inv;
-      for (int j = i + 1; j < Tn; ++j) s[j] = 0;
-      L[i] = m + std::log(sum);
+    T* Y = y + (int64_t)b * Tn * d + h * hd;
+    for (int i0 = 0; i0 < Tn; i0 += kAttnBlock) {
+      const int i1 = std::min(Tn, i0 + kAttnBlock), m = i1 - i0;
+      gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), S + (int64_t)i0 * Tn, Tn);
+      for (int i = i0; i < i1; ++i) {
+        T* s = S + (int64_t)i * Tn;
+        T mx = s[0];
+        for (int j = 1; j <= i; ++j) mx = std::max(mx, s[j]);
+        for (int j = 0; j <= i; ++j) s[j] = vexp(s[j] - mx);
+        T sum = 0;
+        for (int j = 0; j <= i; ++j) sum += s[j];
+        T inv = T(1) / sum;
+        for (int j = 0; j <= i; ++j) s[j] *= inv;
+        for (int j = i + 1; j < i1; ++j) s[j] = 0;
+        L[i] = mx + std::log(sum);
+      }
+      gemm(false, false, m, hd, i1, T(1), S + (int64_t)i0 * Tn, Tn, V, ld, T(0), Y + (int64_t)i0 * d, d);
     }
-    gemm(false, false, Tn, hd, Tn, T(1), S, Tn, V, ld, T(0), y + (int64_t)b * Tn * d + h * hd, d);
   }
 }
 
 // dP = dO V^T; dS = P ∘ (dP − rowsum(dP∘P)); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO.
+// Query-indexed products (P, dP, dQ) go by query block over the visible keys; key-indexed ones
+// (dK, dV) by key block over the queries that see them.
 template <class T>
 void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, int B, int Tn, int H, int hd,
                    const float* cos_t, const float* sin_t, T* scratch) {
@@ -288,7 +299,7 @@ void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, i
   for (int bh = 0; bh < B * H; ++bh) {
     int b = bh / H, h = bh % H;
     T* P = scratch + (int64_t)omp_get_thread_num() * per_thread;  // [T, T]
-    T* dP = P + (int64_t)Tn * Tn;                                 // [T, T]
+    T* dP = P + (int64_t)Tn * Tn;                                 // [T, T], becomes dS
     T* Qr = dP + (int64_t)Tn * Tn;
     T* Kr = Qr + (int64_t)Tn * hd;
     T* dQr = Kr + (int64_t)Tn * hd;
@@ -307,32 +318,38 @@ void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, i
       rope_fwd(K, ld, Kr, hd, cos_t, sin_t, Tn, hd);
       q = Qr; kk = Kr; ldq = ldk = hd;
     }
-    gemm(false, true, Tn, Tn, hd, scale, q, ldq, kk, ldk, T(0), P, Tn);
+    // Where dQ and dK go: rotated scratch (un-rotated below) or straight into dqkv.
+    T* gq = cos_t ? dQr : dQ;
+    T* gk = cos_t ? dKr : dK;
+    const int ldg = cos_t ? hd : ld;
+    const T beta_g = (cos_t || !acc) ? T(0) : T(1);
     const T* L = lse + (int64_t)bh * Tn;
-    for (int i = 0; i < Tn; ++i) {
-      T* p = P + (int64_t)i * Tn;
-      const T Li = L[i];
-      for (int j = 0; j <= i; ++j) p[j] = vexp(p[j] - Li);
-      for (int j = i + 1; j < Tn; ++j) p[j] = 0;
+    for (int i0 = 0; i0 < Tn; i0 += kAttnBlock) {
+      const int i1 = std::min(Tn, i0 + kAttnBlock), m = i1 - i0;
+      gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), P + (int64_t)i0 * Tn, Tn);
+      gemm(false, true, m, i1, hd, T(1), dO + (int64_t)i0 * d, d, V, ld, T(0), dP + (int64_t)i0 * Tn, Tn);
+      for (int i = i0; i < i1; ++i) {
+        T* p = P + (int64_t)i * Tn;
+        T* g = dP + (int64_t)i * Tn;
+        const T Li = L[i];
+        for (int j = 0; j <= i; ++j) p[j] = vexp(p[j] - Li);
+        T dot = 0;
+        for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
+        for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
+        for (int j = i + 1; j < i1; ++j) p[j] = g[j] = 0;
+      }
+      gemm(false, false, m, hd, i1, scale, dP + (int64_t)i0 * Tn, Tn, kk, ldk, beta_g, gq + (int64_t)i0 * ldg, ldg);
     }
-    gemm(true, false, Tn, hd, Tn, T(1), P, Tn, dO, d, acc ? T(1) : T(0), dV, ld);  // dV = P^T dO
-    gemm(false, true, Tn, Tn, hd, T(1), dO, d, V, ld, T(0), dP, Tn);
-    for (int i = 0; i < Tn; ++i) {
-      T* p = P + (int64_t)i * Tn;
-      T* g = dP + (int64_t)i * Tn;
-      T dot = 0;
-      for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
-      for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
-      for (int j = i + 1; j < Tn; ++j) g[j] = 0;
+    for (int j0 = 0; j0 < Tn; j0 += kAttnBlock) {
+      const int j1 = std::min(Tn, j0 + kAttnBlock), n = j1 - j0, rows = Tn - j0;
+      const int64_t at = (int64_t)j0 * Tn + j0;  // block (j0, j0) of P / dS: rows j0..T-1, cols j0..j1-1
+      gemm(true, false, n, hd, rows, T(1), P + at, Tn, dO + (int64_t)j0 * d, d, acc ? T(1) : T(0),
+           dV + (int64_t)j0 * ld, ld);
+      gemm(true, false, n, hd, rows, scale, dP + at, Tn, q + (int64_t)j0 * ldq, ldq, beta_g, gk + (int64_t)j0 * ldg, ldg);
     }
     if (cos_t) {
-      gemm(false, false, Tn, hd, Tn, scale, dP, Tn, kk, ldk, T(0), dQr, hd);
-      gemm(true, false, Tn, hd, Tn, scale, dP, Tn, q, ldq, T(0), dKr, hd);
       rope_bwd(dQr, hd, dQ, ld, cos_t, sin_t, Tn, hd, acc);
       rope_bwd(dKr, hd, dK, ld, cos_t, sin_t, Tn, hd, acc);
-    } else {
-      gemm(false, false, Tn, hd, Tn, scale, dP, Tn, K, ld, acc ? T(1) : T(0), dQ, ld);
-      gemm(true, false, Tn, hd, Tn, scale, dP, Tn, Q, ld, acc ? T(1) : T(0), dK, ld);
     }
   }
 }
