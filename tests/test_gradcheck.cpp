@@ -250,3 +250,15 @@ TEST(GradCheck, FusedGeluLinearEqualsComposition) {
   for (size_t i = 0; i < dW1.size(); ++i) EXPECT_NEAR(dW1[i], dW2[i], 1e-7);
   for (size_t i = 0; i < db1.size(); ++i) EXPECT_NEAR(db1[i], db2[i], 1e-7);
 }
+
+// The batch-1 GEMV path (gemm with M = 1: 4-row groups, ragged tails, threaded above 2^15
+// elements) against the double reference GEMM.
+TEST(GradCheck, GemvMatchesReference) {
+  for (auto [N, K] : {std::pair{13, 37}, std::pair{1030, 77}}) {
+    Vec Wd = randn((size_t)N * K, 40), xd = randn(K, 41), yd(N);
+    std::vector<float> W(Wd.begin(), Wd.end()), x(xd.begin(), xd.end()), y(N, 1.0f);
+    gemm(false, true, 1, N, K, 1.0, xd.data(), K, Wd.data(), K, 0.0, yd.data(), N);
+    gemm(false, true, 1, N, K, 1.0f, x.data(), K, W.data(), K, 1.0f, y.data(), N);  // accumulate onto 1
+    for (int j = 0; j < N; ++j) EXPECT_NEAR(y[j], yd[j] + 1.0, 1e-5 * (1 + std::sqrt((double)K))) << N << "x" << K << " row " << j;
+  }
+}
