@@ -6,6 +6,7 @@
 
 #include "backend/cpu/fastmath.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/parallel.h"
 
 namespace looplm::k {
 
@@ -27,19 +28,6 @@ LOOPLM_ISA_CLONES void gelu_bwd_span(const float* x, const float* dy, float* dx,
     for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * gelu_grad(x[i]);
   else
     for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
-}
-
-// Split [0, n) into one contiguous span per thread (64-element aligned) and run f on each.
-template <class F>
-void parallel_spans(int64_t n, F f) {
-  if (n < (1 << 14)) { f(0, n); return; }
-#pragma omp parallel
-  {
-    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t chunk = ((n + nt - 1) / nt + 63) / 64 * 64;
-    const int64_t lo = std::min(n, id * chunk), hi = std::min(n, lo + chunk);
-    if (hi > lo) f(lo, hi - lo);
-  }
 }
 
 }  // namespace
