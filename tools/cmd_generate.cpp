@@ -11,7 +11,6 @@ int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint (KV cache per block and loop step).", "looplm generate"};
   std::string ckpt, prompt;
   GenerateOptions g;
-  g.seed = 0;
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
   app.add_option("--prompt", prompt, "prompt text")->required();
   app.add_option("--max-new", g.max_new, "tokens to generate (default 200)")->check(CLI::NonNegativeNumber);

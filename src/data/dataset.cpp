@@ -2,8 +2,6 @@
 
 #include "io/atomic_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <climits>

@@ -21,7 +21,6 @@ class Block {
   std::vector<int> output_projections, beta_scaled;
 };
 
-// depth_N: the unrolled depth N of SPEC §1 (for α/β rules).
 using BlockFactory = std::function<std::unique_ptr<Block>(ParamStore&, const std::string& prefix, const Config&)>;
 std::map<std::string, BlockFactory>& block_registry();
 std::unique_ptr<Block> make_block(ParamStore& ps, const std::string& prefix, const Config& c);
