@@ -219,6 +219,68 @@ TEST(GradCheck, FloatGeluMatchesDouble) {
     EXPECT_NEAR(fm::exp(v) / std::exp((double)v), 1.0, 3e-7) << v;
 }
 
+// The float row kernels (softmax, its backward, LayerNorm, decode attention) against the double
+// templates, on lengths around the 16-lane blocking (1, 15, 16, 17, 100). Tolerance 2e-6 of the
+// scale: float rounding (6e-8) accumulated over ≤ 100-term sums, plus fm::exp's 2 ulp.
+TEST(GradCheck, FloatRowKernelsMatchDouble) {
+  for (int n : {1, 15, 16, 17, 100}) {
+    Vec x = randn(n, 41 + n, 3.0), g = randn(n, 42 + n), w = randn(n, 43 + n), b = randn(n, 44 + n);
+    auto f = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+    std::vector<float> xf = f(x), gf = f(g), wf = f(w), bf = f(b), yf(n), dxf(n, 0.5f), pwf(n, 0), pbf(n, 0);
+    Vec y(n), dx(n, 0.5), pw(n, 0), pb(n, 0);
+    // softmax forward and backward
+    Vec s = x;
+    std::vector<float> sf = xf;
+    double lse = k::softmax_row(s.data(), n);
+    float lsef = k::softmax_row(sf.data(), n);
+    EXPECT_NEAR(lsef, lse, 2e-6 * (1 + std::fabs(lse))) << n;
+    for (int j = 0; j < n; ++j) EXPECT_NEAR(sf[j], s[j], 2e-6) << n;
+    Vec p = x, gd = g;
+    std::vector<float> ppf = xf, gdf = gf;
+    k::softmax_bwd_row(p.data(), gd.data(), n, lse);
+    k::softmax_bwd_row(ppf.data(), gdf.data(), n, (float)lse);
+    for (int j = 0; j < n; ++j) {
+      EXPECT_NEAR(ppf[j], p[j], 2e-6) << n;
+      EXPECT_NEAR(gdf[j], gd[j], 2e-5) << n;  // |g| ~ 3: scale of g - Σ p g
+    }
+    // LayerNorm row forward and backward (accumulating into dx)
+    double mu, r;
+    float muf, rf;
+    k::layernorm_row_fwd(x.data(), w.data(), b.data(), y.data(), n, 1e-5, mu, r);
+    k::layernorm_row_fwd(xf.data(), wf.data(), bf.data(), yf.data(), n, 1e-5, muf, rf);
+    EXPECT_NEAR(muf, mu, 2e-6 * 3);
+    EXPECT_NEAR(rf / r, 1.0, 2e-6 * (n == 1 ? 1e3 : 1));  // n = 1: var = 0, r = 1/sqrt(eps)
+    for (int j = 0; j < n; ++j) EXPECT_NEAR(yf[j], y[j], 2e-5 * (1 + std::fabs(y[j]))) << n;
+    if (n > 1) {
+      k::layernorm_row_bwd(x.data(), w.data(), mu, r, g.data(), dx.data(), true, pw.data(), pb.data(), n);
+      k::layernorm_row_bwd(xf.data(), wf.data(), muf, rf, gf.data(), dxf.data(), true, pwf.data(), pbf.data(), n);
+      for (int j = 0; j < n; ++j) {
+        EXPECT_NEAR(dxf[j], dx[j], 2e-5 * (1 + std::fabs(dx[j]))) << n;
+        EXPECT_NEAR(pwf[j], pw[j], 2e-5 * (1 + std::fabs(pw[j]))) << n;
+        EXPECT_NEAR(pbf[j], pb[j], 1e-6) << n;
+      }
+    }
+  }
+  // decode attention row: n keys, head dim 20 (not a multiple of 16), row stride 40
+  const int n = 37, hd = 20, ld = 40;
+  Vec q = randn(hd, 51), K = randn(n * ld, 52), V = randn(n * ld, 53);
+  std::vector<float> qf(q.begin(), q.end()), Kf(K.begin(), K.end()), Vf(V.begin(), V.end()), sc(n), out(hd);
+  const double scale = 1 / std::sqrt((double)hd);
+  k::attend_cached_row(qf.data(), Kf.data(), Vf.data(), ld, n, hd, (float)scale, sc.data(), out.data());
+  Vec sd(n);
+  for (int j = 0; j < n; ++j) {
+    double d = 0;
+    for (int i = 0; i < hd; ++i) d += q[i] * K[j * ld + i];
+    sd[j] = d * scale;
+  }
+  k::softmax_row(sd.data(), n);
+  for (int i = 0; i < hd; ++i) {
+    double o = 0;
+    for (int j = 0; j < n; ++j) o += sd[j] * V[j * ld + i];
+    EXPECT_NEAR(out[i], o, 1e-5) << i;
+  }
+}
+
 // The fused gelu_linear op equals the composition linear(gelu(u)) in value and in every gradient.
 TEST(GradCheck, FusedGeluLinearEqualsComposition) {
   const int N = 5, f = 12, out = 7;

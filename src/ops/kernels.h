@@ -11,6 +11,7 @@
 
 #include "backend/cpu/fastmath.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/pointwise_f32.h"
 
 namespace looplm::k {
 
@@ -135,22 +136,43 @@ void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool
 
 // ---------------------------------------------------------------- LayerNorm: y = (x - μ)/σ · w + b
 // x, y [N, d]; w, b [d] (b may be null); mean, rstd [N]
+// Row kernels (the double reference; float uses the ISA-cloned overloads of pointwise_f32.h).
+template <class T>
+void layernorm_row_fwd(const T* xn, const T* w, const T* b, T* yn, int d, double eps, T& mean, T& rstd) {
+  T mu = 0;
+  for (int i = 0; i < d; ++i) mu += xn[i];
+  mu /= T(d);
+  T var = 0;
+  for (int i = 0; i < d; ++i) var += (xn[i] - mu) * (xn[i] - mu);
+  T r = T(1) / std::sqrt(var / T(d) + T(eps));
+  mean = mu;
+  rstd = r;
+  for (int i = 0; i < d; ++i) yn[i] = (xn[i] - mu) * r * (w ? w[i] : T(1)) + (b ? b[i] : T(0));
+}
+template <class T>
+void layernorm_row_bwd(const T* xn, const T* w, T mu, T r, const T* gn, T* o, bool acc, T* pw, T* pb, int d) {
+  T sg = 0, sgx = 0;
+  for (int i = 0; i < d; ++i) {
+    T xh = (xn[i] - mu) * r, g = gn[i] * (w ? w[i] : T(1));
+    sg += g;
+    sgx += g * xh;
+    pw[i] += gn[i] * xh;
+    pb[i] += gn[i];
+  }
+  sg /= T(d);
+  sgx /= T(d);
+  if (o)
+    for (int i = 0; i < d; ++i) {
+      T xh = (xn[i] - mu) * r, g = gn[i] * (w ? w[i] : T(1));
+      store(o + i, r * (g - sg - xh * sgx), acc);
+    }
+}
+
 template <class T>
 void layernorm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int N, int d, double eps) {
 #pragma omp parallel for if ((int64_t)N * d > kParallelMin)
-  for (int n = 0; n < N; ++n) {
-    const T* xn = x + (int64_t)n * d;
-    T* yn = y + (int64_t)n * d;
-    T mu = 0;
-    for (int i = 0; i < d; ++i) mu += xn[i];
-    mu /= T(d);
-    T var = 0;
-    for (int i = 0; i < d; ++i) var += (xn[i] - mu) * (xn[i] - mu);
-    T r = T(1) / std::sqrt(var / T(d) + T(eps));
-    mean[n] = mu;
-    rstd[n] = r;
-    for (int i = 0; i < d; ++i) yn[i] = (xn[i] - mu) * r * (w ? w[i] : T(1)) + (b ? b[i] : T(0));
-  }
+  for (int n = 0; n < N; ++n)
+    layernorm_row_fwd(x + (int64_t)n * d, w, b, y + (int64_t)n * d, d, eps, mean[n], rstd[n]);
 }
 // x̂ = (x-μ)r; g = dy w;  dx = r (g - mean(g) - x̂ mean(g x̂));  dw += Σ dy x̂;  db += Σ dy.
 // part: scratch [threads, 2d]
@@ -167,27 +189,9 @@ void layernorm_bwd(const T* x, const T* w, const T* mean, const T* rstd, const T
     T* pb = pw + d;
     std::fill(pw, pw + 2 * d, T(0));
 #pragma omp for
-    for (int n = 0; n < N; ++n) {
-      const T* xn = x + (int64_t)n * d;
-      const T* gn = dy + (int64_t)n * d;
-      T mu = mean[n], r = rstd[n], sg = 0, sgx = 0;
-      for (int i = 0; i < d; ++i) {
-        T xh = (xn[i] - mu) * r, g = gn[i] * (w ? w[i] : T(1));
-        sg += g;
-        sgx += g * xh;
-        pw[i] += gn[i] * xh;
-        pb[i] += gn[i];
-      }
-      sg /= T(d);
-      sgx /= T(d);
-      if (dx) {
-        T* o = dx + (int64_t)n * d;
-        for (int i = 0; i < d; ++i) {
-          T xh = (xn[i] - mu) * r, g = gn[i] * (w ? w[i] : T(1));
-          store(o + i, r * (g - sg - xh * sgx), acc);
-        }
-      }
-    }
+    for (int n = 0; n < N; ++n)
+      layernorm_row_bwd(x + (int64_t)n * d, w, mean[n], rstd[n], dy + (int64_t)n * d, dx ? dx + (int64_t)n * d : nullptr,
+                        acc, pw, pb, d);
   }
   for (int t = 0; t < nt_used; ++t)
     for (int i = 0; i < d; ++i) {
@@ -242,6 +246,26 @@ void rope_bwd(const T* dy, int ldy, T* dx, int ldx, const float* cos_t, const fl
 // scratch: per thread (2*T*T + 4*T*hd) elements.
 inline constexpr int kAttnBlock = 64;
 
+// One row of n visible scores: s <- softmax(s), returns the log-sum-exp (double reference; float
+// has ISA-cloned overloads in pointwise_f32.h).
+template <class T>
+T softmax_row(T* s, int n) {
+  T mx = s[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, s[j]);
+  T sum = 0;
+  for (int j = 0; j < n; ++j) sum += (s[j] = vexp(s[j] - mx));
+  T inv = T(1) / sum;
+  for (int j = 0; j < n; ++j) s[j] *= inv;
+  return mx + std::log(sum);
+}
+// p <- exp(p - lse) (the probabilities again); g <- p (g - Σ p g) (dS from dP).
+template <class T>
+void softmax_bwd_row(T* p, T* g, int n, T lse) {
+  T dot = 0;
+  for (int j = 0; j < n; ++j) dot += (p[j] = vexp(p[j] - lse)) * g[j];
+  for (int j = 0; j < n; ++j) g[j] = p[j] * (g[j] - dot);
+}
+
 template <class T>
 void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, const float* cos_t,
                    const float* sin_t, T* scratch) {
@@ -271,15 +295,8 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
       gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), S + (int64_t)i0 * Tn, Tn);
       for (int i = i0; i < i1; ++i) {
         T* s = S + (int64_t)i * Tn;
-        T mx = s[0];
-        for (int j = 1; j <= i; ++j) mx = std::max(mx, s[j]);
-        for (int j = 0; j <= i; ++j) s[j] = vexp(s[j] - mx);
-        T sum = 0;
-        for (int j = 0; j <= i; ++j) sum += s[j];
-        T inv = T(1) / sum;
-        for (int j = 0; j <= i; ++j) s[j] *= inv;
-        for (int j = i + 1; j < i1; ++j) s[j] = 0;
-        L[i] = mx + std::log(sum);
+        L[i] = softmax_row(s, i + 1);
+        std::fill(s + i + 1, s + i1, T(0));
       }
       gemm(false, false, m, hd, i1, T(1), S + (int64_t)i0 * Tn, Tn, V, ld, T(0), Y + (int64_t)i0 * d, d);
     }
@@ -331,12 +348,9 @@ void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, i
       for (int i = i0; i < i1; ++i) {
         T* p = P + (int64_t)i * Tn;
         T* g = dP + (int64_t)i * Tn;
-        const T Li = L[i];
-        for (int j = 0; j <= i; ++j) p[j] = vexp(p[j] - Li);
-        T dot = 0;
-        for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
-        for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
-        for (int j = i + 1; j < i1; ++j) p[j] = g[j] = 0;
+        softmax_bwd_row(p, g, i + 1, L[i]);
+        std::fill(p + i + 1, p + i1, T(0));
+        std::fill(g + i + 1, g + i1, T(0));
       }
       gemm(false, false, m, hd, i1, scale, dP + (int64_t)i0 * Tn, Tn, kk, ldk, beta_g, gq + (int64_t)i0 * ldg, ldg);
     }

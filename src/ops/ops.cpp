@@ -140,21 +140,7 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, const RopeTable
       const int n = pos0 + t + 1;  // keys 0..pos0+t
       if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope->cos_at(pos0 + t), rope->sin_at(pos0 + t), 1, hd);
       else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
-      float m = -INFINITY;
-      for (int j = 0; j < n; ++j) {
-        s[j] = dot(q, Kc + (int64_t)j * d, hd) * scale;
-        m = std::max(m, s[j]);
-      }
-      float sum = 0;
-      for (int j = 0; j < n; ++j) s[j] = fm::exp(s[j] - m);
-      for (int j = 0; j < n; ++j) sum += s[j];
-      float* out = y->v + ((int64_t)b * T + t) * d + h * hd;
-      for (int i = 0; i < hd; ++i) out[i] = 0;
-      for (int j = 0; j < n; ++j) {
-        const float* vj = Vc + (int64_t)j * d;
-        float p = s[j] / sum;
-        for (int i = 0; i < hd; ++i) out[i] += p * vj[i];
-      }
+      k::attend_cached_row(q, Kc, Vc, d, n, hd, scale, s, y->v + ((int64_t)b * T + t) * d + h * hd);
     }
   }
   return y;

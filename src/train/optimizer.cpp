@@ -14,7 +14,7 @@ AdamW::AdamW(const ParamStore& ps) : m(ps.total(), 0.0f), v(ps.total(), 0.0f), d
 
 namespace {
 
-struct AdamCoef { float b1, b2, eps, step_size, wd_keep, sbc2; };
+struct AdamCoef { float b1, b2, eps, step_size, wd_keep, inv_sbc2; };
 
 // One span of the update (ISA-cloned: runs 16 lanes wide on AVX-512).
 LOOPLM_ISA_CLONES void adamw_span(float* p, const float* g, float* m, float* v, const uint8_t* decay, int64_t n,
@@ -23,7 +23,7 @@ LOOPLM_ISA_CLONES void adamw_span(float* p, const float* g, float* m, float* v, 
     const float w = decay[i] ? p[i] * c.wd_keep : p[i];
     m[i] = c.b1 * m[i] + (1 - c.b1) * g[i];
     v[i] = c.b2 * v[i] + (1 - c.b2) * g[i] * g[i];
-    p[i] = w - c.step_size * m[i] / (std::sqrt(v[i]) / c.sbc2 + c.eps);
+    p[i] = w - c.step_size * m[i] / (std::sqrt(v[i]) * c.inv_sbc2 + c.eps);  // one divide per element
   }
 }
 
@@ -36,7 +36,7 @@ void AdamW::step(ParamStore& ps, double lr, const Config& c) {
   k.b2 = (float)c.beta2;
   k.eps = (float)c.adam_eps;
   k.step_size = (float)(lr / (1.0 - std::pow(c.beta1, (double)t)));
-  k.sbc2 = (float)std::sqrt(1.0 - std::pow(c.beta2, (double)t));
+  k.inv_sbc2 = (float)(1.0 / std::sqrt(1.0 - std::pow(c.beta2, (double)t)));
   k.wd_keep = (float)(1.0 - lr * c.weight_decay);
   float* p = ps.values().data();
   const float* g = ps.grads().data();

@@ -1,12 +1,32 @@
-// Float overloads of the hottest pointwise kernels (ops call these; the templates in
-// src/ops/kernels_pointwise.h remain the double reference). The inner loops are ISA-cloned
-// (isa.h) and use fastmath.h, so they run 16 lanes wide on AVX-512.
+// Float overloads of the hottest non-GEMM kernels (ops and the kernel templates call these; the
+// templates in src/ops/kernels*.h remain the double reference). The loops are ISA-cloned (isa.h),
+// keep 16 independent partial sums where they reduce, and use fastmath.h, so they run 16 lanes
+// wide on AVX-512. tests/test_gradcheck.cpp checks each against its double template.
 #pragma once
 #include <cstdint>
 
 namespace looplm::k {
 
+// GELU (exact, erf form) over n elements, multithreaded.
 void gelu_fwd(const float* x, float* y, int64_t n);
 void gelu_bwd(const float* x, const float* dy, float* dx, bool acc, int64_t n);
+
+// One attention row of n visible scores: s ← softmax(s); returns log Σ exp(s) (the saved lse).
+float softmax_row(float* s, int n);
+// Backward of one row from the raw scores: p ← exp(p − lse); g ← p ∘ (g − Σ p∘g) (= dS).
+void softmax_bwd_row(float* p, float* g, int n, float lse);
+
+// One LayerNorm row: y = (x − μ) r w + b (w, b may be null); gives μ and r = 1/σ.
+void layernorm_row_fwd(const float* x, const float* w, const float* b, float* y, int d, double eps, float& mean,
+                       float& rstd);
+// One row of the backward: pw += dy x̂, pb += dy, and dx (=, or += when acc) r (g − mean g − x̂ mean(g x̂))
+// with g = dy w; dx may be null.
+void layernorm_row_bwd(const float* x, const float* w, float mean, float rstd, const float* dy, float* dx, bool acc,
+                       float* pw, float* pb, int d);
+
+// Decode attention for one query row against n cached keys/values (rows of stride ld):
+// out[hd] = softmax(scale · K q) V, with s[n] as scratch for the scores.
+void attend_cached_row(const float* q, const float* K, const float* V, int ld, int n, int hd, float scale, float* s,
+                       float* out);
 
 }  // namespace looplm::k
