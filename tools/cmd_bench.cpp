@@ -1,4 +1,4 @@
-// `looplm bench`: training tokens/s, generation tokens/s (batch 1, KV cache) and the achieved
+// `looplm bench`: training tokens/s, generation tokens/s (batch 1, KV cache; fp32 and bf16 weights) and the achieved
 // GFLOP/s as a fraction of the machine's fp32 GEMM rate measured in the same run
 // (bench/compare.py puts these next to the PyTorch peer).
 #include <sys/resource.h>
@@ -104,10 +104,13 @@ int cmd_bench(int argc, char** argv) {
   // Generation: batch 1, 16-token prompt, gen_tokens new tokens, greedy, KV cache; timed from the
   // prefill on (as the PyTorch peer), and like the peer and `looplm generate`, a full window
   // restarts the cache on its last half.
-  double gen_tps = 0;
-  if (gen_tokens > 0) {
+  // Run with the weights in fp32 and again from their bf16 copy (GenerateOptions::weights).
+  auto bench_generate = [&](bool bf16) {
+    if (gen_tokens <= 0) return 0.0;
+    if (bf16 && !m.params().has_bf16_copy()) m.params().make_bf16_copy();
     Graph gg;
     Graph::NoGrad ng(gg);
+    Graph::BF16Weights bw(gg, bf16);
     const int prompt = std::min(16, T - 1);
     KVCache cache(c, 1, T, c.R);
     RunOptions o;
@@ -144,8 +147,9 @@ int cmd_bench(int argc, char** argv) {
       }
       runs.push_back(gen_tokens / secs(t0, clk::now()));
     }
-    gen_tps = median(runs);
-  }
+    return median(runs);
+  };
+  const double gen_tps = bench_generate(false), gen_bf16_tps = bench_generate(true);
   const double peak = measure_gemm_peak(c);
 
   if (as_json) {
@@ -154,6 +158,7 @@ int cmd_bench(int argc, char** argv) {
                         {"params", m.n_params()},
                         {"train_tokens_per_s", train_tps},
                         {"generate_tokens_per_s", gen_tps},
+                        {"generate_bf16_tokens_per_s", gen_bf16_tps},
                         {"train_gflops", train_gflops},
                         {"gemm_peak_gflops", peak},
                         {"peak_fraction", train_gflops / peak},
@@ -162,12 +167,14 @@ int cmd_bench(int argc, char** argv) {
                         {"activation_grad_mib", grad_peak / 1048576.0}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("| config | threads | params | train tok/s | GFLOP/s | of GEMM peak (%.0f) | gen tok/s | peak RSS MiB |\n",
-                peak);
-    std::printf("|---|---|---|---|---|---|---|---|\n");
-    std::printf("| %s | %d | %.2fM | %.0f | %.1f | %.0f%% | %.0f | %.0f |\n",
+    std::printf(
+        "| config | threads | params | train tok/s | GFLOP/s | of GEMM peak (%.0f) | gen tok/s fp32 | gen tok/s bf16 "
+        "| peak RSS MiB |\n",
+        peak);
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| %s | %d | %.2fM | %.0f | %.1f | %.0f%% | %.0f | %.0f | %.0f |\n",
                 (cfg.file.empty() ? cfg.preset : cfg.file).c_str(), omp_get_max_threads(), m.n_params() / 1e6, train_tps,
-                train_gflops, 100 * train_gflops / peak, gen_tps, train_rss);
+                train_gflops, 100 * train_gflops / peak, gen_tps, gen_bf16_tps, train_rss);
   }
   return 0;
 }

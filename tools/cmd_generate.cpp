@@ -19,6 +19,8 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--top-p", g.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", g.seed, "sampling seed (default 0)");
   app.add_option("--depth", g.depth, "loop steps (default: the trained R)")->check(CLI::PositiveNumber);
+  app.add_option("--weights", g.weights, "weights read per token: fp32 (exact, default) or bf16 (about 2x faster)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   if (!parse(app, argc, argv, "generate")) return 0;
   if (g.top_p <= 0) throw UsageError("generate: --top-p must be in (0, 1]");
 

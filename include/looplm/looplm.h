@@ -41,6 +41,9 @@ struct GenerateOptions {
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 0;
   int depth = -1;            // loop steps; -1 = trained R
+  // Weights the per-token steps read: "fp32" (exact: greedy output equals a full forward) or
+  // "bf16" (a rounded copy made once per model; half the memory traffic, logits within ~1e-2).
+  std::string weights = "fp32";
 };
 
 class LanguageModel {

@@ -61,11 +61,16 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
   const int depth = opt.depth < 0 ? c.R : opt.depth;
   if (prompt_in.empty()) throw UsageError("generate: the prompt is empty");
   if (depth < 1) throw UsageError("generate: --depth must be >= 1");
+  if (opt.weights != "fp32" && opt.weights != "bf16")
+    throw UsageError("generate: --weights must be fp32 or bf16, not '" + opt.weights + "'");
+  const bool bf16 = opt.weights == "bf16";
+  if (bf16 && !impl_->model->params().has_bf16_copy()) impl_->model->params().make_bf16_copy();
   for (int32_t t : prompt_in)
     if (t < 0 || t >= V) throw UsageError("generate: prompt token " + std::to_string(t) + " is outside the vocabulary");
   KVCache cache(c, 1, ctx, depth);
   Graph g;
   Graph::NoGrad ng(g);
+  Graph::BF16Weights bw(g, bf16);
   RunOptions o;
   o.depth = depth;
   o.cache = &cache;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/cpu/bf16.h"
+
 namespace looplm {
 
 int ParamStore::add(const std::string& name, std::vector<int64_t> shape) {
@@ -45,6 +47,13 @@ Node* ParamStore::view(int first, int last, int64_t rows, int64_t cols) {
   node.cols = cols;
   node.requires_grad = true;
   node.is_param = true;
+  bool bf16_ok = true;  // see make_bf16_copy
+  for (int i = first; i <= last; ++i) {
+    const int64_t R = infos_[i].shape.size() >= 2 ? infos_[i].shape[0] : 1;
+    bf16_ok = bf16_ok && (int64_t)infos_[i].numel / R == cols && (first == last || R % kBf16Rows == 0);
+  }
+  view_bf16_ok_.push_back(bf16_ok);
+  if (!values_bf16_.empty() && bf16_ok) node.v_bf16 = values_bf16_.data() + (node.v - values_.data());
   return &node;
 }
 
@@ -52,6 +61,19 @@ Node* ParamStore::view(int i) {
   const auto& s = infos_[i].shape;
   int64_t rows = s.size() >= 2 ? s[0] : 1;
   return view(i, i, rows, (int64_t)infos_[i].numel / rows);
+}
+
+// Each matrix in the decode layout (pack_bf16: blocks of 4 rows), vectors plain. A view over
+// several params keeps the layout's row-block addressing only if each of them has a multiple of 4
+// rows; other views get no bf16 copy and decode reads their fp32 values.
+void ParamStore::make_bf16_copy() {
+  values_bf16_.resize(values_.size());
+  for (const ParamInfo& p : infos_) {
+    const int64_t R = p.shape.size() >= 2 ? p.shape[0] : 1;
+    pack_bf16(values_.data() + p.offset, R, (int64_t)p.numel / R, values_bf16_.data() + p.offset);
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    nodes_[i].v_bf16 = view_bf16_ok_[i] ? values_bf16_.data() + (nodes_[i].v - values_.data()) : nullptr;
 }
 
 void ParamStore::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }

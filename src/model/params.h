@@ -39,9 +39,16 @@ class ParamStore {
   size_t total() const { return values_.size(); }
   void zero_grad();
 
+  // A bf16 copy of the values (round to nearest even) for memory-bound batch-1 decoding, linked
+  // into every view (Node::v_bf16). A snapshot: call again after the values change.
+  void make_bf16_copy();
+  bool has_bf16_copy() const { return !values_bf16_.empty(); }
+
  private:
   std::vector<ParamInfo> infos_;
   std::vector<float> values_, grads_;
+  std::vector<uint16_t> values_bf16_;  // make_bf16_copy: the decode layout (backend/cpu/bf16.h)
+  std::vector<bool> view_bf16_ok_;     // per view node: the bf16 copy's layout fits its rows
   std::deque<Node> nodes_;  // stable addresses
   size_t next_offset_ = 0;
 };

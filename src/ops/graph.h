@@ -28,6 +28,9 @@ struct Node {
   int64_t rows = 0, cols = 0;
   bool requires_grad = false;
   bool is_param = false;  // grads are persistent and always accumulate
+  // Parameters only: a bf16 copy of v (ParamStore::make_bf16_copy) that batch-1 decoding may read
+  // instead of v when the graph asks for it (Graph::BF16Weights).
+  const uint16_t* v_bf16 = nullptr;
   int64_t numel() const { return rows * cols; }
 };
 
@@ -38,6 +41,8 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   bool grad_enabled() const { return grad_enabled_; }
+  // Whether single-row linear ops read the weights' bf16 copies (where they have one).
+  bool bf16_weights() const { return bf16_weights_; }
 
   // A new activation; requires_grad when gradients are on and any input requires them.
   Node* node(int64_t rows, int64_t cols, bool requires_grad);
@@ -84,6 +89,15 @@ class Graph {
   size_t activation_bytes_peak() const { return values_.high_water(); }
   size_t grad_bytes_peak() const { return grads_.bytes_in_use_peak(); }
 
+  class BF16Weights {  // RAII: batch-1 decoding inside reads bf16 weight copies
+   public:
+    explicit BF16Weights(Graph& g, bool on = true) : g_(g), saved_(g.bf16_weights_) { g.bf16_weights_ = on; }
+    ~BF16Weights() { g_.bf16_weights_ = saved_; }
+   private:
+    Graph& g_;
+    bool saved_;
+  };
+
   class NoGrad {  // RAII: ops inside run forward only (truncated BPTT, eval, generation)
    public:
     explicit NoGrad(Graph& g) : g_(g), saved_(g.grad_enabled_) { g.grad_enabled_ = false; }
@@ -101,6 +115,7 @@ class Graph {
   std::vector<Node*> live_grads_;
   std::vector<float> shared_scratch_;  // activation grads handed out this step (released at reset)
   bool grad_enabled_ = true;
+  bool bf16_weights_ = false;
 };
 
 }  // namespace looplm

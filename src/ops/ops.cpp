@@ -27,10 +27,22 @@ namespace op {
 
 static int n_threads() { return omp_get_max_threads(); }
 
+// y = x W^T + b for one row from W's bf16 copy, when the graph asks for it (batch-1 decoding,
+// forward only) and W has one; false otherwise.
+static bool linear_row_bf16(const Graph& g, const float* x, const Node* W, const Node* b, Node* y) {
+  if (y->rows != 1 || !g.bf16_weights() || !W->v_bf16 || y->requires_grad) return false;
+  const int in = (int)W->cols, out = (int)W->rows;
+  gemv_rows_bf16(out, in, W->v_bf16, x, y->v, false);
+  if (b)
+    for (int o = 0; o < out; ++o) y->v[o] += b->v[o];
+  return true;
+}
+
 Node* linear(Graph& g, Node* x, Node* W, Node* b) {
   const int N = (int)x->rows, in = (int)x->cols, out = (int)W->rows;
   LOOPLM_ASSERT(W->cols == in, "linear: W [out, in] must match x [N, in]");
   Node* y = g.output(N, out, x, W, b);
+  if (linear_row_bf16(g, x->v, W, b, y)) return y;
   k::linear_fwd(x->v, W->v, b ? b->v : nullptr, y->v, N, in, out);
   if (y->requires_grad)
     g.record(y, [&g, x, W, b, y, N, in, out] {
@@ -163,6 +175,7 @@ Node* gelu_linear(Graph& g, Node* u, Node* W, Node* b) {
   Node* y = g.output(N, out, u, W, b);
   float* a = g.shared_scratch((size_t)N * f);  // gelu(u), not kept
   k::gelu_fwd(u->v, a, (int64_t)N * f);
+  if (linear_row_bf16(g, a, W, b, y)) return y;
   k::linear_fwd(a, W->v, b ? b->v : nullptr, y->v, N, f, out);
   if (y->requires_grad)
     g.record(y, [&g, u, W, b, y, N, f, out] {

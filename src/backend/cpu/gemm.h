@@ -3,6 +3,8 @@
 // own kernel by CPU feature and shares the OpenMP pool); double is a plain reference used by the
 // finite-difference tests.
 #pragma once
+#include <cstdint>
+#include <vector>
 
 namespace looplm {
 
@@ -17,5 +19,13 @@ float dot(const float* a, const float* b, int n);
 // y[N] = W[N,K] · x[K] (+ y if accumulate) — matrix-vector for batch-1 decoding, multithreaded
 // over rows, memory-bound (weights are streamed once).
 void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate);
+
+// The same with W [N, K] in bf16 in the decode layout (backend/cpu/bf16.h: pack_bf16), widened to
+// fp32 as it is read (exact), fp32 products and sums: half the bytes of gemv_rows.
+// Kernels by CPU feature: `best` is the fastest this CPU has; tests run every available one.
+enum class Bf16Kernel { best, portable, avx512, avx512_bf16 };
+void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate,
+                    Bf16Kernel kernel = Bf16Kernel::best);
+std::vector<Bf16Kernel> bf16_kernels_available();  // portable first, best last
 
 }  // namespace looplm

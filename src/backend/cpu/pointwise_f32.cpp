@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cpu/fastmath.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
 
@@ -147,24 +148,37 @@ LOOPLM_ISA_CLONES void layernorm_row_bwd(const float* x, const float* w, float m
     }
 }
 
-LOOPLM_ISA_CLONES void attend_cached_row(const float* q, const float* K, const float* V, int ld, int n, int hd,
-                                         float scale, float* s, float* out) {
-  for (int j = 0; j < n; ++j) {
-    const float* kj = K + (int64_t)j * ld;
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= hd; i += 16)
-      for (int l = 0; l < 16; ++l) acc[l] += q[i + l] * kj[i + l];
-    float dot = sum16(acc);
-    for (; i < hd; ++i) dot += q[i] * kj[i];
-    s[j] = dot * scale;
-  }
+LOOPLM_ISA_CLONES static void weighted_rows_sum(const float* p, const float* V, int ld, int n, int hd, float* out);
+
+void attend_cached_row(const float* q, const float* K, const float* V, int ld, int n, int hd, float scale, float* s,
+                       float* out) {
+  gemv_rows(n, hd, K, ld, q, s, false);  // s = K q: four keys per pass, like a weight matrix
+  for (int j = 0; j < n; ++j) s[j] *= scale;
   softmax_row(s, n);
-  for (int i = 0; i < hd; ++i) out[i] = 0;
-  for (int j = 0; j < n; ++j) {
-    const float* vj = V + (int64_t)j * ld;
-    const float p = s[j];
-    for (int i = 0; i < hd; ++i) out[i] += p * vj[i];
+  weighted_rows_sum(s, V, ld, n, hd, out);
+}
+
+// out[hd] = Σ_j p[j] V[j, :], 64 columns at a time so the partial sums stay in registers.
+LOOPLM_ISA_CLONES static void weighted_rows_sum(const float* p, const float* V, int ld, int n, int hd, float* out) {
+  int i0 = 0;
+  for (; i0 + 64 <= hd; i0 += 64) {
+    float acc[64] = {0};
+    for (int j = 0; j < n; ++j) {
+      const float* vj = V + (int64_t)j * ld + i0;
+      const float pj = p[j];
+      for (int l = 0; l < 64; ++l) acc[l] += pj * vj[l];
+    }
+    for (int l = 0; l < 64; ++l) out[i0 + l] = acc[l];
+  }
+  for (; i0 < hd; i0 += 16) {
+    const int w = std::min(16, hd - i0);
+    float acc[16] = {0};
+    for (int j = 0; j < n; ++j) {
+      const float* vj = V + (int64_t)j * ld + i0;
+      const float pj = p[j];
+      for (int l = 0; l < w; ++l) acc[l] += pj * vj[l];
+    }
+    for (int l = 0; l < w; ++l) out[i0 + l] = acc[l];
   }
 }
 

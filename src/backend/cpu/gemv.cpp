@@ -1,0 +1,335 @@
+// Batch-1 decoding's matrix-vector products y = W x (W [N, K] row-major, fp32 or bf16).
+// Memory-bound: every weight is read once per token, so the kernels stream four rows at a time
+// (each load of x feeds four products) and split the rows between threads.
+//
+// Two implementations: AVX-512 intrinsics where the CPU has AVX-512F/BW (GCC's auto-vectoriser
+// uses 256-bit vectors even in the AVX-512 clone and widens bf16 through extract/shuffle
+// sequences; the hand-written loop does 32 bf16 weights per 64-byte load with one shift and one
+// mask), and a portable ISA-cloned version for every other x86-64 CPU.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/bf16.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/isa.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LOOPLM_AVX512_GEMV 1
+#endif
+
+namespace looplm {
+
+// Σ a[i] b[i] with 16 independent partial sums (vectorises to one accumulator per 16 lanes).
+LOOPLM_ISA_CLONES float dot(const float* a, const float* b, int n) {
+  float acc[16] = {0};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+namespace {
+
+inline float widen(float w) { return w; }
+inline float widen(uint16_t w) { return from_bf16(w); }
+
+// Portable: y[j] (+)= W[j,:] · x for rows [0, n), four rows at a time, 16-lane partial sums.
+template <class W_t>
+inline void gemv_span_portable(const W_t* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const W_t* w0 = W + (int64_t)j * ldw;
+    const W_t* w1 = w0 + ldw;
+    const W_t* w2 = w1 + ldw;
+    const W_t* w3 = w2 + ldw;
+    float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
+    int i = 0;
+    for (; i + 16 <= K; i += 16)
+      for (int l = 0; l < 16; ++l) {
+        const float xv = x[i + l];
+        a0[l] += widen(w0[i + l]) * xv;
+        a1[l] += widen(w1[i + l]) * xv;
+        a2[l] += widen(w2[i + l]) * xv;
+        a3[l] += widen(w3[i + l]) * xv;
+      }
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int l = 0; l < 16; ++l) { s0 += a0[l]; s1 += a1[l]; s2 += a2[l]; s3 += a3[l]; }
+    for (; i < K; ++i) {
+      s0 += widen(w0[i]) * x[i];
+      s1 += widen(w1[i]) * x[i];
+      s2 += widen(w2[i]) * x[i];
+      s3 += widen(w3[i]) * x[i];
+    }
+    if (acc) { y[j] += s0; y[j + 1] += s1; y[j + 2] += s2; y[j + 3] += s3; }
+    else { y[j] = s0; y[j + 1] = s1; y[j + 2] = s2; y[j + 3] = s3; }
+  }
+  for (; j < n; ++j) {
+    const W_t* w = W + (int64_t)j * ldw;
+    float s = 0;
+    for (int i = 0; i < K; ++i) s += widen(w[i]) * x[i];
+    y[j] = acc ? y[j] + s : s;
+  }
+}
+LOOPLM_ISA_CLONES void span_f32_portable(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+  gemv_span_portable(W, ldw, x, K, y, n, acc);
+}
+// bf16 in the decode layout (bf16.h): per 4-row block, chunks of 4 × w consecutive weights.
+LOOPLM_ISA_CLONES void span_bf16_portable(const uint16_t* W, const float* x, int K, float* y, int n, bool acc) {
+  int j = 0;
+  for (; j + kBf16Rows <= n; j += kBf16Rows) {
+    const uint16_t* blk = W + (int64_t)j * K;
+    float a[kBf16Rows][16] = {};
+    float tail[kBf16Rows] = {};
+    for (int c0 = 0; c0 < K; c0 += kBf16Cols) {
+      const int w = std::min(kBf16Cols, K - c0);
+      const uint16_t* chunk = blk + (int64_t)c0 * kBf16Rows;
+      for (int r = 0; r < kBf16Rows; ++r) {
+        const uint16_t* seg = chunk + r * w;
+        if (w == kBf16Cols) {
+          for (int l = 0; l < 16; ++l) a[r][l] += from_bf16(seg[l]) * x[c0 + l] + from_bf16(seg[16 + l]) * x[c0 + 16 + l];
+        } else {
+          for (int c = 0; c < w; ++c) tail[r] += from_bf16(seg[c]) * x[c0 + c];
+        }
+      }
+    }
+    for (int r = 0; r < kBf16Rows; ++r) {
+      float s = tail[r];
+      for (int l = 0; l < 16; ++l) s += a[r][l];
+      y[j + r] = acc ? y[j + r] + s : s;
+    }
+  }
+  for (; j < n; ++j) {  // the last R % 4 rows are plain
+    const uint16_t* w = W + (int64_t)j * K;
+    float s = 0;
+    for (int i = 0; i < K; ++i) s += from_bf16(w[i]) * x[i];
+    y[j] = acc ? y[j] + s : s;
+  }
+}
+
+#ifdef LOOPLM_AVX512_GEMV
+#define LOOPLM_AVX512 __attribute__((target("avx512f,avx512bw")))
+
+LOOPLM_AVX512 inline void store_row(float* y, __m512 a, bool acc) {
+  const float s = _mm512_reduce_add_ps(a);
+  *y = acc ? *y + s : s;
+}
+
+// fp32: 16 columns per step, the K % 16 tail by a masked load.
+LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+  const int full = K / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* w = W + (int64_t)j * ldw;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < full; i += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + i);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + ldw + i), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + 2 * ldw + i), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + 3 * ldw + i), xv, a3);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + full);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + full), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + ldw + full), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + 2 * ldw + full), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + 3 * ldw + full), xv, a3);
+    }
+    store_row(y + j, a0, acc);
+    store_row(y + j + 1, a1, acc);
+    store_row(y + j + 2, a2, acc);
+    store_row(y + j + 3, a3, acc);
+  }
+  for (; j < n; ++j) {
+    const float* w = W + (int64_t)j * ldw;
+    __m512 a = _mm512_setzero_ps();
+    for (int i = 0; i < full; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a);
+    if (tail) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + full), _mm512_maskz_loadu_ps(tail, x + full), a);
+    store_row(y + j, a, acc);
+  }
+}
+
+// bf16 in the decode layout (bf16.h). One 64-byte load holds a row's 32 weights of a chunk; in
+// 32-bit lane l, bits 0-15 are column 2l and bits 16-31 column 2l+1, so `w << 16` is the even
+// columns as fp32 and `w & 0xffff0000` the odd ones (exact). x comes de-interleaved
+// (xe = x[0::2], xo = x[1::2], zero-padded past K/2 by at least 16).
+LOOPLM_AVX512 inline void fma_bf16(__m512i w, __m512 xe, __m512 xo, __m512& ae, __m512& ao) {
+  ae = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), xe, ae);
+  ao = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))), xo, ao);
+}
+
+LOOPLM_AVX512 void span_bf16_avx512(const uint16_t* W, const float* xe, const float* xo, int K, float* y, int n,
+                                    bool acc) {
+  static_assert(kBf16Rows == 4 && kBf16Cols == 32, "the kernel is written for 4 x 32 chunks");
+  const int full = K / 32 * 32, rem = K - full;
+  const __mmask32 tail = rem ? (__mmask32)((1u << rem) - 1) : 0;
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const uint16_t* w = W + (int64_t)j * K;  // the block: one sequential stream of 4·K weights
+    __m512 e0 = _mm512_setzero_ps(), o0 = e0, e1 = e0, o1 = e0, e2 = e0, o2 = e0, e3 = e0, o3 = e0;
+    for (int i = 0; i < full; i += 32, w += 128) {
+      const __m512 ve = _mm512_loadu_ps(xe + i / 2), vo = _mm512_loadu_ps(xo + i / 2);
+      fma_bf16(_mm512_loadu_si512(w), ve, vo, e0, o0);
+      fma_bf16(_mm512_loadu_si512(w + 32), ve, vo, e1, o1);
+      fma_bf16(_mm512_loadu_si512(w + 64), ve, vo, e2, o2);
+      fma_bf16(_mm512_loadu_si512(w + 96), ve, vo, e3, o3);
+    }
+    if (tail) {
+      const __m512 ve = _mm512_loadu_ps(xe + full / 2), vo = _mm512_loadu_ps(xo + full / 2);
+      fma_bf16(_mm512_maskz_loadu_epi16(tail, w), ve, vo, e0, o0);
+      fma_bf16(_mm512_maskz_loadu_epi16(tail, w + rem), ve, vo, e1, o1);
+      fma_bf16(_mm512_maskz_loadu_epi16(tail, w + 2 * rem), ve, vo, e2, o2);
+      fma_bf16(_mm512_maskz_loadu_epi16(tail, w + 3 * rem), ve, vo, e3, o3);
+    }
+    store_row(y + j, _mm512_add_ps(e0, o0), acc);
+    store_row(y + j + 1, _mm512_add_ps(e1, o1), acc);
+    store_row(y + j + 2, _mm512_add_ps(e2, o2), acc);
+    store_row(y + j + 3, _mm512_add_ps(e3, o3), acc);
+  }
+  for (; j < n; ++j) {  // the last R % 4 rows are plain
+    const uint16_t* w = W + (int64_t)j * K;
+    __m512 e = _mm512_setzero_ps(), o = e;
+    for (int i = 0; i < full; i += 32)
+      fma_bf16(_mm512_loadu_si512(w + i), _mm512_loadu_ps(xe + i / 2), _mm512_loadu_ps(xo + i / 2), e, o);
+    if (tail)
+      fma_bf16(_mm512_maskz_loadu_epi16(tail, w + full), _mm512_loadu_ps(xe + full / 2),
+               _mm512_loadu_ps(xo + full / 2), e, o);
+    store_row(y + j, _mm512_add_ps(e, o), acc);
+  }
+}
+
+// With AVX512_BF16: vdpbf16ps multiplies 32 bf16 pairs and adds each pair's sum into 16 fp32
+// lanes in one instruction. x must be bf16 too, so it goes in as two bf16 vectors, hi = bf16(x)
+// and lo = bf16(x − hi), whose sum carries x to ~2^-16 relative (the weights' own rounding is
+// 2^-9): two instructions per 32 weights instead of four, and no de-interleaving.
+#define LOOPLM_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+LOOPLM_AVX512BF16 inline __m512 dp2(__m512 acc, __m512i w, __m512i xh, __m512i xl) {
+  acc = _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)xh);
+  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)xl);
+}
+
+LOOPLM_AVX512BF16 void span_bf16_dp(const uint16_t* W, const uint16_t* xh, const uint16_t* xl, int K, float* y, int n,
+                                    bool acc) {
+  const int full = K / 32 * 32, rem = K - full;
+  const __mmask32 tail = rem ? (__mmask32)((1u << rem) - 1) : 0;
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const uint16_t* w = W + (int64_t)j * K;  // the block: one sequential stream of 4·K weights
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < full; i += 32, w += 128) {
+      const __m512i h = _mm512_loadu_si512(xh + i), l = _mm512_loadu_si512(xl + i);
+      a0 = dp2(a0, _mm512_loadu_si512(w), h, l);
+      a1 = dp2(a1, _mm512_loadu_si512(w + 32), h, l);
+      a2 = dp2(a2, _mm512_loadu_si512(w + 64), h, l);
+      a3 = dp2(a3, _mm512_loadu_si512(w + 96), h, l);
+    }
+    if (tail) {
+      const __m512i h = _mm512_maskz_loadu_epi16(tail, xh + full), l = _mm512_maskz_loadu_epi16(tail, xl + full);
+      a0 = dp2(a0, _mm512_maskz_loadu_epi16(tail, w), h, l);
+      a1 = dp2(a1, _mm512_maskz_loadu_epi16(tail, w + rem), h, l);
+      a2 = dp2(a2, _mm512_maskz_loadu_epi16(tail, w + 2 * rem), h, l);
+      a3 = dp2(a3, _mm512_maskz_loadu_epi16(tail, w + 3 * rem), h, l);
+    }
+    store_row(y + j, a0, acc);
+    store_row(y + j + 1, a1, acc);
+    store_row(y + j + 2, a2, acc);
+    store_row(y + j + 3, a3, acc);
+  }
+  for (; j < n; ++j) {  // the last R % 4 rows are plain
+    const uint16_t* w = W + (int64_t)j * K;
+    __m512 a = _mm512_setzero_ps();
+    for (int i = 0; i < full; i += 32)
+      a = dp2(a, _mm512_loadu_si512(w + i), _mm512_loadu_si512(xh + i), _mm512_loadu_si512(xl + i));
+    if (tail)
+      a = dp2(a, _mm512_maskz_loadu_epi16(tail, w + full), _mm512_maskz_loadu_epi16(tail, xh + full),
+              _mm512_maskz_loadu_epi16(tail, xl + full));
+    store_row(y + j, a, acc);
+  }
+}
+
+bool have_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return yes;
+}
+bool have_avx512_bf16() {
+  static const bool yes = have_avx512() && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+#else
+bool have_avx512() { return false; }
+bool have_avx512_bf16() { return false; }
+#endif
+
+// Run span(lo, count) over rows [0, N): one call for small products (waking the pool costs more
+// than the work), else one contiguous block of rows (a multiple of 4) per thread.
+template <class F>
+void for_row_blocks(int N, int K, F span) {
+  if ((int64_t)N * K <= (1 << 15)) { span(0, N); return; }
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int per = ((N + nt - 1) / nt + 3) / 4 * 4;
+    const int lo = std::min(N, id * per), hi = std::min(N, lo + per);
+    if (hi > lo) span(lo, hi - lo);
+  }
+}
+
+}  // namespace
+
+void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate) {
+  const bool wide = have_avx512();
+  for_row_blocks(N, K, [&](int lo, int n) {
+#ifdef LOOPLM_AVX512_GEMV
+    if (wide) return span_f32_avx512(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
+#endif
+    span_f32_portable(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
+  });
+}
+
+std::vector<Bf16Kernel> bf16_kernels_available() {
+  std::vector<Bf16Kernel> k = {Bf16Kernel::portable};
+  if (have_avx512()) k.push_back(Bf16Kernel::avx512);
+  if (have_avx512_bf16()) k.push_back(Bf16Kernel::avx512_bf16);
+  return k;
+}
+
+void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate, Bf16Kernel kernel) {
+  if (kernel == Bf16Kernel::best) kernel = bf16_kernels_available().back();
+  // Per-thread buffers for x in the form the kernel wants; they only grow (no allocation on the
+  // hot path after the first token) and are filled once, before the threads split the rows.
+  static thread_local std::vector<float> xbuf;
+#ifdef LOOPLM_AVX512_GEMV
+  if (kernel == Bf16Kernel::avx512_bf16) {
+    const int pad = (K + 31) / 32 * 32;
+    if ((int)xbuf.size() < pad) xbuf.resize(pad);
+    uint16_t* xh = reinterpret_cast<uint16_t*>(xbuf.data());
+    uint16_t* xl = xh + pad;
+    for (int i = 0; i < K; ++i) {
+      xh[i] = to_bf16(x[i]);
+      xl[i] = to_bf16(x[i] - from_bf16(xh[i]));
+    }
+    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_dp(W + (int64_t)lo * K, xh, xl, K, y + lo, n, accumulate); });
+    return;
+  }
+  if (kernel == Bf16Kernel::avx512) {
+    const int half = (K / 2 + 16) / 16 * 16;  // ≥ ceil(K/2), a multiple of 16, plus room for the tail
+    if ((int)xbuf.size() < 2 * half) xbuf.resize(2 * half);
+    float *xe = xbuf.data(), *xo = xe + half;
+    std::fill(xe, xe + 2 * half, 0.0f);
+    for (int i = 0; i < K; ++i) (i % 2 ? xo : xe)[i / 2] = x[i];
+    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx512(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
+    return;
+  }
+#endif
+  for_row_blocks(N, K, [&](int lo, int n) { span_bf16_portable(W + (int64_t)lo * K, x, K, y + lo, n, accumulate); });
+}
+
+}  // namespace looplm
