@@ -26,8 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-METRICS = ("train_tokens_per_s", "generate_tokens_per_s", "peak_rss_mib", "gflops", "peak_fraction",
-           "gemm_peak_gflops")
+METRICS = ("train_tokens_per_s", "generate_tokens_per_s", "generate_bf16_tokens_per_s", "peak_rss_mib", "gflops",
+           "peak_fraction", "gemm_peak_gflops")
 
 
 def last_json(text):
@@ -125,17 +125,22 @@ def main():
 
     prec = "bf16 autocast" if a.bf16 else "fp32"
     print(f"\n{a.threads} thread(s), PyTorch {prec}, medians of {a.repeats} interleaved runs\n")
-    print("| config | looplm train tok/s | PyTorch train tok/s | ratio | looplm gen tok/s | "
-          "PyTorch gen tok/s | ratio | looplm peak RSS | PyTorch peak RSS | ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    # Generation: looplm with fp32 weights (exact) and from its bf16 weight copy, both against the
+    # peer's generation (fp32, or bf16 autocast under --bf16).
+    print("| config | looplm train tok/s | PyTorch train tok/s | ratio | looplm gen tok/s fp32 | "
+          "looplm gen tok/s bf16 | PyTorch gen tok/s | ratio fp32 | ratio bf16 | looplm peak RSS | "
+          "PyTorch peak RSS | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in configs:
         L = {k: median(runs[c]["looplm"], k) for k in METRICS}
         T = {k: median(runs[c]["torch"], k) for k in METRICS}
         mib = lambda v: "—" if v is None else f"{v:,.0f} MiB"
         print(f"| {c} | {fmt(L['train_tokens_per_s'])} | {fmt(T['train_tokens_per_s'])} | "
               f"{ratio(L['train_tokens_per_s'], T['train_tokens_per_s'])} | "
-              f"{fmt(L['generate_tokens_per_s'])} | {fmt(T['generate_tokens_per_s'])} | "
+              f"{fmt(L['generate_tokens_per_s'])} | {fmt(L['generate_bf16_tokens_per_s'])} | "
+              f"{fmt(T['generate_tokens_per_s'])} | "
               f"{ratio(L['generate_tokens_per_s'], T['generate_tokens_per_s'])} | "
+              f"{ratio(L['generate_bf16_tokens_per_s'], T['generate_tokens_per_s'])} | "
               f"{mib(L['peak_rss_mib'])} | {mib(T['peak_rss_mib'])} | "
               f"{ratio(L['peak_rss_mib'], T['peak_rss_mib'])} |")
 
@@ -148,6 +153,8 @@ def main():
                 continue
             tr = ", ".join(fmt(r.get("train_tokens_per_s")) for r in rs)
             ge = ", ".join(fmt(r.get("generate_tokens_per_s")) for r in rs)
+            if who == "looplm":
+                ge += "; bf16 " + ", ".join(fmt(r.get("generate_bf16_tokens_per_s")) for r in rs)
             extra = ""
             if who == "looplm":
                 g, pf = median(rs, "gflops"), median(rs, "peak_fraction")

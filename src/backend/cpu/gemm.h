@@ -16,16 +16,19 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const d
 // Σ a[i] b[i] (ISA-cloned, 16 partial sums).
 float dot(const float* a, const float* b, int n);
 
+// Matrix-vector kernels by CPU feature (gemv.cpp): `best` is the fastest this CPU has; tests run
+// every available one. avx512_bf16 applies to bf16 weights (for fp32 it means avx512).
+enum class GemvKernel { best, portable, avx512, avx512_bf16 };
+std::vector<GemvKernel> gemv_kernels_available();  // portable first, best last
+
 // y[N] = W[N,K] · x[K] (+ y if accumulate) — matrix-vector for batch-1 decoding, multithreaded
 // over rows, memory-bound (weights are streamed once).
-void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate);
+void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate,
+               GemvKernel kernel = GemvKernel::best);
 
 // The same with W [N, K] in bf16 in the decode layout (backend/cpu/bf16.h: pack_bf16), widened to
 // fp32 as it is read (exact), fp32 products and sums: half the bytes of gemv_rows.
-// Kernels by CPU feature: `best` is the fastest this CPU has; tests run every available one.
-enum class Bf16Kernel { best, portable, avx512, avx512_bf16 };
 void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate,
-                    Bf16Kernel kernel = Bf16Kernel::best);
-std::vector<Bf16Kernel> bf16_kernels_available();  // portable first, best last
+                    GemvKernel kernel = GemvKernel::best);
 
 }  // namespace looplm

@@ -284,8 +284,8 @@ void for_row_blocks(int N, int K, F span) {
 
 }  // namespace
 
-void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate) {
-  const bool wide = have_avx512();
+void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate, GemvKernel kernel) {
+  const bool wide = kernel == GemvKernel::best ? have_avx512() : kernel != GemvKernel::portable;
   for_row_blocks(N, K, [&](int lo, int n) {
 #ifdef LOOPLM_AVX512_GEMV
     if (wide) return span_f32_avx512(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
@@ -294,20 +294,20 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
   });
 }
 
-std::vector<Bf16Kernel> bf16_kernels_available() {
-  std::vector<Bf16Kernel> k = {Bf16Kernel::portable};
-  if (have_avx512()) k.push_back(Bf16Kernel::avx512);
-  if (have_avx512_bf16()) k.push_back(Bf16Kernel::avx512_bf16);
+std::vector<GemvKernel> gemv_kernels_available() {
+  std::vector<GemvKernel> k = {GemvKernel::portable};
+  if (have_avx512()) k.push_back(GemvKernel::avx512);
+  if (have_avx512_bf16()) k.push_back(GemvKernel::avx512_bf16);
   return k;
 }
 
-void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate, Bf16Kernel kernel) {
-  if (kernel == Bf16Kernel::best) kernel = bf16_kernels_available().back();
+void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate, GemvKernel kernel) {
+  if (kernel == GemvKernel::best) kernel = gemv_kernels_available().back();
   // Per-thread buffers for x in the form the kernel wants; they only grow (no allocation on the
   // hot path after the first token) and are filled once, before the threads split the rows.
   static thread_local std::vector<float> xbuf;
 #ifdef LOOPLM_AVX512_GEMV
-  if (kernel == Bf16Kernel::avx512_bf16) {
+  if (kernel == GemvKernel::avx512_bf16) {
     const int pad = (K + 31) / 32 * 32;
     if ((int)xbuf.size() < pad) xbuf.resize(pad);
     uint16_t* xh = reinterpret_cast<uint16_t*>(xbuf.data());
@@ -319,7 +319,7 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
     for_row_blocks(N, K, [&](int lo, int n) { span_bf16_dp(W + (int64_t)lo * K, xh, xl, K, y + lo, n, accumulate); });
     return;
   }
-  if (kernel == Bf16Kernel::avx512) {
+  if (kernel == GemvKernel::avx512) {
     const int half = (K / 2 + 16) / 16 * 16;  // ≥ ceil(K/2), a multiple of 16, plus room for the tail
     if ((int)xbuf.size() < 2 * half) xbuf.resize(2 * half);
     float *xe = xbuf.data(), *xo = xe + half;

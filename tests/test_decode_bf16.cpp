@@ -1,0 +1,136 @@
+// Batch-1 decoding from bf16 weight copies: the rounding, the packed layout, every matrix-vector
+// kernel this CPU has, and a whole model (bf16 decoding = fp32 decoding of the rounded model).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/bf16.h"
+#include "backend/cpu/gemm.h"
+#include "infer/kv_cache.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+using namespace looplm;
+
+TEST(Bf16, RoundsToNearestEven) {
+  auto bits = [](float f) { return to_bf16(f); };
+  EXPECT_EQ(bits(1.0f), 0x3f80);
+  EXPECT_EQ(bits(1.0f + 0x1p-8f), 0x3f80);           // tie: stays on the even mantissa
+  EXPECT_EQ(bits(1.0f + 3 * 0x1p-8f), 0x3f82);       // tie: rounds up to the even one
+  EXPECT_EQ(bits(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // above the tie
+  EXPECT_EQ(bits(-2.5f), 0xc020);
+  EXPECT_EQ(bits(INFINITY), 0x7f80);
+  EXPECT_TRUE(std::isnan(from_bf16(bits(NAN))));
+  EXPECT_EQ(from_bf16(bits(3.0f)), 3.0f);
+}
+
+// Every available kernel (fp32 and bf16) against a double-precision product of the same rounded weights, on
+// shapes around the 4-row blocks and 32-column chunks. Tolerance 1e-5 of Σ|w x|: fp32 sums of
+// ≤ 400 terms (K · 6e-8 relative ≈ 2.4e-5 worst case, ~1e-6 typical), and x's hi + lo bf16 split
+// in the AVX512-BF16 kernel (2^-17 relative).
+TEST(Bf16, GemvKernelsMatchDouble) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 1);
+  for (int N : {1, 3, 4, 7, 67})
+    for (int K : {1, 31, 32, 33, 100, 384}) {
+      std::vector<float> W((size_t)N * K), x(K), y0(N, 0.25f);
+      for (auto& w : W) w = nd(rng);
+      for (auto& v : x) v = nd(rng);
+      for (GemvKernel kern : gemv_kernels_available()) {  // the fp32 kernels, exact weights
+        std::vector<float> y(N);
+        gemv_rows(N, K, W.data(), K, x.data(), y.data(), false, kern);
+        for (int n = 0; n < N; ++n) {
+          double r = 0, a = 0;
+          for (int k = 0; k < K; ++k) r += (double)W[(size_t)n * K + k] * x[k], a += std::fabs(W[(size_t)n * K + k] * x[k]);
+          ASSERT_NEAR(y[n], r, 1e-5 * (a + 1)) << "fp32 kernel " << (int)kern << " N " << N << " K " << K;
+        }
+      }
+      std::vector<uint16_t> P((size_t)N * K);
+      pack_bf16(W.data(), N, K, P.data());
+      std::vector<double> ref(N), mag(N);
+      for (int n = 0; n < N; ++n)
+        for (int k = 0; k < K; ++k) {
+          const double w = from_bf16(to_bf16(W[(size_t)n * K + k]));
+          ref[n] += w * x[k];
+          mag[n] += std::fabs(w * x[k]);
+        }
+      for (GemvKernel kern : gemv_kernels_available())
+        for (bool acc : {false, true}) {
+          std::vector<float> y = y0;
+          gemv_rows_bf16(N, K, P.data(), x.data(), y.data(), acc, kern);
+          for (int n = 0; n < N; ++n)
+            ASSERT_NEAR(y[n], ref[n] + (acc ? 0.25 : 0.0), 1e-5 * (mag[n] + 1))
+                << "kernel " << (int)kern << " N " << N << " K " << K << " row " << n;
+        }
+    }
+}
+
+namespace {
+// Greedy decode of `steps` tokens from a one-token prompt, every step batch 1 (so every matrix
+// product takes the decode path); returns all logits.
+std::vector<float> decode_logits(const Model& m, bool bf16, int steps) {
+  const Config& c = m.config();
+  KVCache cache(c, 1, c.context, c.R);
+  Graph g;
+  Graph::NoGrad ng(g);
+  Graph::BF16Weights bw(g, bf16);
+  RunOptions o;
+  o.cache = &cache;
+  std::vector<float> all;
+  int32_t tok = 7;
+  for (int t = 0; t < steps; ++t) {
+    o.pos0 = t;
+    Node* z = m.logits(g, &tok, 1, 1, o);
+    all.insert(all.end(), z->v, z->v + c.vocab_size);
+    tok = (int32_t)(std::max_element(z->v, z->v + c.vocab_size) - z->v);
+    cache.length = t + 1;
+    g.reset();
+  }
+  return all;
+}
+}  // namespace
+
+// A model decoded from its bf16 copies computes what the fp32 path computes on a model whose
+// matrices were rounded to bf16 (untied head, so the embedding lookup reads the same values in
+// both). Tolerance 1e-4 of the logit scale: only fp32 summation order and x's hi + lo split differ.
+// Also: the bf16 model stays close to the fp32 one (3e-2 of the scale: weights carry 2^-9
+// relative rounding error).
+TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
+  for (const char* mlp : {"gelu", "swiglu"}) {
+    Config c;
+    c.vocab_size = 61;  // not a multiple of 4: the head's last rows are plain
+    c.d_model = 40;     // not a multiple of 32: the kernels' tail chunks
+    c.n_heads = 2;
+    c.context = 12;
+    c.n_prelude = 1;
+    c.n_core = 1;
+    c.n_coda = 1;
+    c.R = 2;
+    c.mlp = mlp;
+    c.bias = true;
+    c.tie_embeddings = false;
+    c.validate();
+    Model m(c), rounded(c);
+    m.init_weights(3);
+    for (auto& w : m.params().values()) w *= 4.0f;  // away from near-ties
+    rounded.params().values() = m.params().values();
+    for (const ParamInfo& p : rounded.params().infos())
+      if (p.shape.size() >= 2 && p.name != "tok_emb.weight" && p.name != "pos_emb.weight")
+        for (size_t i = p.offset; i < p.offset + p.numel; ++i)
+          rounded.params().values()[i] = from_bf16(to_bf16(rounded.params().values()[i]));
+    m.params().make_bf16_copy();
+    const int steps = 8;
+    std::vector<float> zb = decode_logits(m, true, steps), zr = decode_logits(rounded, false, steps),
+                       zf = decode_logits(m, false, steps);
+    float scale = 0, moved = 0;
+    for (float v : zf) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < zb.size(); ++i) {
+      ASSERT_NEAR(zb[i], zr[i], 1e-4 * scale) << mlp << " logit " << i;
+      ASSERT_NEAR(zb[i], zf[i], 3e-2 * scale) << mlp << " logit " << i;
+      moved = std::max(moved, std::fabs(zb[i] - zf[i]));
+    }
+    EXPECT_GT(moved, 1e-6 * scale) << "the bf16 copies were not used";
+  }
+}
