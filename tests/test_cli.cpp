@@ -77,6 +77,10 @@ TEST_F(Cli, GenerateGreedyIsDeterministic) {
   CmdResult b = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0");
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
+  CmdResult c = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --weights bf16");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(c.out.substr(0, 2), "hi");
+  EXPECT_EQ(c.out.size(), a.out.size());  // 12 byte tokens either way (the bytes may differ)
 }
 
 TEST_F(Cli, TruncatedCheckpoint) {
@@ -128,6 +132,9 @@ TEST_F(Cli, BadFlagValues) {
   CmdResult r = run("generate --checkpoint " + ckpt() + " --prompt x --temperature hot");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("temperature"), std::string::npos) << r.out;
+  r = run("generate --checkpoint " + ckpt() + " --prompt x --weights int3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("weights"), std::string::npos) << r.out;
   r = run("train --preset looped --set R=two --out " + dir + "/run");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("R"), std::string::npos) << r.out;

@@ -1,7 +1,7 @@
-// Branch-free float exp and erf that vectorise (libm's scalar calls do not), for the float hot
-// loops. Accuracy: exp ~2 ulp on [-87, 88] (Cephes polynomial), erf absolute error < 2e-7
-// (Numerical Recipes' erfc Chebyshev fit, 1.2e-7 relative) — below the float32 tolerances of the
-// reference tests (docs/numerics.md). The double kernels keep std::exp / std::erf.
+// A branch-free float exp that vectorises (libm's scalar call does not), for the float hot loops.
+// Accuracy ~2 ulp on [-87, 88] (Cephes polynomial), below the float32 tolerances of the reference
+// tests (docs/numerics.md). GELU's Φ is built on it in pointwise_f32.cpp. The double kernels keep
+// std::exp / std::erf.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -26,21 +26,6 @@ inline float exp(float x) {
   float scale;
   std::memcpy(&scale, &bits, 4);
   return p * scale;
-}
-
-inline float erf(float x) {
-  const float z = std::fabs(x);
-  const float t = 1.0f / (1.0f + 0.5f * z);
-  const float poly =
-      -1.26551223f +
-      t * (1.00002368f +
-           t * (0.37409196f +
-                t * (0.09678418f +
-                     t * (-0.18628806f +
-                          t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
-  const float erfc = t * fm::exp(-z * z + poly);
-  const float r = 1.0f - erfc;
-  return x < 0 ? -r : r;
 }
 
 }  // namespace looplm::fm
