@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Debian 12 packages looplm needs to build, test and run its default job. Idempotent.
+# Debian 12 packages looplm needs to build and run its default job; with --test also what the test
+# suite adds (qemu-user: the tests again on emulated CPUs without AVX-512). Idempotent.
 set -euo pipefail
 PKGS=(g++ cmake make libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev bible-kjv)
+[ "${1:-}" = "--test" ] && PKGS+=(qemu-user)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

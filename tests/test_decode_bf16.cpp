@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -133,4 +135,14 @@ TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
     }
     EXPECT_GT(moved, 1e-6 * scale) << "the bf16 copies were not used";
   }
+}
+
+// In the emulated-CPU runs (CMakeLists.txt: qemu-x86_64 -cpu max / qemu64) the emulator must really
+// hide AVX-512 (and, at the baseline, AVX2), or those runs would not exercise the fallbacks.
+TEST(Isa, EmulatedCpuHidesWideUnits) {
+  const char* expect = std::getenv("LOOPLM_EXPECT_ISA");
+  if (!expect) GTEST_SKIP() << "native run";
+  EXPECT_FALSE(__builtin_cpu_supports("avx512f"));
+  EXPECT_EQ(__builtin_cpu_supports("avx2") != 0, std::string(expect) == "avx2");
+  EXPECT_EQ(gemv_kernels_available().size(), 1u);  // portable only
 }
