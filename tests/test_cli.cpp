@@ -1,9 +1,13 @@
 // The looplm binary end to end: bad input gets a clear message and exit code 1 (runtime) or
 // 2 (usage), never a crash; eval --json prints the loss at every exit.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -151,4 +155,63 @@ TEST_F(Cli, BadFlagValues) {
   r = run("eval --checkpoint " + dir + "/missing.safetensors --data " + dir + "/val.txt");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("missing.safetensors"), std::string::npos) << r.out;
+}
+
+// Ctrl-C during training: the run finishes its step, writes a checkpoint, says so and exits 130;
+// --resume continues from that step. (The CLI takes signals on its own thread: tools/signals.h.)
+TEST_F(Cli, InterruptedTrainingCheckpointsAndResumes) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
+  const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
+                           " --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
+                           " --set eval_every=1000000 --set eval_batches=1 --set log_every=1 --out " + dir + "/run";
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    std::string cmd = std::string("exec ") + LOOPLM_BINARY + " " + args + " --steps 1000000";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  bool signalled = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    pollfd pfd{fds[0], POLLIN, 0};
+    if (std::chrono::steady_clock::now() > deadline) {  // never hang the suite
+      kill(pid, SIGKILL);
+      ADD_FAILURE() << "no clean stop within 120 s:\n" << out;
+      break;
+    }
+    if (poll(&pfd, 1, 1000) <= 0) continue;
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, n);
+    if (!signalled && out.find("step 3/") != std::string::npos) {
+      kill(pid, SIGINT);
+      signalled = true;
+    }
+  }
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(signalled) << out;
+  ASSERT_TRUE(WIFEXITED(st)) << "killed instead of stopping cleanly:\n" << out;
+  EXPECT_EQ(WEXITSTATUS(st), 130) << out;
+  const size_t at = out.find("interrupted: checkpoint written at step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int step = std::stoi(out.substr(at + 40));
+  EXPECT_GE(step, 3);
+  ASSERT_TRUE(fs::exists(dir + "/run/train_state.safetensors"));
+  CmdResult r = run(args + " --steps 1000000 --resume --stop-after " + std::to_string(step + 2));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed " + dir + "/run at step " + std::to_string(step)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step " + std::to_string(step + 2) + "/"), std::string::npos) << r.out;
 }

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "signals.h"
 #include "looplm/looplm.h"
 
 namespace looplm::cli {
@@ -34,8 +35,11 @@ int cmd_train(int argc, char** argv) {
   o.resume = resume;
   o.stop_after = stop_after;
   o.quiet = quiet;
+  GracefulStop graceful;  // Ctrl-C: finish the step, checkpoint, exit 130
+  o.stop = graceful.flag();
   TrainResult r = train(c, o);
-  if (r.steps_done < c.steps) return 0;  // stopped early: no report yet
+  if (r.interrupted) return 130;         // 128 + SIGINT, as if killed, but with a checkpoint
+  if (r.steps_done < c.steps) return 0;  // --stop-after: no report yet
 
   // The report: loss at every exit on the validation data, and a sample.
   LanguageModel lm = LanguageModel::load(out);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli.h"
+#include "signals.h"
 #include "looplm/error.h"
 
 namespace {
@@ -20,6 +21,7 @@ const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  looplm::cli::start_signal_thread();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

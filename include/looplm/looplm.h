@@ -1,6 +1,7 @@
 // looplm's public C++ API: train, evaluate and generate with looped transformer LMs.
 // The `looplm` CLI is built on exactly these calls.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,11 +20,15 @@ struct TrainOptions {
   int stop_after = -1;       // stop (with a checkpoint) after this step although the schedule is longer
   bool quiet = false;        // no progress lines
   std::function<void(const std::string&)> log;  // progress lines (default: stderr)
+  // Set by the caller (e.g. from a signal-handling thread) to end the run after the current step,
+  // with a checkpoint; --resume continues it.
+  const std::atomic<bool>* stop = nullptr;
 };
 struct TrainResult {
   std::vector<double> losses;  // training loss per step run in this call
   double val_loss = 0;         // last validation loss
   int64_t steps_done = 0;      // total optimizer steps in the checkpoint
+  bool interrupted = false;    // ended by TrainOptions::stop
 };
 TrainResult train(const Config& config, const TrainOptions& options);
 

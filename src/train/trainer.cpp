@@ -147,10 +147,9 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     return e.loss;
   };
 
-  // Ctrl-C ends the process at once; checkpoints are atomic, so `--resume` continues from the last
-  // one (every eval_every steps). A handler that finished the step and checkpointed was tried: a
-  // SIGINT taken mid-step was followed by heap corruption inside oneDNN's sgemm (not understood
-  // yet; see the issue notes), so it was removed.
+  // A stop request (TrainOptions::stop; the CLI sets it on Ctrl-C from its signal thread, never
+  // from a handler: tools/signals.h says why) ends the run after the current step, with a
+  // checkpoint. Checkpoints are atomic, so a run killed outright resumes from the last one.
   TrainResult res;
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   Graph g;
@@ -205,10 +204,15 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                     (long long)st.step, c.steps, loss, lr, gnorm, depth, tps, fmt_duration(eta).c_str());
       log(line);
     }
-    bool stop = st.step == last;
-    if (st.step % c.eval_every == 0 || stop) {
+    const bool interrupted = opt.stop && opt.stop->load();
+    if (st.step % c.eval_every == 0 || st.step == last || interrupted) {
       res.val_loss = validate(st.step);
       checkpoint();
+    }
+    if (interrupted && st.step < last) {
+      log("interrupted: checkpoint written at step " + std::to_string(st.step) + "; continue with --resume");
+      res.interrupted = true;
+      break;
     }
   }
   if (steps_this_run == 0 && !exists(model_path)) checkpoint();

@@ -1,0 +1,70 @@
+#include "signals.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+namespace looplm::cli {
+
+namespace {
+
+std::atomic<bool> g_graceful{false};  // a GracefulStop is alive
+std::atomic<bool> g_stop{false};      // the first signal arrived while it was
+
+sigset_t handled_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGTERM);
+  return s;
+}
+
+[[noreturn]] void die_by(int sig) {
+  // Default action, unblocked on this thread, then raise: the process ends as killed by `sig`
+  // (the shell sees the usual status).
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  _exit(128 + sig);
+}
+
+void wait_for_signals() {
+  const sigset_t s = handled_signals();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&s, &sig) != 0) continue;
+    if (g_graceful.load() && !g_stop.exchange(true)) {
+      const char msg[] =
+          "\nlooplm: stopping after this step with a checkpoint (resume with --resume; again to quit at once)\n";
+      ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)ignored;
+      continue;
+    }
+    die_by(sig);
+  }
+}
+
+}  // namespace
+
+void start_signal_thread() {
+  const sigset_t s = handled_signals();
+  pthread_sigmask(SIG_BLOCK, &s, nullptr);  // inherited by every thread created from now on
+  std::thread(wait_for_signals).detach();
+}
+
+GracefulStop::GracefulStop() {
+  g_stop = false;
+  g_graceful = true;
+}
+GracefulStop::~GracefulStop() { g_graceful = false; }
+const std::atomic<bool>* GracefulStop::flag() const { return &g_stop; }
+
+}  // namespace looplm::cli
