@@ -99,12 +99,14 @@ std::vector<float> decode_logits(const Model& m, bool bf16, int steps) {
 // both). Tolerance 1e-4 of the logit scale: only fp32 summation order and x's hi + lo split differ.
 // Also: the bf16 model stays close to the fp32 one (3e-2 of the scale: weights carry 2^-9
 // relative rounding error).
+// With d_model = 30 (3 heads of 10), q|k|v (30 rows each) cannot share one view of the layout, so that view has
+// no bf16 copy and reads fp32 (ParamStore::view): only the closeness check applies.
 TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
-  for (const char* mlp : {"gelu", "swiglu"}) {
+  for (auto [mlp, d] : {std::pair{"gelu", 40}, {"swiglu", 40}, {"gelu", 30}}) {
     Config c;
     c.vocab_size = 61;  // not a multiple of 4: the head's last rows are plain
-    c.d_model = 40;     // not a multiple of 32: the kernels' tail chunks
-    c.n_heads = 2;
+    c.d_model = d;      // not a multiple of 32: the kernels' tail chunks
+    c.n_heads = d == 30 ? 3 : 2;
     c.context = 12;
     c.n_prelude = 1;
     c.n_core = 1;
@@ -129,7 +131,7 @@ TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
     float scale = 0, moved = 0;
     for (float v : zf) scale = std::max(scale, std::fabs(v));
     for (size_t i = 0; i < zb.size(); ++i) {
-      ASSERT_NEAR(zb[i], zr[i], 1e-4 * scale) << mlp << " logit " << i;
+      if (d % 4 == 0) ASSERT_NEAR(zb[i], zr[i], 1e-4 * scale) << mlp << " logit " << i;
       ASSERT_NEAR(zb[i], zf[i], 3e-2 * scale) << mlp << " logit " << i;
       moved = std::max(moved, std::fabs(zb[i] - zf[i]));
     }
