@@ -18,6 +18,9 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define LOOPLM_AVX512_GEMV 1
+// GCC 12's own AVX-512 headers trip this warning (their _mm512_undefined_* placeholders in
+// reductions and shifts); nothing in this file reads an uninitialised value.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace looplm {
@@ -36,49 +39,36 @@ LOOPLM_ISA_CLONES float dot(const float* a, const float* b, int n) {
 
 namespace {
 
-inline float widen(float w) { return w; }
-inline float widen(uint16_t w) { return from_bf16(w); }
-
 // Portable: y[j] (+)= W[j,:] · x for rows [0, n), four rows at a time, 16-lane partial sums.
-template <class W_t>
-inline void gemv_span_portable(const W_t* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+LOOPLM_ISA_CLONES void span_f32_portable(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
   int j = 0;
   for (; j + 4 <= n; j += 4) {
-    const W_t* w0 = W + (int64_t)j * ldw;
-    const W_t* w1 = w0 + ldw;
-    const W_t* w2 = w1 + ldw;
-    const W_t* w3 = w2 + ldw;
+    const float* w0 = W + (int64_t)j * ldw;
+    const float* w1 = w0 + ldw;
+    const float* w2 = w1 + ldw;
+    const float* w3 = w2 + ldw;
     float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
     int i = 0;
     for (; i + 16 <= K; i += 16)
       for (int l = 0; l < 16; ++l) {
         const float xv = x[i + l];
-        a0[l] += widen(w0[i + l]) * xv;
-        a1[l] += widen(w1[i + l]) * xv;
-        a2[l] += widen(w2[i + l]) * xv;
-        a3[l] += widen(w3[i + l]) * xv;
+        a0[l] += w0[i + l] * xv;
+        a1[l] += w1[i + l] * xv;
+        a2[l] += w2[i + l] * xv;
+        a3[l] += w3[i + l] * xv;
       }
     float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (int l = 0; l < 16; ++l) { s0 += a0[l]; s1 += a1[l]; s2 += a2[l]; s3 += a3[l]; }
-    for (; i < K; ++i) {
-      s0 += widen(w0[i]) * x[i];
-      s1 += widen(w1[i]) * x[i];
-      s2 += widen(w2[i]) * x[i];
-      s3 += widen(w3[i]) * x[i];
-    }
+    for (; i < K; ++i) { s0 += w0[i] * x[i]; s1 += w1[i] * x[i]; s2 += w2[i] * x[i]; s3 += w3[i] * x[i]; }
     if (acc) { y[j] += s0; y[j + 1] += s1; y[j + 2] += s2; y[j + 3] += s3; }
     else { y[j] = s0; y[j + 1] = s1; y[j + 2] = s2; y[j + 3] = s3; }
   }
   for (; j < n; ++j) {
-    const W_t* w = W + (int64_t)j * ldw;
-    float s = 0;
-    for (int i = 0; i < K; ++i) s += widen(w[i]) * x[i];
-    y[j] = acc ? y[j] + s : s;
+    const float v = dot(W + (int64_t)j * ldw, x, K);
+    y[j] = acc ? y[j] + v : v;
   }
 }
-LOOPLM_ISA_CLONES void span_f32_portable(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
-  gemv_span_portable(W, ldw, x, K, y, n, acc);
-}
+
 // bf16 in the decode layout (bf16.h): per 4-row block, chunks of 4 × w consecutive weights.
 LOOPLM_ISA_CLONES void span_bf16_portable(const uint16_t* W, const float* x, int K, float* y, int n, bool acc) {
   int j = 0;
