@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include "ops/kernels.h"
-#include "backend/cpu/fastmath.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels_pointwise.h"
