@@ -17,7 +17,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "model/model_io.h"
 
 using namespace looplm;
 namespace fs = std::filesystem;
@@ -148,7 +148,7 @@ TEST_F(Cli, BadFlagValues) {
   r = run("train --preset nosuch --out " + dir + "/run");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("looped"), std::string::npos) << r.out;  // lists the presets
-  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --depth 0");
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --depth -1");
   EXPECT_EQ(r.code, 2) << r.out;
   r = run("frobnicate");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -10,7 +10,9 @@
 
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
-#include "infer/kv_cache.h"
+#include "backend/cpu/weight_format.h"
+#include "core/rng.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/ops.h"
 
@@ -72,12 +74,11 @@ TEST(Bf16, GemvKernelsMatchDouble) {
 namespace {
 // Greedy decode of `steps` tokens from a one-token prompt, every step batch 1 (so every matrix
 // product takes the decode path); returns all logits.
-std::vector<float> decode_logits(const Model& m, bool bf16, int steps) {
+std::vector<float> decode_logits(const Model& m, int steps) {
   const Config& c = m.config();
   KVCache cache(c, 1, c.context, c.R);
   Graph g;
   Graph::NoGrad ng(g);
-  Graph::BF16Weights bw(g, bf16);
   RunOptions o;
   o.cache = &cache;
   std::vector<float> all;
@@ -94,13 +95,12 @@ std::vector<float> decode_logits(const Model& m, bool bf16, int steps) {
 }
 }  // namespace
 
-// A model decoded from its bf16 copies computes what the fp32 path computes on a model whose
+// A model decoded from its bf16 weight format computes what the fp32 path computes on a model whose
 // matrices were rounded to bf16 (untied head, so the embedding lookup reads the same values in
 // both). Tolerance 1e-4 of the logit scale: only fp32 summation order and x's hi + lo split differ.
 // Also: the bf16 model stays close to the fp32 one (3e-2 of the scale: weights carry 2^-9
-// relative rounding error).
-// With d_model = 30 (3 heads of 10), q|k|v (30 rows each) cannot share one view of the layout, so that view has
-// no bf16 copy and reads fp32 (ParamStore::view): only the closeness check applies.
+// relative rounding error). Each matrix is packed as the product sees it (q|k|v together), so row
+// counts that are not a multiple of the layout's 4 (d_model = 30: q|k|v has 90 rows) pack too.
 TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
   for (auto [mlp, d] : {std::pair{"gelu", 40}, {"swiglu", 40}, {"gelu", 30}}) {
     Config c;
@@ -116,27 +116,73 @@ TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
     c.bias = true;
     c.tie_embeddings = false;
     c.validate();
-    Model m(c), rounded(c);
-    m.init_weights(3);
-    for (auto& w : m.params().values()) w *= 4.0f;  // away from near-ties
-    rounded.params().values() = m.params().values();
+    Model mf(c), mb(c), rounded(c);
+    mf.init_weights(3);
+    for (auto& w : mf.params().values()) w *= 4.0f;  // away from near-ties
+    std::copy(mf.params().values().begin(), mf.params().values().end(), mb.params().values().begin());
+    std::copy(mf.params().values().begin(), mf.params().values().end(), rounded.params().values().begin());
     for (const ParamInfo& p : rounded.params().infos())
       if (p.shape.size() >= 2 && p.name != "tok_emb.weight" && p.name != "pos_emb.weight")
         for (size_t i = p.offset; i < p.offset + p.numel; ++i)
           rounded.params().values()[i] = from_bf16(to_bf16(rounded.params().values()[i]));
-    m.params().make_bf16_copy();
+    mb.prepare_inference(*find_weight_format("bf16"));
+    mf.prepare_inference(*find_weight_format("fp32"));
     const int steps = 8;
-    std::vector<float> zb = decode_logits(m, true, steps), zr = decode_logits(rounded, false, steps),
-                       zf = decode_logits(m, false, steps);
+    std::vector<float> zb = decode_logits(mb, steps), zr = decode_logits(rounded, steps), zf = decode_logits(mf, steps);
     float scale = 0, moved = 0;
     for (float v : zf) scale = std::max(scale, std::fabs(v));
     for (size_t i = 0; i < zb.size(); ++i) {
-      if (d % 4 == 0) ASSERT_NEAR(zb[i], zr[i], 1e-4 * scale) << mlp << " logit " << i;
-      ASSERT_NEAR(zb[i], zf[i], 3e-2 * scale) << mlp << " logit " << i;
+      ASSERT_NEAR(zb[i], zr[i], 1e-4 * scale) << mlp << " d " << d << " logit " << i;
+      ASSERT_NEAR(zb[i], zf[i], 3e-2 * scale) << mlp << " d " << d << " logit " << i;
       moved = std::max(moved, std::fabs(zb[i] - zf[i]));
     }
     EXPECT_GT(moved, 1e-6 * scale) << "the bf16 copies were not used";
   }
+}
+
+// Every weight format's pack/unpack round trip and its two products against the scalar reference
+// (unpack, then a double product) on odd shapes, for every kernel this CPU has.
+TEST(WeightFormat, KernelsMatchReference) {
+  for (const WeightFormat* f : weight_formats())
+    for (auto [R, C] : {std::pair{1, 1}, {3, 31}, {4, 32}, {7, 33}, {13, 100}, {67, 384}}) {
+      std::vector<float> w((size_t)R * C);
+      Rng rng(R * 1000 + C);
+      for (auto& v : w) v = (float)rng.normal();
+      std::vector<uint8_t> packed(f->packed_bytes(R, C));
+      const void* p = w.data();
+      if (f->pack) {
+        f->pack(w.data(), R, C, packed.data());
+        p = packed.data();
+      }
+      std::vector<float> back((size_t)R * C);
+      f->unpack(p, R, C, back.data());
+      for (size_t i = 0; i < w.size(); ++i)
+        ASSERT_NEAR(back[i], w[i], std::string(f->name) == "fp32" ? 0.0 : std::fabs(w[i]) * 0x1p-8) << f->name;
+      for (int N : {1, 2, 5}) {
+        std::vector<float> x((size_t)N * C), y((size_t)N * R, 9.0f), scratch(f->gemm_scratch(R, C));
+        for (auto& v : x) v = (float)rng.normal();
+        auto check = [&](const char* what) {
+          for (int n = 0; n < N; ++n)
+            for (int r = 0; r < R; ++r) {
+              double ref = 0, mag = 0;
+              for (int k = 0; k < C; ++k) {
+                ref += (double)back[(size_t)r * C + k] * x[(size_t)n * C + k];
+                mag += std::fabs((double)back[(size_t)r * C + k] * x[(size_t)n * C + k]);
+              }
+              ASSERT_NEAR(y[(size_t)n * R + r], ref, 1e-5 * (mag + 1)) << f->name << " " << what << " " << R << "x" << C;
+            }
+        };
+        if (N == 1) {
+          for (GemvKernel k : gemv_kernels_available()) {
+            f->gemv(R, C, p, x.data(), y.data(), false, k);
+            check("gemv");
+          }
+        } else {
+          f->gemm(N, R, C, p, x.data(), y.data(), scratch.data());
+          check("gemm");
+        }
+      }
+    }
 }
 
 // In the emulated-CPU runs (CMakeLists.txt: qemu-x86_64 -cpu max / qemu64) the emulator must really

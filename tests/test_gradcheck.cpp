@@ -14,6 +14,7 @@
 #include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels.h"
 #include "ops/kernels_pointwise.h"
+#include "model/rope.h"
 #include "ops/ops.h"
 
 using namespace looplm;
@@ -196,7 +197,7 @@ TEST(GradCheck, FloatMatchesDouble) {
   Graph g;
   Node* n = g.node(B * T, 3 * d, false);
   for (size_t i = 0; i < qkv.size(); ++i) n->v[i] = (float)qkv[i];
-  Node* yf = op::attention(g, n, B, T, H, &rt);
+  Node* yf = op::attention(g, n, B, T, H, rt.angles());
   for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(yf->v[i], y[i], 1e-5);
 }
 

@@ -15,7 +15,7 @@
 
 #include "io/safetensors.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "model/model_io.h"
 #include "train/optimizer.h"
 
 using namespace looplm;

@@ -10,7 +10,7 @@
 #include "looplm/looplm.h"
 #include "model/model.h"
 #include "ops/ops.h"
-#include "train/checkpoint.h"
+#include "model/model_io.h"
 #include "train/depth_sampler.h"
 #include "train/optimizer.h"
 
@@ -161,7 +161,8 @@ TEST(Train, TruncatedBpttKeepsOnlyLastSteps) {
     Node* l = op::cross_entropy(g, m.logits(g, x.data(), 2, 16, o), y.data());
     *loss = l->v[0];
     g.backward(l);
-    return m.params().grads();
+    auto gs = m.params().grads();
+    return std::vector<float>(gs.begin(), gs.end());
   };
   float lf, lt;
   std::vector<float> full = grads(-1, &lf), trunc = grads(1, &lt);
@@ -235,7 +236,7 @@ TEST(Train, WeightDecayOnMatricesOnly) {
   m.init_weights(1);
   AdamW opt(m.params());
   m.params().zero_grad();
-  std::vector<float> before = m.params().values();
+  std::vector<float> before(m.params().values().begin(), m.params().values().end());
   c.weight_decay = 0.5;
   opt.step(m.params(), 0.1, c);  // zero gradients: only decay moves weights
   for (size_t i = 0; i < m.params().infos().size(); ++i) {

@@ -27,22 +27,44 @@ inline bool parse(CLI::App& app, int argc, char** argv, const std::string& name)
 struct ConfigArgs {
   std::string preset, file;
   std::vector<std::string> sets;
+  CLI::Option *preset_opt = nullptr, *file_opt = nullptr;
   void add(CLI::App& app, const std::string& default_preset) {
     preset = default_preset;
-    app.add_option("--preset", preset, "named config from configs/ (default " + default_preset + ")")->type_name("NAME");
-    app.add_option("--config", file, "config JSON file (instead of --preset)")->type_name("FILE");
-    app.add_option("--set", sets, "override a config key, e.g. --set R=4 (repeatable)")->type_name("KEY=VALUE");
+    preset_opt = app.add_option("--preset", preset, "named config from configs/ (default " + default_preset + ")")->type_name("NAME");
+    file_opt = app.add_option("--config", file, "config JSON file (instead of --preset)")->type_name("FILE");
+    app.add_option("--set", sets, "override a config key, e.g. --set R=4 (repeatable; 'looplm train --help-config' lists the keys)")
+        ->type_name("KEY=VALUE");
   }
-  Config resolve() const {
-    Config c = file.empty() ? load_preset(preset) : Config::from_file(file);
+  bool explicit_base() const { return preset_opt->count() > 0 || file_opt->count() > 0; }
+  // Apply every --set to c.
+  void apply_sets(Config& c) const {
     for (const auto& kv : sets) {
       auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) throw UsageError("--set '" + kv + "': expected KEY=VALUE");
       c.set(kv.substr(0, eq), kv.substr(eq + 1));
     }
+  }
+  Config resolve() const {
+    if (preset_opt->count() > 0 && file_opt->count() > 0)
+      throw UsageError("--preset and --config name two starting configs; give one (then --set to change keys)");
+    Config c = file.empty() ? load_preset(preset) : Config::from_file(file);
+    apply_sets(c);
     c.validate();
     return c;
   }
 };
+
+// Every config key with its default and meaning (looplm train --help-config).
+inline void print_config_keys(std::ostream& out) {
+  out << "Config keys (JSON via --config FILE or --preset NAME, then --set KEY=VALUE; docs/config.md):\n";
+  std::string owner;
+  for (const auto& k : Config::documentation()) {
+    if (k.owner != owner) {
+      owner = k.owner;
+      out << "\n" << owner << ":\n";
+    }
+    out << "  " << k.key << " = " << k.default_value << "\n      " << k.meaning << "\n";
+  }
+}
 
 }  // namespace looplm::cli

@@ -101,55 +101,28 @@ int cmd_bench(int argc, char** argv) {
   const double train_rss = peak_rss_mib();
   const double train_gflops = 3.0 * m.flops_per_token(c.R) * train_tps / 1e9;  // fwd + bwd ≈ 3 × fwd
 
-  // Generation: batch 1, 16-token prompt, gen_tokens new tokens, greedy, KV cache; timed from the
-  // prefill on (as the PyTorch peer), and like the peer and `looplm generate`, a full window
-  // restarts the cache on its last half.
-  // Run with the weights in fp32 and again from their bf16 copy (GenerateOptions::weights).
-  auto bench_generate = [&](bool bf16) {
+  // Generation through the library (LanguageModel::generate, as `looplm generate` runs it): batch 1,
+  // 16-token prompt, gen_tokens new tokens, greedy, KV cache; timed from the prefill on (as the
+  // PyTorch peer), and like the peer a full window restarts the cache on its last half. Once with
+  // the weights in fp32 and once in bf16 (the weight format is chosen when the model is loaded).
+  auto bench_generate = [&](const char* weights) {
     if (gen_tokens <= 0) return 0.0;
-    if (bf16 && !m.params().has_bf16_copy()) m.params().make_bf16_copy();
-    Graph gg;
-    Graph::NoGrad ng(gg);
-    Graph::BF16Weights bw(gg, bf16);
-    const int prompt = std::min(16, T - 1);
-    KVCache cache(c, 1, T, c.R);
-    RunOptions o;
-    o.cache = &cache;
-    std::vector<int32_t> seq;
-    auto argmax_row = [&](Node* z, int row) {
-      const float* r = z->v + (int64_t)row * V;
-      return (int32_t)(std::max_element(r, r + V) - r);
-    };
+    LoadOptions lo;
+    lo.weights = weights;
+    LanguageModel lm = LanguageModel::from_config(c, c.seed, lo);
+    GenerateOptions go;
+    go.temperature = 0;
+    go.max_new = gen_tokens;
+    const std::vector<int32_t> prompt(x.begin(), x.begin() + std::max(1, std::min(16, T - 1)));
     std::vector<double> runs;
     for (int rep = 0; rep < 3; ++rep) {
-      seq.assign(x.begin(), x.begin() + prompt);
       auto t0 = clk::now();
-      o.pos0 = 0;
-      Node* z = m.logits(gg, seq.data(), 1, prompt, o);
-      int32_t next = argmax_row(z, prompt - 1);
-      int len = prompt;
-      gg.reset();
-      for (int i = 1; i < gen_tokens; ++i) {
-        seq.push_back(next);
-        if (len == T) {  // window full: re-encode the last half window from position 0
-          const int keep = T / 2;
-          o.pos0 = 0;
-          z = m.logits(gg, seq.data() + seq.size() - keep, 1, keep, o);
-          next = argmax_row(z, keep - 1);
-          len = keep;
-        } else {
-          o.pos0 = len;
-          z = m.logits(gg, &next, 1, 1, o);
-          next = argmax_row(z, 0);
-          ++len;
-        }
-        gg.reset();
-      }
+      lm.generate(prompt, go);
       runs.push_back(gen_tokens / secs(t0, clk::now()));
     }
     return median(runs);
   };
-  const double gen_tps = bench_generate(false), gen_bf16_tps = bench_generate(true);
+  const double gen_tps = bench_generate("fp32"), gen_bf16_tps = bench_generate("bf16");
   const double peak = measure_gemm_peak(c);
 
   if (as_json) {

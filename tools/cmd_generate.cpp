@@ -11,6 +11,7 @@ int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint (KV cache per block and loop step).", "looplm generate"};
   std::string ckpt, prompt;
   GenerateOptions g;
+  LoadOptions lo;
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
   app.add_option("--prompt", prompt, "prompt text")->required();
   app.add_option("--max-new", g.max_new, "tokens to generate (default 200)")->check(CLI::NonNegativeNumber);
@@ -18,13 +19,13 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--top-k", g.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", g.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", g.seed, "sampling seed (default 0)");
-  app.add_option("--depth", g.depth, "loop steps (default: the trained R)")->check(CLI::PositiveNumber);
-  app.add_option("--weights", g.weights, "weights read per token: fp32 (exact, default) or bf16 (about 2x faster)")
+  app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(CLI::NonNegativeNumber);
+  app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (about 2x faster)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   if (!parse(app, argc, argv, "generate")) return 0;
   if (g.top_p <= 0) throw UsageError("generate: --top-p must be in (0, 1]");
 
-  LanguageModel lm = LanguageModel::load(ckpt);
+  LanguageModel lm = LanguageModel::load(ckpt, lo);
   std::vector<int32_t> ids = lm.encode(prompt);
   std::fputs(prompt.c_str(), stdout);
   // Stream each token's bytes as it is made (a byte token may be part of a UTF-8 character;

@@ -1,5 +1,5 @@
 // `looplm train`: train a model; prints a progress line per step, validation, and at the end the
-// early-exit table (loss at every depth) and a sample.
+// early-exit table (loss at every depth, on a bounded part of the validation data) and a sample.
 #include <cstdio>
 
 #include "cli.h"
@@ -15,21 +15,39 @@ int cmd_train(int argc, char** argv) {
   cfg.add(app, "looped");
   std::string out;
   int steps = -1, stop_after = -1, sample_len = 300;
-  bool resume = false, quiet = false;
+  bool resume = false, quiet = false, help_config = false;
   std::string prompt = "And God said";
-  app.add_option("--out", out, "run directory (checkpoint, metrics.jsonl)")->required()->type_name("DIR");
+  app.add_option("--out", out, "run directory (checkpoint, metrics.jsonl); required")->type_name("DIR");
   app.add_option("--steps", steps, "total optimizer steps of the schedule (overrides the config)")->check(CLI::NonNegativeNumber);
   app.add_option("--stop-after", stop_after, "stop with a checkpoint after this step (resume later with --resume)")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--resume", resume, "continue from DIR's checkpoint if there is one");
+  app.add_flag("--resume", resume,
+               "continue from DIR's checkpoint if there is one, with the run's own config (--set may change only "
+               "the keys that are safe to change on resume: steps, lr, min_lr_ratio, warmup, weight_decay, "
+               "grad_clip, eval_every, eval_batches, log_every, data_val)");
   app.add_flag("--quiet", quiet, "no progress lines");
-  app.add_option("--sample-len", sample_len, "characters of the sample printed at the end (0: none)")->check(CLI::NonNegativeNumber);
+  app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--prompt", prompt, "prompt of the final sample");
+  app.add_flag("--help-config", help_config, "print every config key with its default and meaning, and exit");
   if (!parse(app, argc, argv, "train")) return 0;
+  if (help_config) {
+    print_config_keys(std::cout);
+    return 0;
+  }
+  if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
 
-  Config c = cfg.resolve();
+  Config c;
+  if (resume && has_checkpoint(out)) {
+    // The run's own config, with the --set keys that may change on resume; train() rejects others.
+    c = run_config(out);
+    if (cfg.explicit_base() && !quiet)
+      std::fprintf(stderr, "resuming %s: its saved config is used (--preset / --config are ignored)\n", out.c_str());
+    cfg.apply_sets(c);
+  } else {
+    c = cfg.resolve();
+  }
   if (steps >= 0) c.steps = steps;
-  if (!quiet) std::fprintf(stderr, "config: %s\n", c.to_json_text().c_str());
+  if (!quiet) std::fprintf(stderr, "config:\n%s", c.summary().c_str());
   TrainOptions o;
   o.out_dir = out;
   o.resume = resume;
@@ -41,15 +59,19 @@ int cmd_train(int argc, char** argv) {
   if (r.interrupted) return 130;         // 128 + SIGINT, as if killed, but with a checkpoint
   if (r.steps_done < c.steps) return 0;  // --stop-after: no report yet
 
-  // The report: loss at every exit on the validation data, and a sample.
+  // The report: loss at every exit on (a bounded part of) the validation data, and a sample.
   LanguageModel lm = LanguageModel::load(out);
   const Config& mc = lm.config();
-  EvalResult e = lm.evaluate_file(mc.data_val);
-  std::printf("\nearly-exit table (validation, %lld tokens): loss at every depth r\n\n", (long long)e.tokens);
+  const int64_t windows = (int64_t)mc.eval_batches * mc.batch_size;
+  EvalResult e = lm.evaluate_file(mc.data_val, -1, windows);
+  std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
+              "all of it: looplm eval): loss at every depth r\n\n",
+              (long long)e.tokens, (long long)e.windows);
   std::printf("| r | loss | bits/token | cos(h_r, h_r-1) |\n|---|---|---|---|\n");
+  const auto& cosine = e.diagnostics["state_cosine"];
   for (size_t i = 0; i < e.loss_by_depth.size(); ++i)
     std::printf("| %zu | %.4f | %.3f | %.3f |\n", i + 1, e.loss_by_depth[i], e.loss_by_depth[i] / 0.6931471805599453,
-                e.state_cosine[i]);
+                cosine[i]);
   if (sample_len > 0) {
     GenerateOptions g;
     g.max_new = sample_len;

@@ -1,7 +1,15 @@
 // The one typed config of a looplm model and its training run (SPEC §1: every knob is a field,
-// saved in every checkpoint). Flat JSON object; keys listed in docs/config.md.
+// saved in every checkpoint). Flat JSON object; keys listed in docs/config.md and by
+// `looplm train --help-config`.
+//
+// Two kinds of keys, one namespace:
+//  * the model family's and the trainer's keys are the fields below;
+//  * a component (block kind, loop rule, ...) declares its own keys next to its code
+//    (src/model/registry.h); their values live in `component_values` and are read with the typed
+//    getters. Every key is range-checked when it is set, with a message naming the key.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,14 +26,14 @@ struct Config {
   int n_core = 4;
   int n_coda = 0;
   int R = 1;                // trained loop count
-  std::string block = "pre_norm";      // pre_norm | parallel | sandwich
+  std::string block = "pre_norm";      // a registered block kind
   std::string norm = "rmsnorm";        // rmsnorm | layernorm
   std::string mlp = "gelu";            // gelu | swiglu
   std::string pos = "rope";            // rope | learned | none
   double rope_base = 10000.0;
   bool bias = false;                   // biases in attention / MLP linears (and untied lm_head)
   bool tie_embeddings = true;
-  std::string loop_rule = "residual";  // residual
+  std::string loop_rule = "residual";  // a registered loop rule
   double deeploop_p = 0.0;             // 0: off (α = 1). >0: α = (2N)^p, β = (8N)^-p (SPEC §2.2)
   double init_std = 0.02;
   double norm_eps = 1e-5;
@@ -55,16 +63,32 @@ struct Config {
   int eval_batches = 16;
   int log_every = 1;
 
+  // ---- keys declared by components: key -> JSON text of the value, only for keys that were set
+  // (an absent key reads as its declared default; to_json_text writes every declared key).
+  std::map<std::string, std::string> component_values;
+  double get_float(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+
   int ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int head_dim() const { return d_model / n_heads; }
   int n_unrolled() const { return n_prelude + n_core * R + n_coda; }  // N in SPEC §1/§2.2
 
-  // Parse/serialise. Unknown keys and bad values throw UsageError naming the key.
+  // Parse/serialise. Unknown keys and bad values throw UsageError naming the key (and `origin`).
   static Config from_json_text(const std::string& text, const std::string& origin);
   static Config from_file(const std::string& path);
   std::string to_json_text(int indent = -1) const;
   void set(const std::string& key, const std::string& value);  // --set key=value
   void validate() const;                                        // throws UsageError
+  // The resolved config as readable lines "key = value" grouped like docs/config.md.
+  std::string summary() const;
+
+  // Every key (fields and component keys) with its default and meaning, for --help-config and docs.
+  struct KeyDoc {
+    std::string key, default_value, meaning, owner;  // owner: "model", "training" or e.g. "loop_rule gated"
+  };
+  static std::vector<KeyDoc> documentation();
   static std::vector<std::string> keys();
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,14 +30,25 @@ struct TrainResult {
   double val_loss = 0;         // last validation loss
   int64_t steps_done = 0;      // total optimizer steps in the checkpoint
   bool interrupted = false;    // ended by TrainOptions::stop
+  size_t activation_bytes_peak = 0;  // the memory plan's activation arena (bytes)
 };
+// With options.resume and a checkpoint in out_dir, `config` must be the run's own config
+// (run_config) except for the keys that are safe to change on resume (resume_safe_keys: the
+// schedule length and shape, clipping, weight decay, validation and logging); any other
+// difference is a UsageError naming the key.
 TrainResult train(const Config& config, const TrainOptions& options);
+bool has_checkpoint(const std::string& out_dir);  // out_dir/model.safetensors and train_state exist
+Config run_config(const std::string& out_dir);    // the config saved in out_dir's checkpoint
+const std::vector<std::string>& resume_safe_keys();
 
 // ---------------------------------------------------------------- a loaded model
 struct EvalResult {
-  double loss = 0;                    // mean token loss at the configured depth R
+  double loss = 0;                    // mean token loss at min(depth, R) (depth 0: at h_pre)
   std::vector<double> loss_by_depth;  // exits r = 1..depth
-  std::vector<double> state_cosine;   // mean cos(h^(r), h^(r-1)) per token, r = 1..depth
+  // Per-step diagnostics, name -> value at loop step r = 1..depth: "state_cosine" (mean cosine of
+  // successive exit states h^(r), h^(r-1)) for every rule, and the mean of each tensor a loop rule
+  // or block names as a diagnostic (e.g. a gate).
+  std::map<std::string, std::vector<double>> diagnostics;
   int64_t tokens = 0, windows = 0;
 };
 struct GenerateOptions {
@@ -45,15 +57,20 @@ struct GenerateOptions {
   int top_k = 0;             // 0 = off
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 0;
-  int depth = -1;            // loop steps; -1 = trained R
-  // Weights the per-token steps read: "fp32" (exact: greedy output equals a full forward) or
-  // "bf16" (a rounded copy made once per model; half the memory traffic, logits within ~1e-2).
+  int depth = -1;            // loop steps; -1 = trained R; 0 = no loop step (h_pre)
+};
+struct LoadOptions {
+  // The weight format inference passes read (chosen once, here): "fp32" (exact: the checkpoint's
+  // values in place) or "bf16" (a rounded copy; half the memory traffic, logits within ~1e-2).
   std::string weights = "fp32";
 };
 
 class LanguageModel {
  public:
-  static LanguageModel load(const std::string& checkpoint);  // model.safetensors (or its run dir)
+  // model.safetensors (or its run directory), mapped read-only: no gradient or optimizer memory.
+  static LanguageModel load(const std::string& checkpoint, const LoadOptions& o = {});
+  // A model with freshly initialised weights (benchmarks, tests).
+  static LanguageModel from_config(const Config& c, uint64_t seed, const LoadOptions& o = {});
   LanguageModel(LanguageModel&&) noexcept;
   LanguageModel& operator=(LanguageModel&&) noexcept;
   ~LanguageModel();
@@ -64,9 +81,9 @@ class LanguageModel {
   std::string decode(const std::vector<int32_t>& ids) const;
 
   // Deterministic evaluation over consecutive non-overlapping windows of `context` tokens
-  // (targets shifted by one); depth -1 = R. Noise off.
-  EvalResult evaluate(const std::vector<int32_t>& tokens, int depth = -1, int batch = 8) const;
-  EvalResult evaluate_file(const std::string& data_path, int depth = -1) const;
+  // (targets shifted by one); depth -1 = R, 0 = h_pre. Noise off. max_windows < 0: all of them.
+  EvalResult evaluate(const std::vector<int32_t>& tokens, int depth = -1, int batch = 8, int64_t max_windows = -1) const;
+  EvalResult evaluate_file(const std::string& data_path, int depth = -1, int64_t max_windows = -1) const;
   // Sampling with a KV cache per (block, loop step); on_token gets each new id as it is made.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
                                 const std::function<void(int32_t)>& on_token = {}) const;

@@ -18,19 +18,31 @@ Arena::~Arena() {
 }
 
 void* Arena::alloc(size_t bytes, size_t align) {
-  for (auto& b : blocks_) {
+  for (; cur_ < blocks_.size(); ++cur_) {
+    Block& b = blocks_[cur_];
     size_t start = (b.used + align - 1) / align * align;
     if (start + bytes <= b.size) {
+      in_use_ += start + bytes - b.used;
       b.used = start + bytes;
-      in_use_ += bytes;
       if (in_use_ > high_water_) high_water_ = in_use_;
       return b.base + start;
     }
+    if (cur_ + 1 < blocks_.size()) in_use_ += b.size - b.used, b.used = b.size;  // skip the tail
   }
   size_t size = bytes + align;
   if (size < (size_t(16) << 20)) size = size_t(16) << 20;
   blocks_.push_back({aligned_block(size), size, 0});
+  cur_ = blocks_.size() - 1;
   return alloc(bytes, align);
+}
+
+void Arena::rewind(const Mark& m) {
+  if (blocks_.empty()) return;
+  LOOPLM_ASSERT(m.block <= cur_ && m.in_use <= in_use_, "Arena::rewind to a mark ahead of the arena");
+  for (size_t i = m.block + 1; i < blocks_.size(); ++i) blocks_[i].used = 0;
+  blocks_[m.block].used = m.used;
+  cur_ = m.block;
+  in_use_ = m.in_use;
 }
 
 void Arena::reset() {
@@ -41,6 +53,7 @@ void Arena::reset() {
     blocks_.push_back({aligned_block(total), total, 0});
   }
   for (auto& b : blocks_) b.used = 0;
+  cur_ = 0;
   in_use_ = 0;
 }
 

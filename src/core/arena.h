@@ -23,12 +23,20 @@ class Arena {
   T* alloc_n(size_t n) { return static_cast<T*>(alloc(n * sizeof(T), alignof(T) > 64 ? alignof(T) : 64)); }
   // Forget everything allocated; keeps the memory (merged into one block if the step overflowed).
   void reset();
+  // Give back everything allocated since mark() (the memory stays reserved for reuse).
+  struct Mark { size_t block, used, in_use; };
+  Mark mark() const { return {cur_, blocks_.empty() ? 0 : blocks_[cur_].used, in_use_}; }
+  void rewind(const Mark& m);
   size_t bytes_reserved() const;
   size_t high_water() const { return high_water_; }
+  size_t in_use() const { return in_use_; }
 
  private:
+  // Allocation bumps through the blocks in order (cur_ is the one in use), so a mark is a
+  // position and rewinding is setting it back.
   struct Block { uint8_t* base; size_t size; size_t used; };
   std::vector<Block> blocks_;
+  size_t cur_ = 0;
   size_t in_use_ = 0, high_water_ = 0;
 };
 

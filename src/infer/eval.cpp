@@ -16,43 +16,61 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   if (max_windows >= 0) n_win = std::min(n_win, max_windows);
   EvalResult r;
   r.windows = n_win;
-  r.loss_by_depth.assign(depth, 0.0);
-  r.state_cosine.assign(depth, 0.0);
+  std::vector<double> loss(depth + 1, 0.0), cosine(depth + 1, 0.0);
+  // Diagnostics: per name and step, the sum of the tensor's elements and their count.
+  std::map<std::string, std::vector<std::pair<double, double>>> diag;
   std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
-  std::vector<float> prev;
+  std::vector<float> prev;  // h^(r-1) of the current batch (its memory is reused by step r)
   Graph g;
   Graph::NoGrad ng(g);
+  g.set_observer(
+      [&](Graph&, const TapSite& s, Node* t) {
+        if (!s.diagnostic || s.step < 1 || s.step > depth) return;
+        auto& v = diag[s.name];
+        if (v.empty()) v.assign(depth + 1, {0.0, 0.0});
+        double sum = 0;
+        for (int64_t i = 0; i < t->numel(); ++i) sum += t->v[i];
+        v[s.step].first += sum;
+        v[s.step].second += (double)t->numel();
+      },
+      /*diagnostics_only=*/true);
   RunOptions o;
   o.depth = depth;
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
     const int B = (int)std::min<int64_t>(batch, n_win - w0);
+    const int64_t rows = (int64_t)B * T;
     for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x.data() + (size_t)b * T, y.data() + (size_t)b * T);
-    const double n_tok = (double)B * T;
-    Node* last = nullptr;
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
+      if (step > 0 || depth == 0) {
+        Node* l = op::cross_entropy(g, m.head(g, h, B, T, o), y.data());
+        loss[step] += l->v[0] * (double)rows;
+      }
       if (step > 0) {
-        Node* loss = op::cross_entropy(g, m.head(g, h, B, T, o), y.data());
-        r.loss_by_depth[step - 1] += loss->v[0] * n_tok;
         double cs = 0;
-        for (int64_t row = 0; row < (int64_t)B * T; ++row) {
+        for (int64_t row = 0; row < rows; ++row) {
           const float* a = h->v + row * d;
-          const float* p = last->v + row * d;
+          const float* p = prev.data() + row * d;
           double ab = 0, aa = 0, pp = 0;
           for (int i = 0; i < d; ++i) { ab += (double)a[i] * p[i]; aa += (double)a[i] * a[i]; pp += (double)p[i] * p[i]; }
           cs += ab / std::sqrt(aa * pp + 1e-30);
         }
-        r.state_cosine[step - 1] += cs;
+        cosine[step] += cs;
       }
-      last = h;
+      prev.assign(h->v, h->v + rows * d);
     });
-    r.tokens += (int64_t)B * T;
+    r.tokens += rows;
     g.reset();
   }
-  for (int i = 0; i < depth; ++i) {
-    r.loss_by_depth[i] /= (double)r.tokens;
-    r.state_cosine[i] /= (double)r.tokens;
+  for (int s = 1; s <= depth; ++s) r.loss_by_depth.push_back(loss[s] / (double)r.tokens);
+  if (depth > 0) {
+    auto& cs = r.diagnostics["state_cosine"];
+    for (int s = 1; s <= depth; ++s) cs.push_back(cosine[s] / (double)r.tokens);
   }
-  r.loss = r.loss_by_depth[std::min(depth, c.R) - 1];  // the trained depth (or less when asked)
+  for (auto& [name, v] : diag) {
+    auto& out = r.diagnostics[name];
+    for (int s = 1; s <= depth; ++s) out.push_back(v[s].second > 0 ? v[s].first / v[s].second : std::nan(""));
+  }
+  r.loss = depth == 0 ? loss[0] / (double)r.tokens : r.loss_by_depth[std::min(depth, c.R) - 1];
   return r;
 }
 

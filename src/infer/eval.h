@@ -1,6 +1,7 @@
 // Deterministic evaluation (SPEC §3): noise off, fixed depth, consecutive non-overlapping windows
 // of `context` tokens with targets shifted by one; the mean token loss at every exit r = 1..depth
-// and the cosine similarity of successive loop states.
+// and the per-step diagnostics (the cosine of successive exit states, and every tensor the model's
+// components name as a diagnostic: Graph::diagnostic).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,7 +11,7 @@
 
 namespace looplm {
 
-// max_windows < 0: all windows.
+// depth < 0: the trained R; 0: the loss of h_pre. max_windows < 0: all windows.
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows = -1);
 

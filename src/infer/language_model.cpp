@@ -1,12 +1,13 @@
 // LanguageModel: a checkpoint loaded for evaluation and generation (the public API's model).
 #include <sys/stat.h>
 
+#include "backend/cpu/weight_format.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "infer/eval.h"
 #include "infer/sampler.h"
 #include "looplm/looplm.h"
-#include "train/checkpoint.h"
+#include "model/model_io.h"
 
 namespace looplm {
 
@@ -21,11 +22,32 @@ LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
 LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
 LanguageModel::~LanguageModel() = default;
 
-LanguageModel LanguageModel::load(const std::string& checkpoint) {
+namespace {
+const WeightFormat& format_of(const LoadOptions& o) {
+  const WeightFormat* f = find_weight_format(o.weights);
+  if (!f) throw UsageError("unknown weight format '" + o.weights + "' (available: " + weight_format_names() + ")");
+  return *f;
+}
+}  // namespace
+
+LanguageModel LanguageModel::load(const std::string& checkpoint, const LoadOptions& o) {
+  const WeightFormat& f = format_of(o);
   std::string path = checkpoint;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
-  return LanguageModel(std::make_unique<Impl>(load_model(path)));
+  std::unique_ptr<Model> m = load_model(path);
+  m->prepare_inference(f);
+  return LanguageModel(std::make_unique<Impl>(std::move(m)));
+}
+
+LanguageModel LanguageModel::from_config(const Config& c, uint64_t seed, const LoadOptions& o) {
+  const WeightFormat& f = format_of(o);
+  ParamStorage s;
+  s.grads = false;
+  auto m = std::make_unique<Model>(c, s);
+  m->init_weights(seed);
+  m->prepare_inference(f);
+  return LanguageModel(std::make_unique<Impl>(std::move(m)));
 }
 
 const Config& LanguageModel::config() const { return impl_->model->config(); }
@@ -33,12 +55,13 @@ int64_t LanguageModel::n_params() const { return impl_->model->n_params(); }
 std::vector<int32_t> LanguageModel::encode(const std::string& text) const { return impl_->tok.encode(text); }
 std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
 
-EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth, int batch) const {
-  return evaluate_tokens(*impl_->model, tokens, depth, batch);
+EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth, int batch, int64_t max_windows) const {
+  if (batch < 1) throw UsageError("evaluate: batch must be >= 1");
+  return evaluate_tokens(*impl_->model, tokens, depth, batch, max_windows);
 }
 
-EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth) const {
-  return evaluate(load_tokens(data_path, impl_->tok), depth);
+EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth, int64_t max_windows) const {
+  return evaluate(load_tokens(data_path, impl_->tok), depth, 8, max_windows);
 }
 
 std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tokens, int depth) const {
@@ -60,17 +83,14 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
   const int V = c.vocab_size, ctx = c.context;
   const int depth = opt.depth < 0 ? c.R : opt.depth;
   if (prompt_in.empty()) throw UsageError("generate: the prompt is empty");
-  if (depth < 1) throw UsageError("generate: --depth must be >= 1");
-  if (opt.weights != "fp32" && opt.weights != "bf16")
-    throw UsageError("generate: --weights must be fp32 or bf16, not '" + opt.weights + "'");
-  const bool bf16 = opt.weights == "bf16";
-  if (bf16 && !impl_->model->params().has_bf16_copy()) impl_->model->params().make_bf16_copy();
+  if (depth < 0) throw UsageError("generate: --depth must be >= 0");
   for (int32_t t : prompt_in)
     if (t < 0 || t >= V) throw UsageError("generate: prompt token " + std::to_string(t) + " is outside the vocabulary");
-  KVCache cache(c, 1, ctx, depth);
+  // The cache holds what the window can hold: the prompt (at most a context) and the new tokens.
+  const int capacity = (int)std::min<int64_t>(ctx, (int64_t)std::min<int64_t>(prompt_in.size(), ctx) + opt.max_new);
+  KVCache cache(c, 1, capacity, depth);
   Graph g;
   Graph::NoGrad ng(g);
-  Graph::BF16Weights bw(g, bf16);
   RunOptions o;
   o.depth = depth;
   o.cache = &cache;
@@ -96,8 +116,8 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
     out.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == opt.max_new) break;
-    if (cache.length == ctx) {  // window full: restart the cache on the last half context
-      int keep = ctx / 2;
+    if (cache.length == capacity) {  // window full: restart the cache on the last half context
+      const int keep = std::max(1, ctx / 2);
       prefill(seq.data() + seq.size() - keep, keep);
       continue;
     }

@@ -159,12 +159,15 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
 
 // ------------------------------------------------------------------------------------------ reader
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) { return parse(read_file(path), path); }
+SafetensorsFile SafetensorsFile::open(const std::string& path) { return parse(map_file(path), path); }
 
-SafetensorsFile SafetensorsFile::parse(std::string bytes_in, const std::string& origin) {
+SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& origin) {
+  return parse(hold_bytes(std::move(bytes)), origin);
+}
+
+SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const std::string& origin) {
   SafetensorsFile f;
   f.path_ = origin;
-  auto bytes = std::make_shared<std::string>(std::move(bytes_in));
   f.bytes_ = bytes;
   const std::string& P = origin;
   const size_t size = bytes->size();
@@ -174,7 +177,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes_in, const std::string& 
     throw fail("file is " + std::to_string(size) +
                " bytes, too short for the 8-byte header length of a safetensors file");
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>((*bytes)[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes->data()[i]) << (8 * i);
   if (n > kMaxHeaderBytes && n > size - 8)
     throw fail("header length " + std::to_string(n) + " is absurd (limit " + std::to_string(kMaxHeaderBytes) +
                ", file is " + std::to_string(size) + " bytes); not a safetensors file?");
@@ -185,7 +188,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes_in, const std::string& 
   if (n > kMaxHeaderBytes)
     throw fail("header length " + std::to_string(n) + " exceeds the limit of " +
                std::to_string(kMaxHeaderBytes) + " bytes");
-  const char* hbeg = bytes->data() + 8;
+  const char* hbeg = reinterpret_cast<const char*>(bytes->data()) + 8;
   const uint8_t* data = reinterpret_cast<const uint8_t*>(hbeg + n);
   const uint64_t data_size = size - 8 - n;
 

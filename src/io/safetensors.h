@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/mapped_file.h"
+
 namespace looplm::io {
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL };
@@ -50,10 +52,13 @@ class SafetensorsFile {
     size_t nbytes;
   };
 
-  // Reads the whole file and validates it (see the file comment). Throws Error.
+  // Maps the file (read-only; nothing is copied) and validates it (see the file comment). Throws Error.
   static SafetensorsFile open(const std::string& path);
   // Same checks on bytes already in memory; `origin` names them in error messages.
   static SafetensorsFile parse(std::string bytes, const std::string& origin);
+  static SafetensorsFile parse(std::shared_ptr<const Bytes> bytes, const std::string& origin);
+  // Keeps the bytes (and so every TensorInfo::data) alive, e.g. for a model using them in place.
+  std::shared_ptr<const void> keep_alive() const { return bytes_; }
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -73,7 +78,7 @@ class SafetensorsFile {
   std::string where(const std::string& name) const;  // "PATH: tensor 'NAME'"
 
   std::string path_;
-  std::shared_ptr<const std::string> bytes_;  // whole file; shared so copies stay valid
+  std::shared_ptr<const Bytes> bytes_;  // whole file; shared so copies stay valid
   std::map<std::string, std::string> metadata_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorInfo> index_;

@@ -1,20 +1,17 @@
 // The standard block kinds of SPEC §1.1.
 #include <cmath>
 
-#include "model/block.h"
+#include "model/components.h"
 
 namespace looplm {
 
-// Common parts: attention + MLP with their norms, and the init roles of their matrices.
+// Common parts: attention + MLP with their norms (parameters registered in this order).
 class AttnMlpBlock : public Block {
  protected:
   AttnMlpBlock(ParamStore& ps, const std::string& p, const Config& c)
       : attn_norm(ps, p + ".attn_norm", c), attn(ps, p + ".attn", c) {
     mlp_norm = Norm(ps, p + ".mlp_norm", c);
     mlp = Mlp(ps, p + ".mlp", c);
-    output_projections = {attn.o_w, mlp.down_w};
-    beta_scaled = {attn.v_w, attn.o_w, mlp.up_w, mlp.down_w};
-    if (mlp.gate_w >= 0) beta_scaled.push_back(mlp.gate_w);
   }
   void bind(ParamStore& ps) override {
     attn_norm.bind(ps);
@@ -37,7 +34,6 @@ class PreNormBlock : public AttnMlpBlock {
     return op::add(g, x, mlp(g, mlp_norm(g, x)));
   }
 };
-LOOPLM_REGISTER_BLOCK("pre_norm", PreNormBlock);
 
 // parallel (NRGPT's GPT_Rec_parallel): x = x + attn(n1(x)) + mlp(n2(x))
 class ParallelBlock : public AttnMlpBlock {
@@ -49,7 +45,6 @@ class ParallelBlock : public AttnMlpBlock {
     return op::add(g, op::add(g, x, a), m);
   }
 };
-LOOPLM_REGISTER_BLOCK("parallel", ParallelBlock);
 
 // sandwich (post-norm; DeepLoop / DeepNorm / Huginn), α = (2N)^p (SPEC §2.2; 1 when p = 0):
 //   x = n2(α·x + attn(n1(x)));  x = n4(α·x + mlp(n3(x)))
@@ -73,6 +68,20 @@ class SandwichBlock : public AttnMlpBlock {
   Norm attn_post_norm, mlp_post_norm;
   float alpha_;
 };
-LOOPLM_REGISTER_BLOCK("sandwich", SandwichBlock);
+
+template <class B>
+BlockFactory factory() {
+  return [](ParamStore& ps, const std::string& prefix, const Config& c) -> std::unique_ptr<Block> {
+    return std::make_unique<B>(ps, prefix, c);
+  };
+}
+
+void register_standard_blocks(Registries& r) {
+  r.blocks.add({"pre_norm", "x = x + attn(n1(x)); x = x + mlp(n2(x))  (GPT-2 / Llama)", {}, factory<PreNormBlock>(), {}});
+  r.blocks.add({"parallel", "x = x + attn(n1(x)) + mlp(n2(x))  (NRGPT's GPT_Rec_parallel)", {}, factory<ParallelBlock>(), {}});
+  r.blocks.add({"sandwich",
+                "post-norm x = n2(α·x + attn(n1(x))); x = n4(α·x + mlp(n3(x))), α = (2N)^deeploop_p  (DeepLoop / DeepNorm)",
+                {}, factory<SandwichBlock>(), {}});
+}
 
 }  // namespace looplm

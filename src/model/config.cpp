@@ -1,7 +1,9 @@
-// Config <-> JSON, --set overrides and validation: one table of fields, so a new knob is one line.
+// Config <-> JSON, --set overrides and validation: one table of fields (key, range, meaning), so a
+// new knob is one line; components declare their own keys in the registries (registry.h).
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <variant>
 
@@ -9,6 +11,7 @@
 
 #include "looplm/config.h"
 #include "looplm/error.h"
+#include "model/components.h"
 
 namespace looplm {
 
@@ -16,26 +19,114 @@ namespace {
 
 using json = nlohmann::json;
 using Member = std::variant<int Config::*, double Config::*, bool Config::*, std::string Config::*, uint64_t Config::*>;
-struct Field { const char* key; Member m; };
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Range {
+  double lo = -kInf, hi = kInf;
+  bool lo_excl = false, hi_excl = false;
+};
+struct Field {
+  const char* key;
+  Member m;
+  const char* group;  // "model" | "training"
+  Range range;        // numbers
+  const char* meaning;
+  std::vector<std::string> (*choices)() = nullptr;  // strings with a fixed set of values
+};
+
+std::vector<std::string> block_names() { return registries().blocks.names(); }
+std::vector<std::string> loop_rule_names() { return registries().loop_rules.names(); }
+std::vector<std::string> norm_names() { return {"rmsnorm", "layernorm"}; }
+std::vector<std::string> mlp_names() { return {"gelu", "swiglu"}; }
+std::vector<std::string> pos_names() { return {"rope", "learned", "none"}; }
+std::vector<std::string> tokenizer_names() { return {"byte", "char"}; }
+std::vector<std::string> sampler_names() { return {"fixed", "uniform", "poisson_lognormal"}; }
+
+const Range kPositive{0, kInf, true};
+const Range kNonNeg{0, kInf};
+Range ints(double lo, double hi) { return {lo, hi}; }
+constexpr double kIntMax = std::numeric_limits<int>::max();
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      {"vocab_size", &Config::vocab_size}, {"d_model", &Config::d_model}, {"n_heads", &Config::n_heads},
-      {"context", &Config::context}, {"d_ff", &Config::d_ff}, {"n_prelude", &Config::n_prelude},
-      {"n_core", &Config::n_core}, {"n_coda", &Config::n_coda}, {"R", &Config::R}, {"block", &Config::block},
-      {"norm", &Config::norm}, {"mlp", &Config::mlp}, {"pos", &Config::pos}, {"rope_base", &Config::rope_base},
-      {"bias", &Config::bias}, {"tie_embeddings", &Config::tie_embeddings}, {"loop_rule", &Config::loop_rule},
-      {"deeploop_p", &Config::deeploop_p}, {"init_std", &Config::init_std}, {"norm_eps", &Config::norm_eps},
-      {"tokenizer", &Config::tokenizer}, {"tokenizer_chars", &Config::tokenizer_chars},
-      {"data_train", &Config::data_train}, {"data_val", &Config::data_val}, {"batch_size", &Config::batch_size},
-      {"grad_accum", &Config::grad_accum}, {"steps", &Config::steps}, {"lr", &Config::lr},
-      {"min_lr_ratio", &Config::min_lr_ratio}, {"warmup", &Config::warmup}, {"weight_decay", &Config::weight_decay},
-      {"beta1", &Config::beta1}, {"beta2", &Config::beta2}, {"adam_eps", &Config::adam_eps},
-      {"grad_clip", &Config::grad_clip}, {"seed", &Config::seed}, {"depth_sampler", &Config::depth_sampler},
-      {"depth_sigma", &Config::depth_sigma}, {"depth_max", &Config::depth_max}, {"bptt", &Config::bptt},
-      {"eval_every", &Config::eval_every}, {"eval_batches", &Config::eval_batches}, {"log_every", &Config::log_every},
+      {"vocab_size", &Config::vocab_size, "model", ints(1, 1 << 24), "V (byte tokenizer: 256)"},
+      {"d_model", &Config::d_model, "model", ints(1, 65536), "d, the width of the residual stream"},
+      {"n_heads", &Config::n_heads, "model", ints(1, 65536), "attention heads; head dim = d_model / n_heads (at most 1024)"},
+      {"context", &Config::context, "model", ints(1, 1 << 20), "training window and generation window (tokens)"},
+      {"d_ff", &Config::d_ff, "model", ints(0, 1 << 20), "MLP width; 0 means 4 * d_model"},
+      {"n_prelude", &Config::n_prelude, "model", ints(0, 1024), "blocks run once before the loop"},
+      {"n_core", &Config::n_core, "model", ints(1, 1024), "blocks of the shared core, applied R times"},
+      {"n_coda", &Config::n_coda, "model", ints(0, 1024), "blocks run once after the loop"},
+      {"R", &Config::R, "model", ints(1, 4096), "trained loop count"},
+      {"block", &Config::block, "model", {}, "block kind", block_names},
+      {"norm", &Config::norm, "model", {}, "normalisation (eps norm_eps)", norm_names},
+      {"mlp", &Config::mlp, "model", {}, "MLP: gelu (exact erf, d -> d_ff -> d) or swiglu", mlp_names},
+      {"pos", &Config::pos, "model", {}, "positions: rope (base rope_base), learned, or none", pos_names},
+      {"rope_base", &Config::rope_base, "model", {1, kInf, true}, "RoPE base θ"},
+      {"bias", &Config::bias, "model", {}, "biases in attention / MLP linears (and an untied head)"},
+      {"tie_embeddings", &Config::tie_embeddings, "model", {}, "lm_head = tok_emb"},
+      {"loop_rule", &Config::loop_rule, "model", {}, "how the state moves around the core", loop_rule_names},
+      {"deeploop_p", &Config::deeploop_p, "model", {0, 4},
+       "0: off. p > 0: sandwich α = (2N)^p and init β = (8N)^-p on attn.v, attn.o and MLP matrices (N = n_prelude + n_core·R + n_coda)"},
+      {"init_std", &Config::init_std, "model", kPositive, "N(0, init_std) for matrices; attn.o, mlp.down × 1/√(2N) unless DeepLoop"},
+      {"norm_eps", &Config::norm_eps, "model", {0, 1, true}, "epsilon of RMSNorm / LayerNorm"},
+      {"tokenizer", &Config::tokenizer, "model", {}, "byte (256 ids) or char (alphabet from data_train, stored in tokenizer_chars)", tokenizer_names},
+      {"tokenizer_chars", &Config::tokenizer_chars, "model", {}, "char tokenizer alphabet (UTF-8; id = index of the code point)"},
+      {"data_train", &Config::data_train, "training", {}, "training data: text, .jsonl or .bin (llm.c shard / nanoGPT)"},
+      {"data_val", &Config::data_val, "training", {}, "validation data (same formats)"},
+      {"batch_size", &Config::batch_size, "training", ints(1, 1 << 20), "sequences per micro-batch"},
+      {"grad_accum", &Config::grad_accum, "training", ints(1, 1 << 16), "micro-batches per optimizer step"},
+      {"steps", &Config::steps, "training", ints(0, kIntMax), "optimizer steps of the schedule"},
+      {"lr", &Config::lr, "training", kPositive, "peak learning rate (AdamW)"},
+      {"min_lr_ratio", &Config::min_lr_ratio, "training", {0, 1}, "cosine decays lr to lr * min_lr_ratio"},
+      {"warmup", &Config::warmup, "training", ints(0, kIntMax), "linear warmup steps"},
+      {"weight_decay", &Config::weight_decay, "training", kNonNeg, "decoupled weight decay, matrices only"},
+      {"beta1", &Config::beta1, "training", {0, 1, false, true}, "AdamW β1"},
+      {"beta2", &Config::beta2, "training", {0, 1, false, true}, "AdamW β2"},
+      {"adam_eps", &Config::adam_eps, "training", kPositive, "AdamW ε"},
+      {"grad_clip", &Config::grad_clip, "training", kNonNeg, "global-norm gradient clipping; 0 = off"},
+      {"seed", &Config::seed, "training", {}, "init, data order, depth sampling and noise (counter-based: resumable)"},
+      {"depth_sampler", &Config::depth_sampler, "training", {},
+       "training depth per step: fixed (R), uniform (U{1..R}), poisson_lognormal (Poisson(LogNormal(ln R − σ²/2, depth_sigma)) + 1, clipped to depth_max or 3R)",
+       sampler_names},
+      {"depth_sigma", &Config::depth_sigma, "training", kPositive, "poisson_lognormal σ"},
+      {"depth_max", &Config::depth_max, "training", ints(0, 3 * 4096), "poisson_lognormal clip; 0 means 3R"},
+      {"bptt", &Config::bptt, "training", ints(0, 3 * 4096), "keep gradients for the last k loop steps only; 0 = all"},
+      {"eval_every", &Config::eval_every, "training", ints(1, kIntMax), "validation (and checkpoint) interval in steps"},
+      {"eval_batches", &Config::eval_batches, "training", ints(1, kIntMax), "batches of validation windows per evaluation"},
+      {"log_every", &Config::log_every, "training", ints(1, kIntMax), "progress-line interval in steps"},
   };
   return f;
+}
+
+// A number as a person writes it: 1e-05, 0.1, 65536, 1e+06.
+std::string num(double x) {
+  if (std::isinf(x)) return x > 0 ? "infinity" : "-infinity";
+  char b[32];
+  if (x == std::floor(x) && std::fabs(x) < 1e15) std::snprintf(b, sizeof b, "%.0f", x);
+  else std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+std::string range_words(const Range& r) {
+  const bool lo = std::isfinite(r.lo), hi = std::isfinite(r.hi);
+  std::string l = r.lo_excl ? "greater than " + num(r.lo) : "at least " + num(r.lo);
+  std::string h = r.hi_excl ? "below " + num(r.hi) : "at most " + num(r.hi);
+  if (lo && hi && !r.lo_excl && !r.hi_excl) return "from " + num(r.lo) + " to " + num(r.hi);
+  if (lo && hi) return l + " and " + h;
+  if (lo) return l;
+  if (hi) return h;
+  return "any number";
+}
+
+bool in_range(double x, const Range& r) {
+  return (r.lo_excl ? x > r.lo : x >= r.lo) && (r.hi_excl ? x < r.hi : x <= r.hi);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
 }
 
 // Edit distance, for "did you mean" hints on unknown keys.
@@ -51,52 +142,190 @@ size_t distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-const Field& find_field(const std::string& key, const std::string& origin) {
+// Every component key of the registries, with the component that declares it.
+struct OwnedKey {
+  const ConfigKey* key;
+  std::string owner;  // "loop_rule gated"
+};
+std::vector<OwnedKey> component_keys() {
+  std::vector<OwnedKey> out;
+  const Registries& r = registries();
+  for (auto& c : r.blocks.all())
+    for (auto& k : c.keys) out.push_back({&k, "block " + c.name});
+  for (auto& c : r.loop_rules.all())
+    for (auto& k : c.keys) out.push_back({&k, "loop_rule " + c.name});
+  return out;
+}
+
+const Field* find_field(const std::string& key) {
   for (auto& f : fields())
-    if (key == f.key) return f;
+    if (key == f.key) return &f;
+  return nullptr;
+}
+const ConfigKey* find_component_key(const std::string& key) {
+  for (auto& k : component_keys())
+    if (k.key->key == key) return k.key;
+  return nullptr;
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& origin) {
   std::string best;
   size_t bd = 1000;
-  for (auto& f : fields()) {
-    size_t dd = distance(key, f.key);
-    if (dd < bd) { bd = dd; best = f.key; }
+  for (auto& k : Config::keys()) {
+    size_t dd = distance(key, k);
+    if (dd < bd) { bd = dd; best = k; }
   }
   std::string msg = origin + ": unknown config key '" + key + "'";
   if (bd <= 3) msg += " (did you mean '" + best + "'?)";
+  msg += "; 'looplm train --help-config' lists every key";
   throw UsageError(msg);
 }
 
-void assign_json(Config& c, const Field& f, const json& v, const std::string& origin) {
-  auto bad = [&](const char* want) {
-    return UsageError(origin + ": config key '" + f.key + "' must be " + want + ", got " + v.dump());
-  };
+// A short rendering of a JSON value for messages (long strings are cut).
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// The value checked for one key: an integer in range, a number in range, a bool, a string (one of
+// the choices). Integers are checked before they are narrowed.
+json checked(const std::string& key, bool is_int, bool is_uint, bool is_bool, bool is_string, const Range& range,
+             const std::vector<std::string>& choices, const json& v, const std::string& origin) {
+  const std::string where = origin + ": config key '" + key + "'";
+  if (is_bool) {
+    if (!v.is_boolean()) throw UsageError(where + " must be true or false, got " + shown(v));
+    return v;
+  }
+  if (is_string) {
+    if (!v.is_string()) throw UsageError(where + " must be a string, got " + shown(v));
+    if (!choices.empty() && std::find(choices.begin(), choices.end(), v.get<std::string>()) == choices.end())
+      throw UsageError(where + " must be one of " + join(choices) + ", got " + shown(v));
+    return v;
+  }
+  if (!v.is_number()) throw UsageError(where + " must be " + (is_int || is_uint ? "an integer" : "a number") + ", got " + shown(v));
+  if (is_uint) {
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+      throw UsageError(where + " must be an integer from 0 to 18446744073709551615, got " + shown(v));
+    return v;
+  }
+  const double x = v.get<double>();
+  if (is_int) {
+    if (v.is_number_float() && x != std::floor(x)) throw UsageError(where + " must be an integer, got " + shown(v));
+    if (!in_range(x, range) || (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)range.hi))
+      throw UsageError(where + " must be an integer " + range_words(range) + ", got " + shown(v));
+    return json((int64_t)x);
+  }
+  if (!std::isfinite(x) || !in_range(x, range))
+    throw UsageError(where + " must be a number " + range_words(range) + ", got " + shown(v));
+  return v;
+}
+
+void assign(Config& c, const Field& f, const json& v, const std::string& origin) {
   std::visit(
       [&](auto m) {
         using T = std::remove_reference_t<decltype(c.*m)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          if (!v.is_boolean()) throw bad("true or false");
-          c.*m = v.get<bool>();
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) throw bad("a string");
-          c.*m = v.get<std::string>();
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (!v.is_number()) throw bad("a number");
-          c.*m = v.get<double>();
-        } else {  // integers: accept 12 or 12.0, reject 12.5
-          if (!v.is_number()) throw bad("an integer");
-          double x = v.get<double>();
-          if (x != std::floor(x) || (std::is_same_v<T, uint64_t> && x < 0)) throw bad("an integer");
-          c.*m = v.is_number_unsigned() ? (T)v.get<uint64_t>() : (T)v.get<int64_t>();
-        }
+        constexpr bool is_int = std::is_same_v<T, int>, is_uint = std::is_same_v<T, uint64_t>;
+        constexpr bool is_bool = std::is_same_v<T, bool>, is_string = std::is_same_v<T, std::string>;
+        json ok = checked(f.key, is_int, is_uint, is_bool, is_string, f.range, f.choices ? f.choices() : std::vector<std::string>{},
+                          v, origin);
+        if constexpr (is_uint) c.*m = ok.is_number_unsigned() ? ok.get<uint64_t>() : (uint64_t)ok.get<int64_t>();
+        else c.*m = ok.get<T>();
       },
       f.m);
 }
 
+void assign(Config& c, const ConfigKey& k, const json& v, const std::string& origin) {
+  using Ty = ConfigKey::Type;
+  Range r{k.lo, k.hi, k.lo_exclusive, false};
+  json ok = checked(k.key, k.type == Ty::Int, false, k.type == Ty::Bool, k.type == Ty::String, r, k.choices, v, origin);
+  c.component_values[k.key] = ok.dump();
+}
+
+void assign_any(Config& c, const std::string& key, const json& v, const std::string& origin) {
+  if (const Field* f = find_field(key)) return assign(c, *f, v, origin);
+  if (const ConfigKey* k = find_component_key(key)) return assign(c, *k, v, origin);
+  unknown_key(key, origin);
+}
+
+json component_value(const Config& c, const std::string& key) {
+  const ConfigKey* k = find_component_key(key);
+  LOOPLM_ASSERT(k, "a component reads a config key it did not declare");
+  auto it = c.component_values.find(key);
+  return json::parse(it != c.component_values.end() ? it->second : k->default_json);
+}
+
 }  // namespace
 
+// ---------------------------------------------------------------- component keys
+ConfigKey ConfigKey::number(std::string key, double def, double lo, double hi, std::string meaning, bool lo_excl) {
+  ConfigKey k;
+  k.key = std::move(key);
+  k.type = Type::Float;
+  k.default_json = json(def).dump();
+  k.lo = lo;
+  k.hi = hi;
+  k.lo_exclusive = lo_excl;
+  k.meaning = std::move(meaning);
+  return k;
+}
+ConfigKey ConfigKey::integer(std::string key, int64_t def, int64_t lo, int64_t hi, std::string meaning) {
+  ConfigKey k = number(std::move(key), 0, (double)lo, (double)hi, std::move(meaning));
+  k.type = Type::Int;
+  k.default_json = json(def).dump();
+  return k;
+}
+ConfigKey ConfigKey::flag(std::string key, bool def, std::string meaning) {
+  ConfigKey k;
+  k.key = std::move(key);
+  k.type = Type::Bool;
+  k.default_json = def ? "true" : "false";
+  k.meaning = std::move(meaning);
+  return k;
+}
+ConfigKey ConfigKey::choice(std::string key, std::string def, std::vector<std::string> choices, std::string meaning) {
+  ConfigKey k;
+  k.key = std::move(key);
+  k.type = Type::String;
+  k.default_json = json(def).dump();
+  k.choices = std::move(choices);
+  k.meaning = std::move(meaning);
+  return k;
+}
+
+double Config::get_float(const std::string& key) const { return component_value(*this, key).get<double>(); }
+int64_t Config::get_int(const std::string& key) const { return component_value(*this, key).get<int64_t>(); }
+bool Config::get_bool(const std::string& key) const { return component_value(*this, key).get<bool>(); }
+std::string Config::get_string(const std::string& key) const { return component_value(*this, key).get<std::string>(); }
+
+// ---------------------------------------------------------------- parse / print
 std::vector<std::string> Config::keys() {
   std::vector<std::string> k;
   for (auto& f : fields()) k.push_back(f.key);
+  for (auto& ck : component_keys()) k.push_back(ck.key->key);
   return k;
+}
+
+std::vector<Config::KeyDoc> Config::documentation() {
+  std::vector<KeyDoc> out;
+  const Config defaults;
+  const json d = json::parse(defaults.to_json_text());
+  for (auto& f : fields()) {
+    std::string meaning = f.meaning;
+    if (f.choices) meaning += " (" + join(f.choices()) + ")";
+    else if (!std::holds_alternative<bool Config::*>(f.m) && !std::holds_alternative<std::string Config::*>(f.m) &&
+             !std::holds_alternative<uint64_t Config::*>(f.m))
+      meaning += " [" + range_words(f.range) + "]";
+    out.push_back({f.key, d.at(f.key).dump(), meaning, f.group});
+  }
+  for (auto& ck : component_keys()) {
+    const ConfigKey& k = *ck.key;
+    std::string meaning = k.meaning;
+    if (!k.choices.empty()) meaning += " (" + join(k.choices) + ")";
+    else if (k.type == ConfigKey::Type::Int || k.type == ConfigKey::Type::Float)
+      meaning += " [" + range_words({k.lo, k.hi, k.lo_exclusive, false}) + "]";
+    out.push_back({k.key, k.default_json, meaning, ck.owner});
+  }
+  return out;
 }
 
 Config Config::from_json_text(const std::string& text, const std::string& origin) {
@@ -104,13 +333,16 @@ Config Config::from_json_text(const std::string& text, const std::string& origin
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw UsageError(origin + ": not valid JSON: " + e.what());
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
+    std::string what = e.what();
+    auto at = what.find("parse error");
+    throw UsageError(origin + ": not valid JSON (" + (at == std::string::npos ? what : what.substr(at)) + ")");
   }
   if (!j.is_object()) throw UsageError(origin + ": a config must be a JSON object");
   Config c;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "preset" || it.key() == "comment") continue;  // documentation keys
-    assign_json(c, find_field(it.key(), origin), it.value(), origin);
+    assign_any(c, it.key(), it.value(), origin);
   }
   return c;
 }
@@ -120,20 +352,50 @@ Config Config::from_file(const std::string& path) {
   if (!in) throw UsageError("cannot read config file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  Config c = from_json_text(ss.str(), path);
-  return c;
+  if (in.bad()) throw UsageError("cannot read config file '" + path + "' (is it a directory?)");
+  return from_json_text(ss.str(), path);
 }
 
 std::string Config::to_json_text(int indent) const {
   json j = json::object();
   for (auto& f : fields()) std::visit([&](auto m) { j[f.key] = this->*m; }, f.m);
+  for (auto& ck : component_keys()) j[ck.key->key] = component_value(*this, ck.key->key);
   return j.dump(indent);
 }
 
+std::string Config::summary() const {
+  const json j = json::parse(to_json_text());
+  std::string out;
+  auto line = [&](const std::string& title, const std::vector<std::string>& keys) {
+    std::string s = "  " + title + ":";
+    size_t width = s.size();
+    for (auto& k : keys) {
+      std::string item = " " + k + "=" + (j.at(k).is_string() ? j.at(k).get<std::string>() : j.at(k).dump());
+      if (k == "tokenizer_chars" && !tokenizer_chars.empty()) item = " tokenizer_chars=(" + std::to_string(tokenizer_chars.size()) + " bytes)";
+      if (k == "tokenizer_chars" && tokenizer_chars.empty()) continue;
+      if (width + item.size() > 100) { s += "\n   "; width = 3; }
+      s += item;
+      width += item.size();
+    }
+    out += s + "\n";
+  };
+  std::vector<std::string> model, training;
+  for (auto& f : fields()) (std::string(f.group) == "model" ? model : training).push_back(f.key);
+  line("model", model);
+  line("training", training);
+  std::vector<std::string> comp;
+  for (auto& ck : component_keys())
+    if (ck.owner == "block " + block || ck.owner == "loop_rule " + loop_rule) comp.push_back(ck.key->key);
+  if (!comp.empty()) line(block + " / " + loop_rule, comp);
+  return out;
+}
+
 void Config::set(const std::string& key, const std::string& value) {
-  const Field& f = find_field(key, "--set");
   json v;
-  bool is_string = std::holds_alternative<std::string Config::*>(f.m);
+  const Field* f = find_field(key);
+  const ConfigKey* k = f ? nullptr : find_component_key(key);
+  if (!f && !k) unknown_key(key, "--set");
+  bool is_string = f ? std::holds_alternative<std::string Config::*>(f->m) : k->type == ConfigKey::Type::String;
   if (is_string) {
     v = value;
   } else {
@@ -143,46 +405,28 @@ void Config::set(const std::string& key, const std::string& value) {
       throw UsageError("--set " + key + "=" + value + ": '" + value + "' is not a valid value");
     }
   }
-  assign_json(*this, f, v, "--set");
+  assign_any(*this, key, v, "--set");
 }
 
 void Config::validate() const {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw UsageError("invalid config: " + msg);
   };
-  auto one_of = [&](const std::string& key, const std::string& v, std::initializer_list<const char*> ok) {
-    std::string list;
-    for (auto* o : ok) {
-      if (v == o) return;
-      list += std::string(list.empty() ? "" : ", ") + o;
-    }
-    need(false, key + " = '" + v + "' (expected one of: " + list + ")");
-  };
-  need(vocab_size > 0 && vocab_size <= (1 << 24), "vocab_size must be in 1..16777216");
-  need(d_model > 0, "d_model must be positive");
-  need(n_heads > 0 && d_model % n_heads == 0, "d_model must be divisible by n_heads");
-  need(head_dim() % 2 == 0 || pos != "rope", "rope needs an even head dimension");
-  need(head_dim() <= 1024, "head dimension must be at most 1024");
-  need(context > 0, "context must be positive");
-  need(d_ff >= 0, "d_ff must be >= 0 (0 means 4*d_model)");
-  need(n_prelude >= 0 && n_core >= 1 && n_coda >= 0, "need n_core >= 1 and n_prelude, n_coda >= 0");
-  need(R >= 1, "R must be >= 1");
-  one_of("block", block, {"pre_norm", "parallel", "sandwich"});
-  one_of("norm", norm, {"rmsnorm", "layernorm"});
-  one_of("mlp", mlp, {"gelu", "swiglu"});
-  one_of("pos", pos, {"rope", "learned", "none"});
-  one_of("loop_rule", loop_rule, {"residual"});
-  one_of("tokenizer", tokenizer, {"byte", "char"});
-  one_of("depth_sampler", depth_sampler, {"fixed", "uniform", "poisson_lognormal"});
-  need(deeploop_p >= 0, "deeploop_p must be >= 0");
-  need(init_std > 0 && norm_eps > 0, "init_std and norm_eps must be positive");
-  need(batch_size >= 1 && grad_accum >= 1, "batch_size and grad_accum must be >= 1");
-  need(steps >= 0 && warmup >= 0, "steps and warmup must be >= 0");
-  need(lr > 0 && min_lr_ratio >= 0 && min_lr_ratio <= 1, "need lr > 0 and 0 <= min_lr_ratio <= 1");
-  need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && adam_eps > 0, "AdamW betas in [0,1), eps > 0");
-  need(weight_decay >= 0 && grad_clip >= 0, "weight_decay and grad_clip must be >= 0");
-  need(depth_sigma > 0 && depth_max >= 0 && bptt >= 0, "depth_sigma > 0, depth_max >= 0, bptt >= 0");
-  need(eval_every >= 1 && eval_batches >= 1 && log_every >= 1, "eval_every, eval_batches, log_every must be >= 1");
+  // Every field again (a Config may be filled in code, not only parsed).
+  const json j = json::parse(to_json_text());
+  Config scratch;
+  for (auto& f : fields()) assign(scratch, f, j.at(f.key), "invalid config");
+  for (auto& ck : component_keys()) assign(scratch, *ck.key, j.at(ck.key->key), "invalid config");
+
+  need(d_model % n_heads == 0, "d_model (" + std::to_string(d_model) + ") must be divisible by n_heads (" +
+                                   std::to_string(n_heads) + ")");
+  need(head_dim() % 2 == 0 || pos != "rope", "rope needs an even head dimension (d_model / n_heads = " +
+                                                 std::to_string(head_dim()) + ")");
+  need(head_dim() <= 1024, "the head dimension d_model / n_heads must be at most 1024 (it is " +
+                               std::to_string(head_dim()) + ")");
+  const Registries& r = registries();
+  if (auto& v = r.blocks.get(block, "block").validate) v(*this);
+  if (auto& v = r.loop_rules.get(loop_rule, "loop_rule").validate) v(*this);
 }
 
 }  // namespace looplm

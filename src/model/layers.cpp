@@ -1,12 +1,28 @@
 #include "model/layers.h"
 
+#include <cmath>
+
 namespace looplm {
+
+double deeploop_beta(const Config& c) { return std::pow(8.0 * c.n_unrolled(), -c.deeploop_p); }
+Init matrix_init(const Config& c) { return Init::normal(c.init_std); }
+Init value_init(const Config& c) {
+  return Init::normal(c.deeploop_p > 0 ? c.init_std * deeploop_beta(c) : c.init_std);
+}
+Init output_init(const Config& c) {
+  return Init::normal(c.init_std * (c.deeploop_p > 0 ? deeploop_beta(c) : 1.0 / std::sqrt(2.0 * c.n_unrolled())));
+}
+
+Node* linear(Graph& g, Node* x, const WeightMatrix& W, Node* b) {
+  if (W.packed && !g.grad_enabled()) return op::linear_packed(g, x, W.packed, b);
+  return op::linear(g, x, W.node, b);
+}
 
 // ---------------------------------------------------------------- Norm
 Norm::Norm(ParamStore& ps, const std::string& name, const Config& c)
     : layer_(c.norm == "layernorm"), eps_(c.norm_eps) {
-  w_ = ps.add(name + ".weight", {c.d_model});
-  if (layer_) b_ = ps.add(name + ".bias", {c.d_model});
+  w_ = ps.add(name + ".weight", {c.d_model}, Init::ones());
+  if (layer_) b_ = ps.add(name + ".bias", {c.d_model}, Init::zeros());
 }
 
 void Norm::bind(ParamStore& ps) {
@@ -21,30 +37,32 @@ Node* Norm::operator()(Graph& g, Node* x) const {
 // ---------------------------------------------------------------- Attention
 Attention::Attention(ParamStore& ps, const std::string& p, const Config& c) : d_(c.d_model), H_(c.n_heads) {
   const int64_t d = d_;
-  q_w = ps.add(p + ".q.weight", {d, d});  // q|k|v adjacent: one GEMM makes [N, 3d]
-  k_w = ps.add(p + ".k.weight", {d, d});
-  v_w = ps.add(p + ".v.weight", {d, d});
+  q_w = ps.add(p + ".q.weight", {d, d}, matrix_init(c));  // q|k|v adjacent: one GEMM makes [N, 3d]
+  ps.add(p + ".k.weight", {d, d}, matrix_init(c));
+  v_w = ps.add(p + ".v.weight", {d, d}, value_init(c));
   if (c.bias) {
-    q_b = ps.add(p + ".q.bias", {d});
-    ps.add(p + ".k.bias", {d});
-    v_b = ps.add(p + ".v.bias", {d});
+    q_b = ps.add(p + ".q.bias", {d}, Init::zeros());
+    ps.add(p + ".k.bias", {d}, Init::zeros());
+    v_b = ps.add(p + ".v.bias", {d}, Init::zeros());
   }
-  o_w = ps.add(p + ".o.weight", {d, d});
-  if (c.bias) o_b = ps.add(p + ".o.bias", {d});
+  o_w = ps.add(p + ".o.weight", {d, d}, output_init(c));
+  if (c.bias) o_b = ps.add(p + ".o.bias", {d}, Init::zeros());
 }
 
 void Attention::bind(ParamStore& ps) {
-  Wqkv = ps.view(q_w, v_w, 3 * d_, d_);
+  Wqkv = ps.matrix(q_w, v_w, 3 * d_, d_);
   bqkv = q_b >= 0 ? ps.view(q_b, v_b, 1, 3 * d_) : nullptr;
-  Wo = ps.view(o_w);
+  Wo = ps.matrix(o_w);
   bo = o_b >= 0 ? ps.view(o_b) : nullptr;
 }
 
 Node* Attention::operator()(Graph& g, Node* x, const BlockCtx& c) const {
-  Node* qkv = op::linear(g, x, Wqkv, bqkv);  // [B*T, 3d]
-  Node* y = c.kv ? op::attention_cached(g, qkv, c.B, c.T, H_, c.rope, *c.kv, c.pos0)
+  g.tap("attn.in", x);
+  Node* qkv = linear(g, x, *Wqkv, bqkv);  // [B*T, 3d]
+  Node* y = c.kv ? op::attention_cached(g, qkv, c.B, c.T, H_, c.rope, c.kv->k, c.kv->v, c.kv->capacity, c.pos0)
                  : op::attention(g, qkv, c.B, c.T, H_, c.rope);
-  return op::linear(g, y, Wo, bo);
+  g.tap("attn.o.in", y);
+  return linear(g, y, *Wo, bo);
 }
 
 // ---------------------------------------------------------------- MLP
@@ -52,36 +70,53 @@ Mlp::Mlp(ParamStore& ps, const std::string& p, const Config& c)
     : swiglu_(c.mlp == "swiglu"), d_(c.d_model), f_(c.ff_dim()) {
   const int64_t d = d_, f = f_;
   if (swiglu_) {
-    gate_w = ps.add(p + ".gate.weight", {f, d});  // gate|up adjacent: one GEMM makes [N, 2f]
-    up_w = ps.add(p + ".up.weight", {f, d});
+    gate_w = ps.add(p + ".gate.weight", {f, d}, value_init(c));  // gate|up adjacent: one GEMM makes [N, 2f]
+    up_w = ps.add(p + ".up.weight", {f, d}, value_init(c));
     if (c.bias) {
-      gate_b = ps.add(p + ".gate.bias", {f});
-      up_b = ps.add(p + ".up.bias", {f});
+      gate_b = ps.add(p + ".gate.bias", {f}, Init::zeros());
+      up_b = ps.add(p + ".up.bias", {f}, Init::zeros());
     }
   } else {
-    up_w = ps.add(p + ".up.weight", {f, d});
-    if (c.bias) up_b = ps.add(p + ".up.bias", {f});
+    up_w = ps.add(p + ".up.weight", {f, d}, value_init(c));
+    if (c.bias) up_b = ps.add(p + ".up.bias", {f}, Init::zeros());
   }
-  down_w = ps.add(p + ".down.weight", {d, f});
-  if (c.bias) down_b = ps.add(p + ".down.bias", {d});
+  down_w = ps.add(p + ".down.weight", {d, f}, output_init(c));
+  if (c.bias) down_b = ps.add(p + ".down.bias", {d}, Init::zeros());
 }
 
 void Mlp::bind(ParamStore& ps) {
   if (swiglu_) {
-    Win = ps.view(gate_w, up_w, 2 * f_, d_);
+    Win = ps.matrix(gate_w, up_w, 2 * f_, d_);
     bin = gate_b >= 0 ? ps.view(gate_b, up_b, 1, 2 * f_) : nullptr;
   } else {
-    Win = ps.view(up_w);
+    Win = ps.matrix(up_w);
     bin = up_b >= 0 ? ps.view(up_b) : nullptr;
   }
-  Wdown = ps.view(down_w);
+  Wdown = ps.matrix(down_w);
   bdown = down_b >= 0 ? ps.view(down_b) : nullptr;
 }
 
 Node* Mlp::operator()(Graph& g, Node* x) const {
-  Node* u = op::linear(g, x, Win, bin);
-  if (!swiglu_) return op::gelu_linear(g, u, Wdown, bdown);  // = linear(gelu(u)), stores only u
-  return op::linear(g, op::swiglu(g, u), Wdown, bdown);
+  g.tap("mlp.in", x);
+  Node* u = linear(g, x, *Win, bin);
+  if (swiglu_) {
+    Node* a = op::swiglu(g, u);
+    g.tap("mlp.down.in", a);
+    return linear(g, a, *Wdown, bdown);
+  }
+  // GELU: the fused op stores only u (gelu(u) is recomputed in backward); gelu(u) is made as a
+  // tensor only for an observer or for a packed inference weight.
+  const bool packed = Wdown->packed && !g.grad_enabled();
+  if (packed || g.observing()) {
+    Node* a;
+    {
+      Graph::NoGrad ng(g);  // the fused op below keeps the gradient path
+      a = op::gelu(g, u);
+    }
+    g.tap("mlp.down.in", a);
+    if (packed) return linear(g, a, *Wdown, bdown);
+  }
+  return op::gelu_linear(g, u, Wdown->node, bdown);
 }
 
 }  // namespace looplm

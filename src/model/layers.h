@@ -1,9 +1,10 @@
-// The shared building blocks of SPEC §1.1: norm, causal multi-head attention, MLP. Each registers
-// its parameters under its SPEC §6 name and applies itself with ops from src/ops.
+// The shared building blocks of SPEC §1.1: norm, causal multi-head attention, MLP. Each declares
+// its parameters under its SPEC §6 name with their init and applies itself with ops from src/ops.
 #pragma once
 #include <string>
 
 #include "looplm/config.h"
+#include "model/kv_cache.h"
 #include "model/params.h"
 #include "ops/ops.h"
 
@@ -12,10 +13,23 @@ namespace looplm {
 // What a block application needs besides its input.
 struct BlockCtx {
   int B = 1, T = 1;                // rows = B*T
-  const RopeTable* rope = nullptr;  // null unless pos = rope
-  const KVSlot* kv = nullptr;       // generation: this (block, loop step)'s cache
-  int pos0 = 0;                     // generation: position of the first row
+  op::RopeAngles rope;             // empty unless pos = rope
+  const KVSlot* kv = nullptr;      // generation: this (block, loop step)'s cache
+  int pos0 = 0;                    // generation: position of the first row
 };
+
+// Init scales of SPEC §1 and §2.2, functions of the config:
+//  * matrices N(0, init_std);
+//  * output projections (attn.o, mlp.down) × 1/√(2N), N the unrolled depth at the trained R;
+//  * with DeepLoop (deeploop_p > 0), β = (8N)^-p instead scales attn.v, attn.o and every MLP
+//    matrix (β replaces the 1/√(2N), it does not compound).
+double deeploop_beta(const Config& c);
+Init matrix_init(const Config& c);  // attn.q, attn.k, embeddings
+Init value_init(const Config& c);   // attn.v, mlp.gate, mlp.up
+Init output_init(const Config& c);  // attn.o, mlp.down
+
+// x W^T + b: the autograd op, or (inference, after ParamStore::pack) the packed weight format.
+Node* linear(Graph& g, Node* x, const WeightMatrix& W, Node* b);
 
 class Norm {
  public:
@@ -35,12 +49,13 @@ class Attention {
   Attention() = default;
   Attention(ParamStore& ps, const std::string& prefix, const Config& c);
   void bind(ParamStore& ps);
+  // Taps "attn.in" (the input of q|k|v) and "attn.o.in".
   Node* operator()(Graph& g, Node* x, const BlockCtx& ctx) const;
-  int q_w = -1, k_w = -1, v_w = -1, o_w = -1;  // param ids (for init)
  private:
   int d_ = 0, H_ = 0;
-  int q_b = -1, v_b = -1, o_b = -1;
-  Node *Wqkv = nullptr, *bqkv = nullptr, *Wo = nullptr, *bo = nullptr;
+  int q_w = -1, v_w = -1, o_w = -1, q_b = -1, v_b = -1, o_b = -1;
+  WeightMatrix *Wqkv = nullptr, *Wo = nullptr;
+  Node *bqkv = nullptr, *bo = nullptr;
 };
 
 class Mlp {
@@ -48,13 +63,14 @@ class Mlp {
   Mlp() = default;
   Mlp(ParamStore& ps, const std::string& prefix, const Config& c);
   void bind(ParamStore& ps);
+  // Taps "mlp.in" and "mlp.down.in".
   Node* operator()(Graph& g, Node* x) const;
-  int gate_w = -1, up_w = -1, down_w = -1;
  private:
   bool swiglu_ = false;
   int d_ = 0, f_ = 0;
-  int gate_b = -1, up_b = -1, down_b = -1;
-  Node *Win = nullptr, *bin = nullptr, *Wdown = nullptr, *bdown = nullptr;
+  int gate_w = -1, up_w = -1, down_w = -1, gate_b = -1, up_b = -1, down_b = -1;
+  WeightMatrix *Win = nullptr, *Wdown = nullptr;
+  Node *bin = nullptr, *bdown = nullptr;
 };
 
 }  // namespace looplm

@@ -1,42 +1,51 @@
-// A loop rule: how the state moves from h^(r-1) to h^(r) around the shared core (SPEC §1, §2).
-// Rules register a factory under their config name (`loop_rule`), so a new rule is one file.
+// A loop rule: how the loop state moves around the shared core (SPEC §1, §2). The rule owns its
+// state: init_state makes it from the prelude output, step advances it by one application of the
+// core, readout gives the exit's hidden state [N, d]. The state may be anything a rule needs —
+// one stream [N, d] (residual, gated) or n streams [N, n·d] (hyper) — so eval, generation and the
+// diagnostics only ever look at readout(state).
+//
+// A rule is one source file: a class, and a register_*() function that src/model/components.cpp
+// calls with its name, summary and config keys (docs/architecture.md; loop_residual.cpp is the
+// worked example).
 #pragma once
 #include <functional>
-#include <map>
 #include <memory>
-#include <string>
 
-#include "model/params.h"
+#include "core/rng.h"
 #include "looplm/config.h"
+#include "model/params.h"
 
 namespace looplm {
 
 using CoreFn = std::function<Node*(Graph&, Node* x)>;  // one application of all core blocks
 
+// What a loop step may depend on besides its inputs. Random terms (training noise) are drawn from
+// rng(): keyed by (seed, step, micro-batch, rank, loop step, purpose), so gradient accumulation and
+// data-parallel ranks never repeat a draw, and a resumed run redraws exactly.
 struct LoopCtx {
   bool training = false;  // noise and other training-only terms
   uint64_t seed = 0, step = 0;
+  int micro = 0;          // micro-batch within the step (gradient accumulation)
+  int rank = 0;           // data-parallel rank (multi-process training, later)
+  Rng rng(uint64_t purpose, int r) const {
+    return Rng(seed, kStreamNoise,
+               splitmix64(step) ^ splitmix64(((uint64_t)micro << 32) ^ (uint64_t)rank) ^
+                   splitmix64(((uint64_t)(uint32_t)r << 32) ^ purpose ^ 0x5bd1e995ULL));
+  }
 };
 
 class LoopRule {
  public:
   virtual ~LoopRule() = default;
   virtual void bind(ParamStore&) {}
-  // h^(r) from h^(r-1), the prelude output h_pre and the core, for r = 1..depth.
-  virtual Node* step(Graph& g, Node* h_prev, Node* h_pre, int r, const CoreFn& core, const LoopCtx& ctx) const = 0;
+  // The state before step 1 from the prelude output h_pre [N, d]. Default: h_pre itself.
+  virtual Node* init_state(Graph& g, Node* h_pre, const LoopCtx& ctx) const { return h_pre; }
+  // The state after loop step r (r = 1..depth, also beyond the trained R) from the one before.
+  virtual Node* step(Graph& g, Node* state, Node* h_pre, int r, const CoreFn& core, const LoopCtx& ctx) const = 0;
+  // The exit's hidden state h^(r) [N, d] (-> coda -> norm_f -> lm_head). Default: the state itself.
+  virtual Node* readout(Graph& g, Node* state) const { return state; }
 };
 
 using LoopRuleFactory = std::function<std::unique_ptr<LoopRule>(ParamStore&, const Config&)>;
-std::map<std::string, LoopRuleFactory>& loop_rule_registry();
-std::unique_ptr<LoopRule> make_loop_rule(ParamStore& ps, const Config& c);
-
-struct LoopRuleRegistrar {
-  LoopRuleRegistrar(const std::string& name, LoopRuleFactory f) { loop_rule_registry()[name] = std::move(f); }
-};
-#define LOOPLM_REGISTER_LOOP_RULE(NAME, CLASS)                                                     \
-  static ::looplm::LoopRuleRegistrar registrar_##CLASS(                                            \
-      NAME, [](::looplm::ParamStore& ps, const ::looplm::Config& c) {                              \
-        return std::unique_ptr<::looplm::LoopRule>(new CLASS(ps, c));                              \
-      })
 
 }  // namespace looplm

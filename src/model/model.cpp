@@ -1,26 +1,43 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <cstring>
 
-#include "core/rng.h"
+#include "model/components.h"
 
 namespace looplm {
 
-Model::Model(const Config& c) : cfg_(c) {
-  cfg_.validate();
+void Model::build(ParamStore& ps) {
+  const Config& c = cfg_;
+  const Registries& reg = registries();
+  const BlockFactory& make_block = reg.blocks.get(c.block, "block").make;
   const int64_t V = c.vocab_size, d = c.d_model;
-  tok_emb_ = ps_.add("tok_emb.weight", {V, d});
-  if (c.pos == "learned") pos_emb_ = ps_.add("pos_emb.weight", {(int64_t)c.context, d});
-  for (int i = 0; i < c.n_prelude; ++i) prelude_.push_back(make_block(ps_, "prelude." + std::to_string(i), c));
-  for (int i = 0; i < c.n_core; ++i) core_.push_back(make_block(ps_, "core." + std::to_string(i), c));
-  for (int i = 0; i < c.n_coda; ++i) coda_.push_back(make_block(ps_, "coda." + std::to_string(i), c));
-  rule_ = make_loop_rule(ps_, c);
-  norm_f_ = std::make_unique<Norm>(ps_, "norm_f", c);
+  tok_emb_ = ps.add("tok_emb.weight", {V, d}, matrix_init(c));
+  if (c.pos == "learned") pos_emb_ = ps.add("pos_emb.weight", {(int64_t)c.context, d}, matrix_init(c));
+  for (int i = 0; i < c.n_prelude; ++i) prelude_.push_back(make_block(ps, "prelude." + std::to_string(i), c));
+  for (int i = 0; i < c.n_core; ++i) core_.push_back(make_block(ps, "core." + std::to_string(i), c));
+  for (int i = 0; i < c.n_coda; ++i) coda_.push_back(make_block(ps, "coda." + std::to_string(i), c));
+  rule_ = reg.loop_rules.get(c.loop_rule, "loop_rule").make(ps, c);
+  norm_f_ = std::make_unique<Norm>(ps, "norm_f", c);
   if (!c.tie_embeddings) {
-    lm_head_w_ = ps_.add("lm_head.weight", {V, d});
-    if (c.bias) lm_head_b_ = ps_.add("lm_head.bias", {V});
+    lm_head_w_ = ps.add("lm_head.weight", {V, d}, matrix_init(c));
+    if (c.bias) lm_head_b_ = ps.add("lm_head.bias", {V}, Init::zeros());
   }
-  ps_.finalize();
+}
+
+std::vector<ParamInfo> Model::layout(const Config& c) {
+  c.validate();
+  Model m(c, ParamStorage{}, /*layout_only=*/0);
+  return m.ps_.infos();
+}
+
+Model::Model(const Config& c, ParamStorage storage, int) : cfg_(c) { build(ps_); }
+
+Model::Model(const Config& c, ParamStorage storage) : cfg_(c) {
+  cfg_.validate();
+  build(ps_);
+  if (storage.external) ps_.attach(storage.external, std::move(storage.owner));
+  else ps_.allocate(storage.grads);
 
   E_ = ps_.view(tok_emb_);
   P_ = pos_emb_ >= 0 ? ps_.view(pos_emb_) : nullptr;
@@ -28,82 +45,108 @@ Model::Model(const Config& c) : cfg_(c) {
     for (auto& b : *sec) b->bind(ps_);
   rule_->bind(ps_);
   norm_f_->bind(ps_);
-  Wlm_ = lm_head_w_ >= 0 ? ps_.view(lm_head_w_) : E_;
+  Wlm_ = ps_.matrix(lm_head_w_ >= 0 ? lm_head_w_ : tok_emb_);
   blm_ = lm_head_b_ >= 0 ? ps_.view(lm_head_b_) : nullptr;
-  if (c.pos == "rope") rope_ = std::make_unique<RopeTable>(c.context, c.head_dim(), c.rope_base);
-}
-
-void Model::init_weights(uint64_t seed) {
-  // Matrices N(0, init_std); norm gains 1; biases 0. Output projections (attn.o, mlp.down) scaled by
-  // 1/sqrt(2N); with DeepLoop (p > 0) β = (8N)^-p scales attn.v, attn.o and MLP matrices instead.
-  Rng rng(seed, kStreamInit);
-  const double N = cfg_.n_unrolled();
-  std::vector<double> scale(ps_.infos().size(), 1.0);
-  for (auto* sec : {&prelude_, &core_, &coda_})
-    for (auto& b : *sec) {
-      if (cfg_.deeploop_p > 0) {
-        for (int i : b->beta_scaled) scale[i] = std::pow(8.0 * N, -cfg_.deeploop_p);
-      } else {
-        for (int i : b->output_projections) scale[i] = 1.0 / std::sqrt(2.0 * N);
-      }
-    }
-  for (size_t i = 0; i < ps_.infos().size(); ++i) {
-    const ParamInfo& p = ps_.infos()[i];
-    float* w = ps_.value((int)i);
-    if (p.shape.size() >= 2) {
-      for (size_t j = 0; j < p.numel; ++j) w[j] = (float)(rng.normal() * cfg_.init_std * scale[i]);
-    } else {
-      bool gain = p.name.size() >= 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
-      for (size_t j = 0; j < p.numel; ++j) w[j] = gain ? 1.0f : 0.0f;
-    }
-  }
+  if (cfg_.pos == "rope") rope_ = std::make_unique<RopeTable>(cfg_.context, cfg_.head_dim(), cfg_.rope_base);
 }
 
 BlockCtx Model::ctx(int B, int T, const RunOptions& o, int block, int step) const {
   BlockCtx c;
   c.B = B;
   c.T = T;
-  c.rope = rope_.get();
+  if (rope_) c.rope = rope_->angles();
   c.pos0 = o.pos0;
   c.kv = o.cache ? o.cache->slot(block, step) : nullptr;
   return c;
 }
 
 Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o,
-                   const std::function<void(int, Node*)>& on_state) const {
+                   const std::function<void(int, Node*)>& on_exit) const {
   const int depth = o.depth < 0 ? cfg_.R : o.depth;
   const int np = cfg_.n_prelude;
-  const int keep = o.grad_steps < 0 ? depth : std::min(o.grad_steps, depth);
-  Node* h_pre;
-  {
-    // With truncated BPTT and a rule that reads h_pre only at step 1 (`residual`), the prelude gets
-    // no gradient unless step 1 is kept; the graph works that out by itself.
-    h_pre = op::embedding(g, tokens, B * T, E_, P_, T, o.pos0);
-    for (int i = 0; i < np; ++i) h_pre = prelude_[i]->forward(g, h_pre, ctx(B, T, o, i, 0));
+  const bool no_grad = !g.grad_enabled();
+  const int keep = (no_grad || o.grad_steps < 0) ? depth : std::min(o.grad_steps, depth);
+
+  Node* h_pre = op::embedding(g, tokens, B * T, E_, P_, T, o.pos0);
+  for (int i = 0; i < np; ++i) {
+    Graph::At at(g, i, 0);
+    h_pre = prelude_[i]->forward(g, h_pre, ctx(B, T, o, i, 0));
   }
-  if (on_state) on_state(0, h_pre);
-  LoopCtx lc{o.training, cfg_.seed, o.step};
-  Node* h = h_pre;
+  LoopCtx lc;
+  lc.training = o.training;
+  lc.seed = cfg_.seed;
+  lc.step = o.step;
+  lc.micro = o.micro;
+  Node* state = rule_->init_state(g, h_pre, lc);
+
+  // The exit of step r: readout, the "state" tap, the caller's callback.
+  auto exit = [&](int r, Node* s) {
+    if (!on_exit && !g.observing()) return;
+    Graph::At at(g, -1, r);
+    Node* h = rule_->readout(g, s);
+    g.tap("state", h);
+    if (on_exit) on_exit(r, h);
+  };
+  {
+    const Graph::Mark m = g.mark();
+    exit(0, state);
+    if (no_grad) g.rewind(m);
+  }
+
+  // A step without gradients keeps only its output state: it is copied into one of two buffers
+  // made before the first such step, and everything else the step (and its exit) allocated is
+  // given back. So depth costs no memory where nothing is kept for backward.
+  Node* buf[2] = {nullptr, nullptr};
+  int next_buf = 0;
   for (int r = 1; r <= depth; ++r) {
-    CoreFn core = [&](Graph& gg, Node* x) {
-      for (int i = 0; i < cfg_.n_core; ++i) x = core_[i]->forward(gg, x, ctx(B, T, o, np + i, r - 1));
+    CoreFn core = [&, r](Graph& gg, Node* x) {
+      for (int i = 0; i < cfg_.n_core; ++i) {
+        Graph::At at(gg, np + i, r);
+        x = core_[i]->forward(gg, x, ctx(B, T, o, np + i, r - 1));
+      }
       return x;
     };
-    if (r <= depth - keep) {  // truncated BPTT: run without recording
-      Graph::NoGrad ng(g);
-      h = rule_->step(g, h, h_pre, r, core, lc);
-    } else {
-      h = rule_->step(g, h, h_pre, r, core, lc);
+    if (!no_grad && r > depth - keep) {  // keeps gradients
+      {
+        Graph::At at(g, -1, r);
+        state = rule_->step(g, state, h_pre, r, core, lc);
+      }
+      exit(r, state);
+      continue;
     }
-    if (on_state) on_state(r, h);
+    if (!buf[0]) {
+      buf[0] = g.node(state->rows, state->cols, false);
+      buf[1] = g.node(state->rows, state->cols, false);
+    }
+    Graph::NoGrad ng(g);
+    const Graph::Mark m = g.mark();
+    Node* out;
+    {
+      Graph::At at(g, -1, r);
+      out = rule_->step(g, state, h_pre, r, core, lc);
+    }
+    LOOPLM_ASSERT(out->rows == buf[0]->rows && out->cols == buf[0]->cols, "a loop rule changed its state's shape");
+    Node* kept = buf[next_buf];
+    next_buf ^= 1;
+    std::memcpy(kept->v, out->v, sizeof(float) * out->numel());
+    exit(r, kept);
+    g.rewind(m);
+    state = kept;
   }
-  return h;
+  Graph::At at(g, -1, depth);
+  return rule_->readout(g, state);
 }
 
 Node* Model::head(Graph& g, Node* h, int B, int T, const RunOptions& o) const {
   const int base = cfg_.n_prelude + cfg_.n_core;
-  for (int i = 0; i < cfg_.n_coda; ++i) h = coda_[i]->forward(g, h, ctx(B, T, o, base + i, 0));
-  return op::linear(g, (*norm_f_)(g, h), Wlm_, blm_);
+  for (int i = 0; i < cfg_.n_coda; ++i) {
+    Graph::At at(g, base + i, 0);
+    h = coda_[i]->forward(g, h, ctx(B, T, o, base + i, 0));
+  }
+  Graph::At at(g, -1, 0);
+  Node* x = (*norm_f_)(g, h);
+  g.tap("lm_head.in", x);
+  return linear(g, x, *Wlm_, blm_);
 }
 
 double Model::flops_per_token(int depth) const {

@@ -1,17 +1,19 @@
 // The looplm model family (SPEC §1):
-//   tokens → embed → prelude (once) → h_pre = h^(0) → h^(r) = LoopRule(h^(r-1), h_pre, core, r)
+//   tokens → embed → prelude (once) → h_pre → state = init_state(h_pre)
+//   → state = LoopRule.step(state, h_pre, core, r) for r = 1..depth → h = readout(state)
 //   → coda (once) → norm_f → lm_head → logits
-// Exit r (any r, also beyond the trained R) = h^(r) → coda → norm_f → lm_head.
+// Exit r (any r, also beyond the trained R) = readout(state after step r) → coda → norm_f → lm_head.
 #pragma once
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "infer/kv_cache.h"
 #include "looplm/config.h"
 #include "model/block.h"
+#include "model/kv_cache.h"
 #include "model/loop_rule.h"
 #include "model/params.h"
+#include "model/rope.h"
 
 namespace looplm {
 
@@ -19,26 +21,45 @@ struct RunOptions {
   int depth = -1;          // loop steps; -1 -> config R
   int grad_steps = -1;     // truncated BPTT: only the last k loop steps keep gradients; -1 -> all
   bool training = false;   // training-only terms (noise)
-  uint64_t step = 0;       // training step (seeds per-step randomness)
+  uint64_t step = 0;       // training step and micro-batch (key the random terms: LoopCtx::rng)
+  int micro = 0;
   KVCache* cache = nullptr;  // generation: per (block, loop step) cache
   int pos0 = 0;              // generation: position of the first token
 };
 
+// Where a model's parameter values live.
+struct ParamStorage {
+  bool grads = true;                    // training: gradients too
+  float* external = nullptr;            // inference: use these values (e.g. a mapped checkpoint)
+  std::shared_ptr<const void> owner;    // ... kept alive by this
+};
+
 class Model {
  public:
-  explicit Model(const Config& c);  // registers and binds parameters (all zero)
-  void init_weights(uint64_t seed);  // SPEC §1 init rules
+  // Builds the components (registering every parameter) and allocates or attaches the values.
+  explicit Model(const Config& c, ParamStorage storage = {});
+  // The parameters a config declares (names, shapes, init), without allocating anything: a
+  // checkpoint is checked against this before a model is built from it.
+  static std::vector<ParamInfo> layout(const Config& c);
+
+  void init_weights(uint64_t seed) { ps_.init(seed); }  // every parameter from its declared Init
+  // Inference: make each weight matrix's copy in `format` (fp32: in place), read by forward passes
+  // without gradients from then on.
+  void prepare_inference(const WeightFormat& format) { ps_.pack(format); }
 
   const Config& config() const { return cfg_; }
   ParamStore& params() { return ps_; }
   const ParamStore& params() const { return ps_; }
   int64_t n_params() const { return (int64_t)ps_.total(); }
 
-  // Embedding, prelude and `depth` loop steps: returns h^(depth). on_state(r, h^(r)) is called for
-  // r = 0 (h_pre) .. depth, e.g. to read every exit.
+  // Embedding, prelude and `depth` loop steps: returns h^(depth) = readout(state). on_exit(r, h^(r))
+  // is called for r = 0 (h_pre) .. depth, e.g. to read every exit; it must be done with h^(r) when
+  // it returns (the memory of a step without gradients is reused). Loop steps without gradients
+  // (all of them when gradients are off; the early ones under truncated BPTT) keep only the state,
+  // so their memory does not grow with depth.
   Node* trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o,
-              const std::function<void(int, Node*)>& on_state = {}) const;
-  // coda → norm_f → lm_head: logits [B*T, V] of a loop state.
+              const std::function<void(int, Node*)>& on_exit = {}) const;
+  // coda → norm_f → lm_head: logits [B*T, V] of a hidden state.
   Node* head(Graph& g, Node* h, int B, int T, const RunOptions& o) const;
   Node* logits(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const {
     return head(g, trunk(g, tokens, B, T, o), B, T, o);
@@ -48,6 +69,8 @@ class Model {
   double flops_per_token(int depth) const;
 
  private:
+  Model(const Config& c, ParamStorage storage, int layout_only);  // components only, no values
+  void build(ParamStore& ps);
   BlockCtx ctx(int B, int T, const RunOptions& o, int block, int step) const;
   Config cfg_;
   ParamStore ps_;
@@ -55,7 +78,8 @@ class Model {
   std::unique_ptr<LoopRule> rule_;
   std::unique_ptr<Norm> norm_f_;
   int tok_emb_ = -1, pos_emb_ = -1, lm_head_w_ = -1, lm_head_b_ = -1;
-  Node *E_ = nullptr, *P_ = nullptr, *Wlm_ = nullptr, *blm_ = nullptr;
+  Node *E_ = nullptr, *P_ = nullptr, *blm_ = nullptr;
+  WeightMatrix* Wlm_ = nullptr;
   std::unique_ptr<RopeTable> rope_;
 };
 

@@ -1,29 +1,56 @@
 #include "model/params.h"
 
-#include <algorithm>
+#include <sys/mman.h>
+#include <unistd.h>
 
-#include "backend/cpu/bf16.h"
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/rng.h"
 
 namespace looplm {
 
-int ParamStore::add(const std::string& name, std::vector<int64_t> shape) {
-  LOOPLM_ASSERT(values_.empty(), "ParamStore::add after finalize");
+std::string Init::describe() const {
+  char b[64];
+  switch (kind) {
+    case Kind::Normal: std::snprintf(b, sizeof b, "N(0, %.4g)", a); break;
+    case Kind::Uniform: std::snprintf(b, sizeof b, "U(±%.4g)", a); break;
+    default: std::snprintf(b, sizeof b, "%.6g", a);
+  }
+  return b;
+}
+
+int ParamStore::add(const std::string& name, std::vector<int64_t> shape, Init init) {
+  LOOPLM_ASSERT(!values_, "ParamStore::add after the values exist");
   LOOPLM_ASSERT(find(name) < 0, "duplicate parameter name");
   ParamInfo p;
   p.name = name;
   p.numel = 1;
   for (auto s : shape) p.numel *= (size_t)s;
   p.shape = std::move(shape);
-  p.offset = next_offset_;
+  p.offset = total_;
   p.decay = p.shape.size() >= 2;
-  next_offset_ += p.numel;
+  p.init = init;
+  total_ += p.numel;
   infos_.push_back(std::move(p));
   return (int)infos_.size() - 1;
 }
 
-void ParamStore::finalize() {
-  values_.assign(next_offset_, 0.0f);
-  grads_.assign(next_offset_, 0.0f);
+void ParamStore::allocate(bool with_grads) {
+  LOOPLM_ASSERT(!values_, "ParamStore: values already exist");
+  value_store_.assign(total_, 0.0f);
+  values_ = value_store_.data();
+  if (with_grads) {
+    grad_store_.assign(total_, 0.0f);
+    grads_ = grad_store_.data();
+  }
+}
+
+void ParamStore::attach(float* values, std::shared_ptr<const void> owner) {
+  LOOPLM_ASSERT(!values_, "ParamStore: values already exist");
+  values_ = values;
+  owner_ = std::move(owner);
 }
 
 int ParamStore::find(const std::string& name) const {
@@ -32,8 +59,27 @@ int ParamStore::find(const std::string& name) const {
   return -1;
 }
 
+void ParamStore::init(uint64_t seed) {
+  Rng rng(seed, kStreamInit);
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    const ParamInfo& p = infos_[i];
+    float* w = value((int)i);
+    switch (p.init.kind) {
+      case Init::Kind::Normal:
+        for (size_t j = 0; j < p.numel; ++j) w[j] = (float)(rng.normal() * p.init.a);
+        break;
+      case Init::Kind::Uniform:
+        for (size_t j = 0; j < p.numel; ++j) w[j] = (float)((2.0 * rng.uniform() - 1.0) * p.init.a);
+        break;
+      case Init::Kind::Constant:
+        std::fill(w, w + p.numel, (float)p.init.a);
+        break;
+    }
+  }
+}
+
 Node* ParamStore::view(int first, int last, int64_t rows, int64_t cols) {
-  LOOPLM_ASSERT(!values_.empty(), "ParamStore::view before finalize");
+  LOOPLM_ASSERT(values_, "ParamStore::view before the values exist");
   size_t n = 0;
   for (int i = first; i <= last; ++i) {
     LOOPLM_ASSERT(i == first || infos_[i].offset == infos_[i - 1].offset + infos_[i - 1].numel, "view over non-adjacent params");
@@ -42,18 +88,11 @@ Node* ParamStore::view(int first, int last, int64_t rows, int64_t cols) {
   LOOPLM_ASSERT((size_t)(rows * cols) == n, "view shape does not match the params");
   Node& node = nodes_.emplace_back();
   node.v = value(first);
-  node.g = grad(first);
+  node.g = grads_ ? grad(first) : nullptr;
   node.rows = rows;
   node.cols = cols;
-  node.requires_grad = true;
+  node.requires_grad = grads_ != nullptr;
   node.is_param = true;
-  bool bf16_ok = true;  // see make_bf16_copy
-  for (int i = first; i <= last; ++i) {
-    const int64_t R = infos_[i].shape.size() >= 2 ? infos_[i].shape[0] : 1;
-    bf16_ok = bf16_ok && (int64_t)infos_[i].numel / R == cols && (first == last || R % kBf16Rows == 0);
-  }
-  view_bf16_ok_.push_back(bf16_ok);
-  if (!values_bf16_.empty() && bf16_ok) node.v_bf16 = values_bf16_.data() + (node.v - values_.data());
   return &node;
 }
 
@@ -63,19 +102,55 @@ Node* ParamStore::view(int i) {
   return view(i, i, rows, (int64_t)infos_[i].numel / rows);
 }
 
-// Each matrix in the decode layout (pack_bf16: blocks of 4 rows), vectors plain. A view over
-// several params keeps the layout's row-block addressing only if each of them has a multiple of 4
-// rows; other views get no bf16 copy and decode reads their fp32 values.
-void ParamStore::make_bf16_copy() {
-  values_bf16_.resize(values_.size());
-  for (const ParamInfo& p : infos_) {
-    const int64_t R = p.shape.size() >= 2 ? p.shape[0] : 1;
-    pack_bf16(values_.data() + p.offset, R, (int64_t)p.numel / R, values_bf16_.data() + p.offset);
-  }
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    nodes_[i].v_bf16 = view_bf16_ok_[i] ? values_bf16_.data() + (nodes_[i].v - values_.data()) : nullptr;
+WeightMatrix* ParamStore::matrix(int first, int last, int64_t rows, int64_t cols) {
+  WeightMatrix& m = matrices_.emplace_back();
+  m.node = view(first, last, rows, cols);
+  return &m;
 }
 
-void ParamStore::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+WeightMatrix* ParamStore::matrix(int i) {
+  const auto& s = infos_[i].shape;
+  LOOPLM_ASSERT(s.size() == 2, "ParamStore::matrix of a parameter that is not 2-D");
+  return matrix(i, i, s[0], s[1]);
+}
+
+namespace {
+// Drop the whole pages inside [p, p + bytes) from this process's resident set. Only for read-only
+// file mappings: a later read faults the page in again from the file.
+void release_pages(const void* p, size_t bytes) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + bytes) / page * page;
+  if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+}
+}  // namespace
+
+void ParamStore::pack(const WeightFormat& f) {
+  packed_store_.clear();
+  packed_bytes_ = 0;
+  format_ = &f;
+  for (WeightMatrix& m : matrices_) {
+    const Node* n = m.node;
+    m.packed = {&f, n->v, n->rows, n->cols};
+    if (!f.pack) {  // used in place
+      packed_bytes_ += f.packed_bytes(n->rows, n->cols);
+      continue;
+    }
+    const size_t bytes = f.packed_bytes(n->rows, n->cols);
+    auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    if (!mem) throw std::bad_alloc();
+    packed_store_.emplace_back(mem);
+    f.pack(n->v, n->rows, n->cols, mem);
+    m.packed.data = mem;
+    packed_bytes_ += bytes;
+    if (owner_) release_pages(n->v, sizeof(float) * n->numel());
+  }
+}
+
+size_t ParamStore::packed_bytes() const { return packed_bytes_; }
+void ParamStore::Free::operator()(uint8_t* p) const { std::free(p); }
+
+void ParamStore::zero_grad() {
+  if (grads_) std::fill(grads_, grads_ + total_, 0.0f);
+}
 
 }  // namespace looplm

@@ -1,56 +1,111 @@
-// The parameter registry: every weight has its SPEC §6 name, shape and place in one flat buffer
-// (so AdamW, gradient norms and checkpoints are single loops). Weights that one GEMM uses together
-// (attn q|k|v, mlp gate|up) are registered back to back so a Node can view them as one matrix.
+// The parameter registry: every weight has its SPEC §6 name, shape, init and place in one flat
+// buffer (so AdamW, gradient norms and checkpoints are single loops). Weights that one GEMM uses
+// together (attn q|k|v, mlp gate|up) are registered back to back so they can be viewed as one matrix.
+//
+// A component declares each parameter with its init (constant, normal(std), uniform(±a), computed
+// from the config where the paper says so: an output projection's 1/√(2N), DeepLoop's β, a gate
+// bias of +4); Model::init_weights draws them all from one seeded stream in registration order.
+//
+// Storage: allocate() for training (values and gradients, zeroed), or attach() to values that live
+// elsewhere (a mapped checkpoint: inference needs neither gradients nor a copy). For inference,
+// pack() makes each weight matrix's copy in a weight format (backend/cpu/weight_format.h).
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/weight_format.h"
 #include "ops/graph.h"
 
 namespace looplm {
+
+struct Init {
+  enum class Kind { Constant, Normal, Uniform };
+  Kind kind = Kind::Constant;
+  double a = 0;  // Constant: the value; Normal: the standard deviation; Uniform: the bound (±a)
+  static Init zeros() { return {Kind::Constant, 0.0}; }
+  static Init ones() { return {Kind::Constant, 1.0}; }
+  static Init constant(double v) { return {Kind::Constant, v}; }
+  static Init normal(double std) { return {Kind::Normal, std}; }
+  static Init uniform(double bound) { return {Kind::Uniform, bound}; }
+  std::string describe() const;  // "N(0, 0.02)", "U(±0.05)", "1"
+};
 
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
   size_t offset = 0, numel = 0;
   bool decay = false;  // AdamW weight decay: matrices only (ndim >= 2)
+  Init init;
+};
+
+// A weight matrix [rows, cols] as one product sees it: the autograd node over one or more adjacent
+// params (training, and inference without a format) and, after ParamStore::pack, its copy in the
+// inference weight format.
+struct WeightMatrix {
+  Node* node = nullptr;
+  PackedMatrix packed;
 };
 
 class ParamStore {
  public:
-  int add(const std::string& name, std::vector<int64_t> shape);
-  void finalize();  // allocates values and grads (zeroed)
-  bool finalized() const { return !values_.empty() || infos_.empty(); }
+  ParamStore() = default;
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  int add(const std::string& name, std::vector<int64_t> shape, Init init);
+  // Values and (with_grads) gradients, zeroed.
+  void allocate(bool with_grads = true);
+  // Use `values` (total() floats, read-only) that `owner` keeps alive, e.g. a mapped checkpoint.
+  void attach(float* values, std::shared_ptr<const void> owner);
+  bool allocated() const { return values_ != nullptr || infos_.empty(); }
+  bool has_grads() const { return !grad_store_.empty(); }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int find(const std::string& name) const;  // -1 if absent
-  float* value(int i) { return values_.data() + infos_[i].offset; }
-  float* grad(int i) { return grads_.data() + infos_[i].offset; }
-  const float* value(int i) const { return values_.data() + infos_[i].offset; }
+  float* value(int i) { return values_ + infos_[i].offset; }
+  const float* value(int i) const { return values_ + infos_[i].offset; }
+  float* grad(int i) { return grads_ + infos_[i].offset; }
+
+  // Draw every parameter from its Init (one stream keyed by seed, in registration order).
+  void init(uint64_t seed);
 
   // A persistent graph node over params first..last (consecutive), viewed as [rows, cols].
   Node* view(int first, int last, int64_t rows, int64_t cols);
   Node* view(int i);  // one param: [shape[0], prod(rest)] (vectors are [1, n])
+  // A weight matrix for products (linear layers, the lm_head): a view that pack() also covers.
+  WeightMatrix* matrix(int first, int last, int64_t rows, int64_t cols);
+  WeightMatrix* matrix(int i);
 
-  std::vector<float>& values() { return values_; }
-  std::vector<float>& grads() { return grads_; }
-  size_t total() const { return values_.size(); }
+  // The inference copy of every matrix in `format` (fp32: the values in place). A snapshot: pack
+  // again after the values change. With attached values, each matrix's source pages are released
+  // once packed, so a bf16 copy does not keep the fp32 file resident too.
+  void pack(const WeightFormat& format);
+  const WeightFormat* packed_format() const { return format_; }
+  size_t packed_bytes() const;
+
+  std::span<float> values() { return {values_, total_}; }
+  std::span<const float> values() const { return {values_, total_}; }
+  std::span<float> grads() { return {grads_, has_grads() ? total_ : 0}; }
+  size_t total() const { return total_; }
   void zero_grad();
-
-  // A bf16 copy of the values (round to nearest even) for memory-bound batch-1 decoding, linked
-  // into every view (Node::v_bf16). A snapshot: call again after the values change.
-  void make_bf16_copy();
-  bool has_bf16_copy() const { return !values_bf16_.empty(); }
 
  private:
   std::vector<ParamInfo> infos_;
-  std::vector<float> values_, grads_;
-  std::vector<uint16_t> values_bf16_;  // make_bf16_copy: the decode layout (backend/cpu/bf16.h)
-  std::vector<bool> view_bf16_ok_;     // per view node: the bf16 copy's layout fits its rows
-  std::deque<Node> nodes_;  // stable addresses
-  size_t next_offset_ = 0;
+  size_t total_ = 0;
+  float* values_ = nullptr;
+  float* grads_ = nullptr;
+  std::vector<float> value_store_, grad_store_;  // allocate()
+  std::shared_ptr<const void> owner_;            // attach()
+  std::deque<Node> nodes_;                       // stable addresses
+  std::deque<WeightMatrix> matrices_;
+  const WeightFormat* format_ = nullptr;
+  struct Free { void operator()(uint8_t* p) const; };
+  std::vector<std::unique_ptr<uint8_t, Free>> packed_store_;
+  size_t packed_bytes_ = 0;
 };
 
 }  // namespace looplm

@@ -11,6 +11,7 @@
 // after the first step.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -28,10 +29,16 @@ struct Node {
   int64_t rows = 0, cols = 0;
   bool requires_grad = false;
   bool is_param = false;  // grads are persistent and always accumulate
-  // Parameters only: a bf16 copy of v (ParamStore::make_bf16_copy) that batch-1 decoding may read
-  // instead of v when the graph asks for it (Graph::BF16Weights).
-  const uint16_t* v_bf16 = nullptr;
   int64_t numel() const { return rows * cols; }
+};
+
+// Where a named intermediate was made: (name, block index, loop step). Blocks are counted over
+// prelude, core and coda in order (-1: not inside a block, e.g. a loop rule's own tensors); the
+// loop step is r = 1..depth for the core and the loop rule, 0 for prelude, coda and head.
+struct TapSite {
+  const char* name;
+  int block, step;
+  bool diagnostic;  // a value eval reports (its mean per loop step) under "diagnostics"
 };
 
 class Graph {
@@ -41,8 +48,6 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   bool grad_enabled() const { return grad_enabled_; }
-  // Whether single-row linear ops read the weights' bf16 copies (where they have one).
-  bool bf16_weights() const { return bf16_weights_; }
 
   // A new activation; requires_grad when gradients are on and any input requires them.
   Node* node(int64_t rows, int64_t cols, bool requires_grad);
@@ -89,14 +94,43 @@ class Graph {
   size_t activation_bytes_peak() const { return values_.high_water(); }
   size_t grad_bytes_peak() const { return grads_.bytes_in_use_peak(); }
 
-  class BF16Weights {  // RAII: batch-1 decoding inside reads bf16 weight copies
+  // ---- named intermediates (DESIGN habit 6). Every forward names the tensors a reader may want
+  // (loop states, the inputs of each linear layer, a rule's gates) with tap(); an observer, when
+  // one is set, sees each with its (name, block, loop step): eval diagnostics, calibration
+  // statistics for quantization and the reference-fixture checks all read them this way. Without
+  // an observer a tap costs one branch. The observer may run ops on the graph (in no-grad mode).
+  using Observer = std::function<void(Graph&, const TapSite&, Node*)>;
+  // diagnostics_only: the observer sees diagnostic() tensors only (eval), so forwards skip making
+  // the tensors that only tap() would show.
+  void set_observer(Observer o, bool diagnostics_only = false) {
+    observer_ = std::move(o);
+    taps_ = observer_ && !diagnostics_only;
+  }
+  bool observing() const { return taps_; }  // someone sees tap(): worth making a tensor for it
+  void tap(const char* name, Node* x) {
+    if (taps_) observer_(*this, {name, block_, step_, false}, x);
+  }
+  void diagnostic(const char* name, Node* x) {
+    if (observer_) observer_(*this, {name, block_, step_, true}, x);
+  }
+  class At {  // RAII: taps inside come from this (block, loop step)
    public:
-    explicit BF16Weights(Graph& g, bool on = true) : g_(g), saved_(g.bf16_weights_) { g.bf16_weights_ = on; }
-    ~BF16Weights() { g_.bf16_weights_ = saved_; }
+    At(Graph& g, int block, int step) : g_(g), b_(g.block_), s_(g.step_) { g.block_ = block; g.step_ = step; }
+    ~At() { g_.block_ = b_; g_.step_ = s_; }
    private:
     Graph& g_;
-    bool saved_;
+    int b_, s_;
   };
+
+  // ---- memory that does not grow with no-grad depth: everything allocated after mark() is given
+  // back by rewind(mark), which only a region that recorded nothing on the tape may do (a loop
+  // step run without gradients keeps only its output state; Model::trunk copies it out first).
+  struct Mark { Arena::Mark values; size_t tape; };
+  Mark mark() const { return {values_.mark(), tape_.size()}; }
+  void rewind(const Mark& m) {
+    LOOPLM_ASSERT(tape_.size() == m.tape, "Graph::rewind over ops that recorded a backward");
+    values_.rewind(m.values);
+  }
 
   class NoGrad {  // RAII: ops inside run forward only (truncated BPTT, eval, generation)
    public:
@@ -115,7 +149,9 @@ class Graph {
   std::vector<Node*> live_grads_;
   std::vector<float> shared_scratch_;  // activation grads handed out this step (released at reset)
   bool grad_enabled_ = true;
-  bool bf16_weights_ = false;
+  Observer observer_;
+  bool taps_ = false;
+  int block_ = -1, step_ = 0;
 };
 
 }  // namespace looplm

@@ -12,36 +12,14 @@
 
 namespace looplm {
 
-RopeTable::RopeTable(int T_, int hd_, double base) : T(T_), hd(hd_), cos((size_t)T_ * (hd_ / 2)), sin(cos.size()) {
-  int h = hd / 2;
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < h; ++i) {
-      double theta = std::pow(base, -2.0 * i / hd);
-      cos[(size_t)t * h + i] = (float)std::cos(t * theta);
-      sin[(size_t)t * h + i] = (float)std::sin(t * theta);
-    }
-}
-
 namespace op {
 
 static int n_threads() { return omp_get_max_threads(); }
-
-// y = x W^T + b for one row from W's bf16 copy, when the graph asks for it (batch-1 decoding,
-// forward only) and W has one; false otherwise.
-static bool linear_row_bf16(const Graph& g, const float* x, const Node* W, const Node* b, Node* y) {
-  if (y->rows != 1 || !g.bf16_weights() || !W->v_bf16 || y->requires_grad) return false;
-  const int in = (int)W->cols, out = (int)W->rows;
-  gemv_rows_bf16(out, in, W->v_bf16, x, y->v, false);
-  if (b)
-    for (int o = 0; o < out; ++o) y->v[o] += b->v[o];
-  return true;
-}
 
 Node* linear(Graph& g, Node* x, Node* W, Node* b) {
   const int N = (int)x->rows, in = (int)x->cols, out = (int)W->rows;
   LOOPLM_ASSERT(W->cols == in, "linear: W [out, in] must match x [N, in]");
   Node* y = g.output(N, out, x, W, b);
-  if (linear_row_bf16(g, x->v, W, b, y)) return y;
   k::linear_fwd(x->v, W->v, b ? b->v : nullptr, y->v, N, in, out);
   if (y->requires_grad)
     g.record(y, [&g, x, W, b, y, N, in, out] {
@@ -51,6 +29,18 @@ Node* linear(Graph& g, Node* x, Node* W, Node* b) {
       float* db = b ? g.grad_of(b, ab) : nullptr;
       k::linear_bwd(x->v, W->v, y->g, dx, ax, dW, db, N, in, out);
     });
+  return y;
+}
+
+Node* linear_packed(Graph& g, Node* x, const PackedMatrix& W, Node* b) {
+  const int N = (int)x->rows, in = (int)x->cols, out = (int)W.rows;
+  LOOPLM_ASSERT(W.cols == in, "linear_packed: W [out, in] must match x [N, in]");
+  Node* y = g.node(N, out, false);
+  if (N == 1) W.format->gemv(out, in, W.data, x->v, y->v, false, GemvKernel::best);
+  else W.format->gemm(N, out, in, W.data, x->v, y->v, g.shared_scratch(W.format->gemm_scratch(out, in)));
+  if (b)
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < out; ++o) y->v[(int64_t)n * out + o] += b->v[o];
   return y;
 }
 
@@ -105,13 +95,14 @@ Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps) {
 
 static size_t attention_scratch(int T, int hd) { return (size_t)n_threads() * (2 * (size_t)T * T + 4 * (size_t)T * hd); }
 
-Node* attention(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope) {
+Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope) {
   const int d = (int)qkv->cols / 3, hd = d / H;
   LOOPLM_ASSERT(qkv->rows == (int64_t)B * T && d * 3 == qkv->cols, "attention: qkv must be [B*T, 3d]");
   Node* y = g.output((int64_t)B * T, d, qkv);
   float* lse = g.scratch<float>((size_t)B * H * T);
-  const float* cs = rope ? rope->cos.data() : nullptr;
-  const float* sn = rope ? rope->sin.data() : nullptr;
+  LOOPLM_ASSERT(!rope || T <= rope.positions, "attention: positions beyond the RoPE table");
+  const float* cs = rope.cos;
+  const float* sn = rope.sin;
   k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)));
   if (y->requires_grad)
     g.record(y, [&g, qkv, y, lse, B, T, H, hd, cs, sn] {
@@ -124,32 +115,35 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope)
   return y;
 }
 
-Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope, const KVSlot& kv, int pos0) {
+Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, float* kc, float* vc, int capacity,
+                       int pos0) {
   const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, Tk = pos0 + T;
-  LOOPLM_ASSERT(Tk <= kv.capacity, "attention_cached: KV cache capacity exceeded");
-  LOOPLM_ASSERT(!rope || Tk <= rope->T, "attention_cached: position beyond the RoPE table");
+  LOOPLM_ASSERT(Tk <= capacity, "attention_cached: KV cache capacity exceeded");
+  LOOPLM_ASSERT(!rope || Tk <= rope.positions, "attention_cached: position beyond the RoPE table");
   Node* y = g.node((int64_t)B * T, d, false);
   const float scale = 1.0f / std::sqrt((float)hd);
+  const int half = hd / 2;
   float* scores = g.shared_scratch((size_t)n_threads() * Tk);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int bh = 0; bh < B * H; ++bh) {
     int b = bh / H, h = bh % H;
     float* s = scores + (size_t)omp_get_thread_num() * Tk;
     const float* Q = qkv->v + (int64_t)b * T * ld + h * hd;
-    float* Kc = kv.k + ((int64_t)b * kv.capacity) * d + h * hd;
-    float* Vc = kv.v + ((int64_t)b * kv.capacity) * d + h * hd;
+    float* Kc = kc + ((int64_t)b * capacity) * d + h * hd;
+    float* Vc = vc + ((int64_t)b * capacity) * d + h * hd;
     float q[1024];  // head dims are small; checked by Config::validate
     for (int t = 0; t < T; ++t) {
       const float* kn = Q + (int64_t)t * ld + d;
       const float* vn = kn + d;
       float* kdst = Kc + (int64_t)(pos0 + t) * d;
-      if (rope) k::rope_fwd(kn, ld, kdst, d, rope->cos_at(pos0 + t), rope->sin_at(pos0 + t), 1, hd);
+      const int p = pos0 + t;
+      if (rope) k::rope_fwd(kn, ld, kdst, d, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
       else std::memcpy(kdst, kn, sizeof(float) * hd);
       std::memcpy(Vc + (int64_t)(pos0 + t) * d, vn, sizeof(float) * hd);
     }
     for (int t = 0; t < T; ++t) {
-      const int n = pos0 + t + 1;  // keys 0..pos0+t
-      if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope->cos_at(pos0 + t), rope->sin_at(pos0 + t), 1, hd);
+      const int p = pos0 + t, n = p + 1;  // keys 0..pos0+t
+      if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
       else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
       k::attend_cached_row(q, Kc, Vc, d, n, hd, scale, s, y->v + ((int64_t)b * T + t) * d + h * hd);
     }
@@ -174,7 +168,6 @@ Node* gelu_linear(Graph& g, Node* u, Node* W, Node* b) {
   Node* y = g.output(N, out, u, W, b);
   float* a = g.shared_scratch((size_t)N * f);  // gelu(u), not kept
   k::gelu_fwd(u->v, a, (int64_t)N * f);
-  if (linear_row_bf16(g, a, W, b, y)) return y;
   k::linear_fwd(a, W->v, b ? b->v : nullptr, y->v, N, f, out);
   if (y->requires_grad)
     g.record(y, [&g, u, W, b, y, N, f, out] {

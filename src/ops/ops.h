@@ -5,39 +5,35 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/weight_format.h"
 #include "ops/graph.h"
 
 namespace looplm {
 
-// cos/sin of RoPE for positions 0..T-1, [T, hd/2] each (SPEC §6: θ_i = base^(−2i/hd)).
-struct RopeTable {
-  int T = 0, hd = 0;
-  std::vector<float> cos, sin;
-  RopeTable() = default;
-  RopeTable(int T, int hd, double base);
-  const float* cos_at(int pos) const { return cos.data() + (size_t)pos * (hd / 2); }
-  const float* sin_at(int pos) const { return sin.data() + (size_t)pos * (hd / 2); }
-};
-
-// One (block, loop step)'s key/value cache: rotated keys and values, [B, capacity, d] each.
-struct KVSlot {
-  float* k = nullptr;
-  float* v = nullptr;
-  int capacity = 0;
-};
-
 namespace op {
 
 Node* linear(Graph& g, Node* x, Node* W, Node* b);                  // x W^T + b
+// Forward only (inference): x W^T + b with W in an inference weight format (one row: the format's
+// matrix-vector kernel; more: its GEMM).
+Node* linear_packed(Graph& g, Node* x, const PackedMatrix& W, Node* b);
 // tok_emb rows (+ pos_emb rows when P: row n is at position pos0 + n % T_rows)
 Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, int pos0 = 0);
 Node* rmsnorm(Graph& g, Node* x, Node* w, double eps);
 Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps);
-// Causal MHA core on a fused qkv [B*T, 3d] -> [B*T, d]; rope may be null.
-Node* attention(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope);
-// Forward only (generation): appends the new rows' keys/values (positions pos0..pos0+T-1) to the
-// slot and attends each new query over every cached position up to its own.
-Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, const RopeTable* rope, const KVSlot& kv, int pos0);
+// RoPE angles: cos and sin [positions, hd/2], row p for position p (SPEC §6); both null for none.
+struct RopeAngles {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int positions = 0;
+  explicit operator bool() const { return cos != nullptr; }
+};
+// Causal MHA core on a fused qkv [B*T, 3d] -> [B*T, d], positions 0..T-1.
+Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope);
+// Forward only (generation): appends the new rows' keys (rotated) and values, positions
+// pos0..pos0+T-1, to the cache k, v [B, capacity, d] and attends each new query over every cached
+// position up to its own.
+Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, float* k, float* v, int capacity,
+                       int pos0);
 Node* gelu(Graph& g, Node* x);
 // Fused linear(gelu(u), W, b) that stores only u: gelu(u) [N, f] lives in shared scratch and is
 // recomputed in backward (saves 4d floats per token per MLP). Same result as the composition

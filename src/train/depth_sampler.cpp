@@ -19,4 +19,9 @@ int sample_depth(const Config& c, uint64_t step) {
   return c.R;
 }
 
+int max_depth(const Config& c) {
+  if (c.depth_sampler == "poisson_lognormal") return c.depth_max > 0 ? c.depth_max : 3 * c.R;
+  return c.R;
+}
+
 }  // namespace looplm

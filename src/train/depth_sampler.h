@@ -8,4 +8,6 @@
 
 namespace looplm {
 int sample_depth(const Config& c, uint64_t step);
+// The largest depth the sampler can draw (what training plans its memory for).
+int max_depth(const Config& c);
 }

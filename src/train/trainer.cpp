@@ -2,6 +2,7 @@
 // truncated BPTT, periodic validation and atomic checkpoints, bit-exact resume.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "infer/eval.h"
 #include "io/atomic_file.h"
 #include "looplm/looplm.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/depth_sampler.h"
 
@@ -65,22 +67,77 @@ void truncate_metrics(const std::string& path, int64_t step) {
 
 }  // namespace
 
+const std::vector<std::string>& resume_safe_keys() {
+  static const std::vector<std::string> k = {"steps",        "lr",         "min_lr_ratio", "warmup",   "weight_decay",
+                                             "grad_clip",    "eval_every", "eval_batches", "log_every", "data_val"};
+  return k;
+}
+
+bool has_checkpoint(const std::string& dir) {
+  return exists(dir + "/model.safetensors") && exists(dir + "/train_state.safetensors");
+}
+
+Config run_config(const std::string& dir) {
+  auto f = io::SafetensorsFile::open(dir + "/model.safetensors");
+  auto it = f.metadata().find("config");
+  if (it == f.metadata().end()) throw Error(dir + "/model.safetensors: no 'config' in the metadata");
+  try {
+    return Config::from_json_text(it->second, dir + "/model.safetensors (metadata 'config')");
+  } catch (const UsageError& e) {
+    throw Error(e.what());
+  }
+}
+
+namespace {
+
+// The run's config with the resume-safe keys taken from `wanted`; any other difference is an error.
+Config resumed_config(const Config& saved, const Config& wanted, const std::string& dir) {
+  const auto a = nlohmann::json::parse(saved.to_json_text()), b = nlohmann::json::parse(wanted.to_json_text());
+  Config c = saved;
+  std::string changed;
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    if (a.contains(it.key()) && a.at(it.key()) == it.value()) continue;
+    const auto& safe = resume_safe_keys();
+    if (std::find(safe.begin(), safe.end(), it.key()) != safe.end()) {
+      c.set(it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+      continue;
+    }
+    changed += (changed.empty() ? "" : ", ") + it.key() + " (the run has " +
+               (a.contains(it.key()) ? a.at(it.key()).dump() : std::string("no such key")) + ", asked " + it.value().dump() + ")";
+  }
+  if (!changed.empty()) {
+    std::string safe;
+    for (auto& k : resume_safe_keys()) safe += (safe.empty() ? "" : ", ") + k;
+    throw UsageError("cannot resume " + dir + " with a different " + changed + ": only " + safe +
+                     " may change on --resume (start a new run with another --out for the rest)");
+  }
+  return c;
+}
+
+bool all_finite(std::span<const float> v) {
+  bool ok = true;
+#pragma omp parallel for reduction(&& : ok) schedule(static)
+  for (size_t i = 0; i < v.size(); ++i) ok = ok && std::isfinite(v[i]);
+  return ok;
+}
+
+}  // namespace
+
 TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (opt.out_dir.empty()) throw UsageError("train: --out DIR is required");
   auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
   const std::string model_path = opt.out_dir + "/model.safetensors";
   const std::string state_path = opt.out_dir + "/train_state.safetensors";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
-  const bool resuming = opt.resume && exists(model_path) && exists(state_path);
+  const bool resuming = opt.resume && has_checkpoint(opt.out_dir);
 
   Config c = config_in;
   std::unique_ptr<Model> model;
   if (resuming) {
-    model = load_model(model_path);
-    Config saved = model->config();
-    // The run's own config wins; only the schedule length may be extended on resume.
-    saved.steps = c.steps;
-    c = saved;
+    LoadModelOptions lo;
+    lo.for_training = true;
+    model = load_model(model_path, lo);
+    c = resumed_config(model->config(), config_in, opt.out_dir);
   } else {
     if (c.tokenizer == "char" && c.tokenizer_chars.empty())
       Tokenizer::char_level_from_text(load_text(c.data_train)).to_config(c);
@@ -102,10 +159,14 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   Model& m = *model;
   AdamW adam(m.params());
   TrainState st;
+  TrainResult res;
+  size_t res_activation_peak = 0;
+  int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
   make_dir(opt.out_dir);
   if (resuming) {
     load_train_state(state_path, m, adam, st);
     stream.set_cursor(st.data_cursor);
+    last_checkpoint = st.step;
     truncate_metrics(metrics_path, st.step);
     log("resumed " + opt.out_dir + " at step " + std::to_string(st.step));
   } else {
@@ -122,15 +183,44 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                 (long long)m.n_params(), c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(),
                 c.d_model, T, c.vocab_size);
   if (!opt.quiet) log(line);
-  std::snprintf(line, sizeof line, "memory: parameters %.1f MiB, AdamW %.1f MiB, gradients %.1f MiB",
-                m.n_params() * 4 / 1048576.0, m.n_params() * 8 / 1048576.0, m.n_params() * 4 / 1048576.0);
-  if (!opt.quiet) log(line);
+
+  std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
+  Graph g;
+  // The memory plan: one forward and backward at the largest depth the sampler draws, with as many
+  // steps keeping gradients as training ever keeps, sizes the activation arena and the gradient
+  // pool before the first step (steps without gradients keep only the loop state, so only the
+  // steps that keep gradients cost memory). Weights and optimizer state are untouched.
+  {
+    const int dmax = max_depth(c), kept = c.bptt > 0 ? std::min(c.bptt, dmax) : dmax;
+    RunOptions ro;
+    ro.depth = dmax;
+    ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
+    ro.training = true;
+    std::fill(x.begin(), x.end(), 0);
+    std::fill(y.begin(), y.end(), 0);
+    g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
+    g.reset();
+    m.params().zero_grad();
+    const double MiB = 1048576.0, P = (double)m.n_params() * 4;
+    std::snprintf(line, sizeof line,
+                  "memory plan: parameters %.1f MiB, gradients %.1f MiB, AdamW %.1f MiB, activations %.1f MiB + "
+                  "activation gradients %.1f MiB (batch %d x %d tokens, depth up to %d, %d loop step%s keeping gradients)",
+                  P / MiB, P / MiB, 2 * P / MiB, g.activation_bytes_peak() / MiB, g.grad_bytes_peak() / MiB, B, T, dmax,
+                  kept, kept == 1 ? "" : "s");
+    if (!opt.quiet) log(line);
+    res_activation_peak = g.activation_bytes_peak();
+  }
 
   std::ofstream metrics(metrics_path, std::ios::app);
+  // Never write a model that is not finite: the checkpoint on disk stays the last good one.
   auto checkpoint = [&] {
+    if (!all_finite(m.params().values()))
+      throw Error("training diverged before step " + std::to_string(st.step) +
+                  ": a weight is not finite; the checkpoint in " + opt.out_dir + " was not overwritten");
     save_model(model_path, m);
     st.data_cursor = stream.cursor();
     save_train_state(state_path, m, adam, st);
+    last_checkpoint = st.step;
   };
   auto validate = [&](int64_t step) {
     EvalResult e = evaluate_tokens(m, val_tokens, c.R, c.batch_size, (int64_t)c.eval_batches * c.batch_size);
@@ -150,9 +240,6 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   // A stop request (TrainOptions::stop; the CLI sets it on Ctrl-C from its signal thread, never
   // from a handler: tools/signals.h says why) ends the run after the current step, with a
   // checkpoint. Checkpoints are atomic, so a run killed outright resumes from the last one.
-  TrainResult res;
-  std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
-  Graph g;
   const int64_t last = opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, c.steps) : c.steps;
   auto t_start = std::chrono::steady_clock::now();
   int64_t steps_this_run = 0;
@@ -169,28 +256,34 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     m.params().zero_grad();
     double loss = 0;
     for (int micro = 0; micro < c.grad_accum; ++micro) {
+      ro.micro = micro;  // random terms are keyed per micro-batch (LoopCtx::rng)
       stream.next_batch(x.data(), y.data());
       Node* l = op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data());
       loss += l->v[0] / c.grad_accum;
       g.backward(l, 1.0f / c.grad_accum);
       g.reset();
     }
-    if (steps_this_run == 0 && !opt.quiet) {
-      std::snprintf(line, sizeof line, "memory: activations %.1f MiB, activation gradients %.1f MiB (step at depth %d)",
-                    g.activation_bytes_peak() / 1048576.0, g.grad_bytes_peak() / 1048576.0, depth);
-      log(line);
-    }
     const double gnorm = clip_grad_norm(m.params(), c.grad_clip);
+    // Divergence is caught before the optimizer step, so the weights (and every checkpoint) stay
+    // the last finite ones.
+    if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
+      char msg[512];
+      std::snprintf(msg, sizeof msg,
+                    "training diverged at step %lld: loss %g, gradient norm %g (the optimizer step was not taken). "
+                    "%s Likely cause: the learning rate (lr = %g) is too high for this model; try a lower "
+                    "--set lr=..., a longer warmup, or gradient clipping (grad_clip)",
+                    (long long)step, loss, gnorm,
+                    last_checkpoint >= 0 ? ("The checkpoint in " + opt.out_dir + " is the last finite one (step " +
+                                            std::to_string(last_checkpoint) + ").").c_str()
+                                         : "No checkpoint was written.",
+                    lr);
+      throw Error(msg);
+    }
     adam.step(m.params(), lr, c);
     st.step = step + 1;
     st.tokens_seen += (double)B * T * c.grad_accum;
     ++steps_this_run;
     res.losses.push_back(loss);
-    if (!std::isfinite(loss)) {
-      checkpoint();
-      throw Error("training diverged at step " + std::to_string(step) + " (loss " + std::to_string(loss) +
-                  "); try a lower lr (--set lr=...)");
-    }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     double tps = (double)B * T * c.grad_accum / dt;
@@ -217,6 +310,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   }
   if (steps_this_run == 0 && !exists(model_path)) checkpoint();
   res.steps_done = st.step;
+  res.activation_bytes_peak = res_activation_peak;
   return res;
 }
 

@@ -1,4 +1,4 @@
-#include "infer/kv_cache.h"
+#include "model/kv_cache.h"
 
 #include "looplm/error.h"
 

@@ -2,12 +2,19 @@
 // its own keys and values — sharing one cache across loop steps is a known bug elsewhere.
 // Policy here is `per_step` (exact).
 #pragma once
+#include <cstddef>
 #include <vector>
 
 #include "looplm/config.h"
-#include "ops/ops.h"
 
 namespace looplm {
+
+// One (block, loop step)'s cache: rotated keys and values, [B, capacity, d] each.
+struct KVSlot {
+  float* k = nullptr;
+  float* v = nullptr;
+  int capacity = 0;
+};
 
 class KVCache {
  public:

@@ -1,0 +1,49 @@
+// Weight formats as data (DESIGN habit 8): how an inference copy of a weight matrix W [rows, cols]
+// is stored and multiplied. A format is one row of a table — its packing unit, pack / unpack, and
+// the two products an inference pass needs: the matrix-vector kernel for a single row (batch-1
+// decoding, memory-bound; the ISA is picked inside by CPU feature) and the GEMM for many rows
+// (prefill, evaluation). fp32 and bf16 now; q8 / q4 formats are new rows of the same table.
+//
+// A format is chosen once, when a model is loaded for inference (ParamStore::pack); training
+// never sees it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+
+namespace looplm {
+
+struct WeightFormat {
+  const char* name;     // "fp32", "bf16": the --weights value
+  const char* summary;  // one line for --help and errors
+  int block_rows, block_cols;  // packing unit: a matrix is stored in blocks of this shape (1 × 1: row-major)
+  // Bytes of a packed [rows, cols] matrix.
+  size_t (*packed_bytes)(int64_t rows, int64_t cols);
+  // fp32 row-major -> packed. Null for fp32: the matrix is used in place (no copy).
+  void (*pack)(const float* w, int64_t rows, int64_t cols, void* dst);
+  // packed -> fp32 row-major (the scalar reference the kernels are tested against).
+  void (*unpack)(const void* packed, int64_t rows, int64_t cols, float* dst);
+  // y[rows] = W x (+ y when accumulate) for one input row.
+  void (*gemv)(int rows, int cols, const void* packed, const float* x, float* y, bool accumulate, GemvKernel kernel);
+  // y[N, rows] = x[N, cols] · W^T for N rows; `scratch` holds gemm_scratch(rows, cols) floats.
+  void (*gemm)(int N, int rows, int cols, const void* packed, const float* x, float* y, float* scratch);
+  size_t (*gemm_scratch)(int64_t rows, int64_t cols);
+};
+
+// The table. find_weight_format: nullptr when `name` is not a format.
+const std::vector<const WeightFormat*>& weight_formats();
+const WeightFormat* find_weight_format(const std::string& name);
+std::string weight_format_names();  // "fp32, bf16"
+
+// One weight matrix in an inference format.
+struct PackedMatrix {
+  const WeightFormat* format = nullptr;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+}  // namespace looplm

@@ -1,0 +1,19 @@
+#include "model/components.h"
+
+namespace looplm {
+
+void register_builtins(Registries& r) {
+  register_standard_blocks(r);
+  register_residual_rule(r);
+}
+
+Registries& registries() {
+  static Registries r = [] {
+    Registries x;
+    register_builtins(x);
+    return x;
+  }();
+  return r;
+}
+
+}  // namespace looplm

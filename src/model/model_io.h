@@ -1,0 +1,25 @@
+// A model's weights on disk (SPEC §5, docs/format.md): model.safetensors holds every parameter
+// under its SPEC §6 name and the full config in the metadata.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace looplm {
+
+namespace io { class SafetensorsFile; }
+
+void save_model(const std::string& path, const Model& m);
+
+struct LoadModelOptions {
+  // Training (resume): values are copied and gradients allocated. Inference: no gradients, and the
+  // file's tensors are used in place when they are fp32 in the model's own order (a looplm
+  // checkpoint), so loading maps the file instead of copying it.
+  bool for_training = false;
+};
+// Reads the config from the metadata and checks every tensor the config declares (name, shape,
+// dtype, nothing unexpected) before anything is allocated, then builds the model.
+std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o = {});
+
+}  // namespace looplm
