@@ -8,7 +8,12 @@ For each repeat and each config it runs, back to back,
     LOOPLM bench --preset bench-<config> --threads N --json
     /usr/bin/python3 bench/torch_peer.py --config <config> --threads N --json
 (the order alternates between repeats), takes the last JSON object each prints, and reports the
-median of each metric over the repeats. Ratios are looplm / PyTorch: above 1 means looplm is faster
+median of each metric over the repeats. Before the runs, the peer's OpenBLAS core-type probe runs
+once per set of GEMM shapes (`torch_peer.py --probe-only`: dense and looped share theirs) and every
+peer run gets the winner as --coretype NAME, instead of probing again; --peer-args with --coretype,
+--keep-coretype or --out-of-the-box skips the probe. Under the table: both sides' measured fp32
+GEMM rate on the training shapes (`gemm_peak_gflops`) and the peer's core type, so a starved
+OpenBLAS shows at a glance. Ratios are looplm / PyTorch: above 1 means looplm is faster
 (tokens/s) or uses more memory (peak RSS). The machine is shared: compare ratios measured in one
 run, not absolute numbers across runs. Only the standard library is needed here; the peer needs
 Debian's PyTorch (/usr/bin/python3, torch 1.13.1), see --python.
@@ -98,6 +103,26 @@ def main():
               f"  or pass --looplm PATH. Measuring the PyTorch peer only.", file=sys.stderr)
     peer = os.path.join(HERE, "torch_peer.py")
 
+    # The OpenBLAS core type for the peer: probed once per set of GEMM shapes, passed down.
+    peer_extra = a.peer_args.split()
+    coretype, probes = {}, {}
+    if not any(x.split("=")[0] in ("--coretype", "--keep-coretype", "--out-of-the-box")
+               for x in peer_extra):
+        for c in configs:
+            if c in coretype:
+                continue
+            cmd = [a.python, peer, "--config", c, "--threads", str(a.threads), "--probe-only",
+                   "--json"] + peer_extra
+            d, err = run_one(cmd, a.timeout)
+            if err:
+                print(f"[{c} probe] {err}\n  (the peer will probe by itself)", file=sys.stderr)
+                continue
+            for k in d.get("applies_to") or [c]:
+                coretype[k], probes[k] = d["coretype"], d
+            if a.verbose:
+                print(f"[{c} probe] OpenBLAS core type {d['coretype']} ({d['_wall_s']:.1f} s)",
+                      file=sys.stderr)
+
     runs = {c: {"looplm": [], "torch": []} for c in configs}
     errors = []
     for rep in range(a.repeats):
@@ -107,7 +132,8 @@ def main():
                 cmds.append(("looplm", [looplm, "bench", "--preset", f"bench-{c}", "--threads",
                                         str(a.threads), "--json"] + a.looplm_args.split()))
             cmds.append(("torch", [a.python, peer, "--config", c, "--threads", str(a.threads),
-                                   "--json"] + (["--bf16"] if a.bf16 else []) + a.peer_args.split()))
+                                   "--json"] + (["--bf16"] if a.bf16 else [])
+                         + (["--coretype", coretype[c]] if c in coretype else []) + peer_extra))
             if rep % 2 == 1:
                 cmds.reverse()  # alternate who goes first
             for who, cmd in cmds:
@@ -144,6 +170,33 @@ def main():
               f"{mib(L['peak_rss_mib'])} | {mib(T['peak_rss_mib'])} | "
               f"{ratio(L['peak_rss_mib'], T['peak_rss_mib'])} |")
 
+    # Each side's measured fp32 GEMM rate on the training shapes: a starved BLAS shows here.
+    print("\n| config | looplm GEMM GFLOP/s | PyTorch GEMM GFLOP/s | ratio | PyTorch OpenBLAS core |")
+    print("|---|---:|---:|---:|---|")
+    for c in configs:
+        lg = median(runs[c]["looplm"], "gemm_peak_gflops")
+        tg = median(runs[c]["torch"], "gemm_peak_gflops")
+        cores = sorted({str(r.get("openblas_core")) for r in runs[c]["torch"]})
+        src = (["probe"] if c in probes
+               else sorted({str(r.get("coretype_source")) for r in runs[c]["torch"]}))
+        core = f"{'/'.join(cores)} ({'/'.join(src)})" if cores else "—"
+        print(f"| {c} | {fmt(lg, 1)} | {fmt(tg, 1)} | {ratio(lg, tg)} | {core} |")
+    print("\n(GEMM GFLOP/s: fp32 x @ W^T on the shapes {M,3d,d}, {M,4d,d}, {M,d,4d}, M = batch x "
+          "context, the best shape's median, measured by each program in its own process.)")
+    shown = set()
+    for c in configs:
+        d = probes.get(c)
+        if d is None or id(d) in shown:
+            continue
+        shown.add(id(d))
+        rows = ", ".join(
+            r["coretype"] + (f" [{r['core']}]" if r["coretype"] == "autodetect" else "") + " "
+            + (f"{r['gflops']:.1f}" if r.get("gflops") else "—")
+            + (f" ({r['note']})" if r.get("note") else "")
+            for r in d.get("coretype_probe") or [])
+        print(f"- OpenBLAS core-type probe, {', '.join(d.get('applies_to') or [c])}: "
+              f"**{d['coretype']}**; GEMM GFLOP/s {rows}")
+
     # The spread, and looplm's own GFLOP/s and peak fraction, below the table.
     print()
     for c in configs:
@@ -162,6 +215,10 @@ def main():
                 extra = f"; train {fmt(g, 1)} GFLOP/s = {fmt(pf, 3)} of peak"
                 if gp is not None:
                     extra += f" (measured GEMM peak {fmt(gp, 1)} GFLOP/s)"
+            if who == "torch":
+                gp = median(rs, "gemm_peak_gflops")
+                if gp is not None:
+                    extra = f"; measured GEMM peak {fmt(gp, 1)} GFLOP/s"
             print(f"- {c} {who}: train [{tr}], gen [{ge}]{extra}")
     if errors:
         print(f"\n{len(errors)} run(s) failed; see stderr.")

@@ -4,6 +4,8 @@
 Run with Debian's PyTorch (torch 1.13.1, CPU):
 
     /usr/bin/python3 bench/torch_peer.py --config dense --threads 2 [--steps S] [--json] [--bf16]
+                                         [--coretype auto|keep|autodetect|NAME]
+    /usr/bin/python3 bench/torch_peer.py --config dense --threads 2 --probe-only   # core-type probe
 
 Model (nanoGPT style, identical in architecture to looplm's bench-<config> presets): token embedding
 + learned positional embedding; pre-norm blocks  x = x + attn(ln1(x));  x = x + mlp(ln2(x));
@@ -33,11 +35,29 @@ Set-up ("best set-up" of /work/shared/PERF.md), all applied inside this process 
   * fp32 Linear layers go through the BLAS torch was built against: Debian's OpenBLAS
     (openblas-pthread 0.3.21, which has its own thread pool); everything else, and bf16 GEMMs
     (oneDNN), runs on torch's OpenMP pool (libgomp).
-  * OPENBLAS_CORETYPE: this environment may preset OPENBLAS_CORETYPE=Haswell (deliberately, for other
-    software), which makes OpenBLAS use its AVX2 kernels; on PERF.md's Zen 5 machine that halves its
-    GEMM rate. This script removes the variable from ITS OWN environment (os.environ, before torch
-    and with it OpenBLAS is loaded: OpenBLAS reads it at load time), so OpenBLAS detects the CPU
-    (Cooperlake kernels, AVX-512). The parent environment is not changed. --keep-coretype keeps it.
+  * OpenBLAS core type, measured on the spot (--coretype auto, the default). OpenBLAS 0.3.21 picks
+    its kernels from the CPU model once, when it is loaded, or from OPENBLAS_CORETYPE; it does not
+    know every CPU these machines get (an Intel family 6 model 207 gets the SSE3 "Prescott" kernels:
+    dense training 323 instead of 1,072 tokens/s at 1 thread), and the environment may preset
+    OPENBLAS_CORETYPE=Haswell (for other software), which halves OpenBLAS on PERF.md's Zen 5. So
+    before torch is imported the peer starts one short subprocess per candidate: autodetect
+    (variable unset), then SapphireRapids, Cooperlake, SkylakeX if /proc/cpuinfo has avx512f, Zen,
+    Haswell if avx2, Sandybridge if avx (--coretype-candidates to change; 0.3.21 has no
+    SapphireRapids kernels, and a forced AVX-512 type dies with SIGILL on a CPU without AVX-512,
+    hence the flag filter). Each times fp32 torch.mm (x @ W^T, the OpenBLAS path of nn.Linear) on
+    this config's training GEMM shapes, those of looplm's measure_gemm_peak: {M,3d,d}, {M,4d,d},
+    {M,d,4d}, M = batch*context; 2 warm-up calls, then the best of 7 samples of >= 20 ms per shape,
+    rated as all flops / the sum of the best times, with this run's threads, OMP_WAIT_POLICY and
+    openblas_set_num_threads. Two rounds (the second in reverse order), best round counts. A
+    candidate whose loaded core (openblas_get_corename) is not the one asked for is left out. The
+    fastest wins, but autodetect is kept unless another type is more than 3% faster (noise). The
+    winner is set in THIS process's os.environ (the parent environment is not changed) and the
+    benchmark runs under it. ~10 s. --coretype NAME / autodetect forces a type without probing
+    (bench/compare.py probes once with --probe-only and passes the winner down); --coretype keep
+    (or --keep-coretype) leaves the environment's value. Printed and in --json: coretype,
+    coretype_source (probe / given / environment), coretype_probe (the table), openblas_core, and
+    gemm_peak_gflops: the same GEMMs timed in this process after the benchmark, the best shape's
+    median rate (looplm bench's definition, so the two are comparable).
   * OMP_WAIT_POLICY=PASSIVE (set in os.environ before torch loads, unless already set): two pools
     (OpenMP + OpenBLAS) on 2 cores, both busy-waiting by default, fight each other; that is the
     biggest effect here (4-5x on dense training, up to 10x on decode).
@@ -55,7 +75,21 @@ Set-up ("best set-up" of /work/shared/PERF.md), all applied inside this process 
     difference from the for-loop path at these sizes.
 --out-of-the-box skips all of the above except torch.set_num_threads(N).
 
-Measurements (2026-11-29, this VM: 2 vCPU AMD EPYC family 25 model 17 = Zen 4, NOT the Zen 5 of
+Core-type probe on this session's VM (2026-12-01; lscpu: "AMD EPYC", family 25 model 1 = Zen 3,
+AVX2, no AVX-512; the 2 cores are shared (a concurrent C++ rebuild was expected, though none was
+visible when checked), and rates moved by 10-30% between runs):
+fp32 GEMM GFLOP/s, best of the two rounds, autodetect loads "Zen":
+  dense/looped, 2 threads: autodetect (Zen) 167-176, Haswell 180-182, Sandybridge 130-147 -> Haswell
+  dense/looped, 1 thread:  autodetect (Zen) 91,      Haswell 93,      Sandybridge 72      -> autodetect
+  tiny, 2 threads:         autodetect (Zen) 109-163, Haswell 136-174, Sandybridge 91-142  -> Haswell
+                           (once autodetect: Zen's 2-thread rate swings 120-163 from process to
+                           process; Haswell 171-173 whenever the machine was quiet)
+  tiny, 1 thread:          autodetect (Zen) 85-86,   Haswell 91-92                        -> Haswell
+  forced Prescott, tiny, 1 thread: 21 (the starved case); forced SkylakeX: SIGILL; Cooperlake and
+  SapphireRapids: OpenBLAS loads Haswell instead.
+Dense training, 2 threads, 4 steps: autodetect 1,677 / 1,698, Haswell 1,677 / 1,820 tokens/s.
+
+Measurements (2026-11-29, the VM of that day: 2 vCPU AMD EPYC family 25 model 17 = Zen 4, NOT the Zen 5 of
 PERF.md; other jobs share the 2 cores, so runs were interleaved and repeated and those hit by
 background load discarded). OpenBLAS sgemm here: ~104 GFLOP/s at 1 thread, ~200 at 2 (either core
 type: Zen 4 executes AVX-512 as 2x256 bit, so the AVX2 kernels keep up); oneDNN bf16 ~216 / ~436.
@@ -75,36 +109,223 @@ Best set-up, medians of separate runs (runs hit by background load left out), 1 
   peak RSS: tiny ~315 MiB, dense 1.19-1.33 GiB, looped 1.62-1.72 GiB
 """
 
-import os
-import sys
-
-# Must happen before torch (and with it OpenBLAS, which reads the variable when it is loaded) is
-# imported. Only this process's environment is changed.
-_OUT_OF_THE_BOX = "--out-of-the-box" in sys.argv
-if not _OUT_OF_THE_BOX and "--keep-coretype" not in sys.argv:
-    os.environ.pop("OPENBLAS_CORETYPE", None)
-if not _OUT_OF_THE_BOX:
-    # libgomp reads this when it is loaded (with torch). Idle OpenMP workers then sleep instead of
-    # spinning, so they do not fight OpenBLAS's own threads for the same cores.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import argparse
-import ctypes
 import json
-import math
-import resource
+import os
 import statistics
+import subprocess
+import sys
 import time
-
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 CONFIGS = {
     "tiny": dict(n_prelude=0, n_core=4, n_coda=0, loops=1, d=128, heads=4, ctx=64, batch=12, vocab=65),
     "dense": dict(n_prelude=0, n_core=6, n_coda=0, loops=1, d=384, heads=6, ctx=256, batch=8, vocab=65),
     "looped": dict(n_prelude=1, n_core=2, n_coda=1, loops=4, d=384, heads=6, ctx=256, batch=8, vocab=65),
 }
+
+# OpenBLAS core types the probe may force, each with the /proc/cpuinfo flag it needs. Debian's
+# OpenBLAS 0.3.21 (DYNAMIC_ARCH) has kernels for SkylakeX, Cooperlake, Zen, Haswell, Sandybridge
+# and older; SapphireRapids arrived in 0.3.22 (an unknown name makes OpenBLAS autodetect, and the
+# probe then sees that the core it asked for was not the one loaded and leaves it out).
+CORETYPE_CANDIDATES = (("SapphireRapids", "avx512f"), ("Cooperlake", "avx512f"),
+                       ("SkylakeX", "avx512f"), ("Zen", "avx2"), ("Haswell", "avx2"),
+                       ("Sandybridge", "avx"))
+AUTODETECT = "autodetect"  # --coretype value: OPENBLAS_CORETYPE unset, OpenBLAS detects the CPU
+PROBE_MARGIN = 0.03  # a forced core type replaces autodetection only if it is > 3% faster
+
+
+def gemm_shapes(c):
+    """The training GEMMs (M, N, K) of looplm's measure_gemm_peak: qkv, fc and proj."""
+    M, d = c["batch"] * c["ctx"], c["d"]
+    return [(M, 3 * d, d), (M, 4 * d, d), (M, d, 4 * d)]
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", choices=CONFIGS, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default: per config)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (training and generation)")
+    ap.add_argument("--gen-prompt", type=int, default=16)
+    ap.add_argument("--gen-tokens", type=int, default=256, help="new tokens; 0 skips generation")
+    ap.add_argument("--gen-repeats", type=int, default=3)
+    ap.add_argument("--gen-omp-threads", type=int, default=1,
+                    help="torch.set_num_threads during generation (default 1: decode ops are too "
+                         "small to split; OpenBLAS keeps --threads for the matrix-vector products)")
+    ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--attn", choices=["manual", "sdpa"], default="sdpa",
+                    help="training attention: F._scaled_dot_product_attention or masked softmax")
+    ap.add_argument("--no-decode-mv", action="store_true",
+                    help="decode through nn.Linear (sgemm) instead of torch.mv (sgemv)")
+    ap.add_argument("--no-foreach", action="store_true", help="AdamW for-loop path")
+    ap.add_argument("--omp-threads", type=int, default=None,
+                    help="torch.set_num_threads value (default: --threads)")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="OpenBLAS pool size (default: --threads; 0 = leave OpenBLAS's default)")
+    ap.add_argument("--coretype", default="auto", metavar="auto|keep|autodetect|NAME",
+                    help="OpenBLAS core type (OPENBLAS_CORETYPE of this process): auto (default) = "
+                         "probe the candidates in subprocesses and take the fastest; keep = leave "
+                         "the environment's value; autodetect = unset it; NAME = force it "
+                         "(e.g. SkylakeX, Haswell, Zen)")
+    ap.add_argument("--coretype-candidates", default=None, metavar="A,B,...",
+                    help="core types for the probe to try besides autodetect (default: those of "
+                         + ", ".join(n for n, _ in CORETYPE_CANDIDATES)
+                         + " this CPU's flags allow)")
+    ap.add_argument("--keep-coretype", action="store_true", help="same as --coretype keep")
+    ap.add_argument("--probe-only", action="store_true",
+                    help="run the core-type probe, print its result and exit")
+    ap.add_argument("--gemm-only", action="store_true",
+                    help="only measure fp32 torch.mm GFLOP/s on the config's training GEMM shapes "
+                         "(what one probe subprocess does)")
+    ap.add_argument("--out-of-the-box", action="store_true",
+                    help="no set-up: keep OPENBLAS_CORETYPE, default OpenMP wait policy and OpenBLAS "
+                         "pool; only torch.set_num_threads(N)")
+    ap.add_argument("--check", action="store_true", help="check KV-cache decode against full forward")
+    return ap
+
+
+def cpu_flags():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def probe_candidates(a):
+    if a.coretype_candidates is not None:
+        return [n.strip() for n in a.coretype_candidates.split(",") if n.strip()]
+    flags = cpu_flags()
+    return [name for name, flag in CORETYPE_CANDIDATES if flag in flags]
+
+
+def probe_coretype(a):
+    """Times fp32 torch.mm on the config's training GEMM shapes under each candidate core type, each
+    in its own subprocess (OpenBLAS reads OPENBLAS_CORETYPE once, when it is loaded), with this run's
+    thread set-up. Two rounds, the second in reverse order; a candidate's rate is its better round.
+    Returns (winner, table); table rows: requested core type, the core OpenBLAS reports it loaded,
+    aggregate GFLOP/s over the three shapes (None if not measured), per-round rates, note."""
+    base = [sys.executable, os.path.abspath(__file__), "--config", a.config, "--threads",
+            str(a.threads), "--gemm-only", "--json", "--coretype", "keep"]
+    if a.blas_threads is not None:
+        base += ["--blas-threads", str(a.blas_threads)]
+    if a.omp_threads is not None:
+        base += ["--omp-threads", str(a.omp_threads)]
+
+    def measure(cand):
+        env = dict(os.environ)
+        env.pop("OPENBLAS_CORETYPE", None)
+        if cand != AUTODETECT:
+            env["OPENBLAS_CORETYPE"] = cand
+        try:
+            p = subprocess.run(base, env=env, capture_output=True, text=True, timeout=120)
+        except (subprocess.TimeoutExpired, OSError) as e:
+            return None, f"failed: {type(e).__name__}"
+        try:
+            return json.loads(p.stdout.strip().splitlines()[-1]), None
+        except (ValueError, IndexError):
+            return None, f"failed: exit {p.returncode}"
+
+    table, seen = [], set()
+    for cand in [AUTODETECT] + probe_candidates(a):  # round 1
+        row = {"coretype": cand, "core": None, "gflops": None, "runs": [], "note": ""}
+        table.append(row)
+        if cand.lower() in seen:  # autodetection already loaded this core
+            row["core"], row["note"] = cand, f"= {AUTODETECT}"
+            continue
+        d, err = measure(cand)
+        if d is None:
+            row["note"] = err
+            continue
+        row["core"] = d.get("openblas_core")
+        row["runs"].append(d.get("gemm_gflops"))
+        if cand != AUTODETECT and (row["core"] or "").lower() != cand.lower():
+            row["note"] = f"not loaded, OpenBLAS used {row['core']}"
+        else:
+            seen.add((row["core"] or "").lower())
+    valid = [r for r in table if r["runs"] and not r["note"]]
+    for row in reversed(valid):  # round 2, reverse order
+        d, _ = measure(row["coretype"])
+        if d is not None:
+            row["runs"].append(d.get("gemm_gflops"))
+    for row in table:
+        if row["runs"] and not row["note"]:
+            row["gflops"] = max(row["runs"])
+    if not valid:
+        return AUTODETECT, table
+    best = max(valid, key=lambda r: r["gflops"])
+    auto = next((r for r in valid if r["coretype"] == AUTODETECT), None)
+    if auto is not None and best["gflops"] <= auto["gflops"] * (1 + PROBE_MARGIN):
+        best = auto
+    return best["coretype"], table
+
+
+def setup_coretype(a):
+    """Sets OPENBLAS_CORETYPE in this process's environment (before torch, and with it OpenBLAS, is
+    loaded); the parent environment is not changed. Returns what was chosen and why."""
+    mode = "keep" if (a.keep_coretype or a.out_of_the_box) else a.coretype
+    info = {"coretype": None, "coretype_source": None, "coretype_probe": None}
+    if mode == "keep":
+        info["coretype"] = os.environ.get("OPENBLAS_CORETYPE") or AUTODETECT
+        info["coretype_source"] = "environment"
+        return info
+    if mode == "auto":
+        mode, info["coretype_probe"] = probe_coretype(a)
+        info["coretype_source"] = "probe"
+    else:
+        info["coretype_source"] = "given"
+    os.environ.pop("OPENBLAS_CORETYPE", None)
+    if mode.lower() != AUTODETECT:
+        os.environ["OPENBLAS_CORETYPE"] = mode
+    info["coretype"] = mode
+    return info
+
+
+def format_probe(table):
+    parts = []
+    for r in table:
+        s = r["coretype"]
+        if r["coretype"] == AUTODETECT and r["core"]:
+            s += f" [{r['core']}]"
+        s += " " + (f"{r['gflops']:.1f}" if r["gflops"] else "—")
+        if r["note"]:
+            s += f" ({r['note']})"
+        parts.append(s)
+    return ", ".join(parts)
+
+
+if __name__ == "__main__":
+    ARGS = build_parser().parse_args()
+    if not ARGS.out_of_the_box:
+        # libgomp reads this when it is loaded (with torch). Idle OpenMP workers then sleep instead
+        # of spinning, so they do not fight OpenBLAS's own threads for the same cores.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    CORETYPE_INFO = setup_coretype(ARGS)  # before torch is imported
+    if ARGS.probe_only:
+        c0 = CONFIGS[ARGS.config]
+        same = [k for k, v in CONFIGS.items() if gemm_shapes(v) == gemm_shapes(c0)]
+        out = dict(config=ARGS.config, threads=ARGS.threads, gemm_shapes=gemm_shapes(c0),
+                   applies_to=same, **CORETYPE_INFO)
+        if ARGS.json:
+            print(json.dumps(out))
+        else:
+            print(f"config {ARGS.config}, threads {ARGS.threads}: OpenBLAS core type "
+                  f"{out['coretype']} ({out['coretype_source']})")
+            if out["coretype_probe"]:
+                print(f"  probe, fp32 GEMM GFLOP/s: {format_probe(out['coretype_probe'])}")
+        sys.exit(0)
+
+import ctypes
+import math
+import resource
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 ATTN = "sdpa"
 DECODE_MV = True
@@ -305,55 +526,70 @@ def openblas_set_threads(n):
     return None
 
 
+def measure_gemm(c, samples=7, min_sample_s=0.02):
+    """fp32 torch.mm (OpenBLAS sgemm, as nn.Linear: x @ W^T) on the config's training GEMM shapes,
+    with this process's thread set-up. Per shape: 2 warm-up calls, then `samples` timed samples (each
+    enough back-to-back calls to last >= min_sample_s). Returns the aggregate rate over the three
+    shapes from each shape's best sample (the probe's ranking: noise only ever slows a sample), the
+    looplm-comparable peak (measure_gemm_peak: the best shape's median) and the per-shape rates."""
+    best_s, flops, per_shape, peak = [], [], [], 0.0
+    for m, n, k in gemm_shapes(c):
+        A = torch.full((m, k), 0.5)
+        Wt = torch.full((n, k), 0.25).t()
+        out = torch.empty(m, n)
+        for _ in range(2):
+            torch.mm(A, Wt, out=out)
+        t0 = time.perf_counter()
+        torch.mm(A, Wt, out=out)
+        reps = max(1, int(min_sample_s / max(time.perf_counter() - t0, 1e-6)))
+        times = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(A, Wt, out=out)
+            times.append((time.perf_counter() - t0) / reps)
+        f = 2.0 * m * n * k
+        best_s.append(min(times))
+        flops.append(f)
+        per_shape.append({"shape": [m, n, k], "best_gflops": round(f / min(times) / 1e9, 1),
+                          "median_gflops": round(f / statistics.median(times) / 1e9, 1)})
+        peak = max(peak, f / statistics.median(times) / 1e9)
+    return sum(flops) / sum(best_s) / 1e9, peak, per_shape
+
+
 def main():
     global ATTN, DECODE_MV
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", choices=CONFIGS, required=True)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=None, help="timed steps (default: per config)")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (training and generation)")
-    ap.add_argument("--gen-prompt", type=int, default=16)
-    ap.add_argument("--gen-tokens", type=int, default=256, help="new tokens; 0 skips generation")
-    ap.add_argument("--gen-repeats", type=int, default=3)
-    ap.add_argument("--gen-omp-threads", type=int, default=1,
-                    help="torch.set_num_threads during generation (default 1: decode ops are too "
-                         "small to split; OpenBLAS keeps --threads for the matrix-vector products)")
-    ap.add_argument("--no-train", action="store_true")
-    ap.add_argument("--attn", choices=["manual", "sdpa"], default="sdpa",
-                    help="training attention: F._scaled_dot_product_attention or masked softmax")
-    ap.add_argument("--no-decode-mv", action="store_true",
-                    help="decode through nn.Linear (sgemm) instead of torch.mv (sgemv)")
-    ap.add_argument("--no-foreach", action="store_true", help="AdamW for-loop path")
-    ap.add_argument("--omp-threads", type=int, default=None,
-                    help="torch.set_num_threads value (default: --threads)")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="OpenBLAS pool size (default: --threads; 0 = leave OpenBLAS's default)")
-    ap.add_argument("--keep-coretype", action="store_true",
-                    help="keep OPENBLAS_CORETYPE from the environment")
-    ap.add_argument("--out-of-the-box", action="store_true",
-                    help="no set-up: keep OPENBLAS_CORETYPE, default OpenMP wait policy and OpenBLAS "
-                         "pool; only torch.set_num_threads(N)")
-    ap.add_argument("--check", action="store_true", help="check KV-cache decode against full forward")
-    a = ap.parse_args()
+    a = ARGS
     ATTN = a.attn
     DECODE_MV = not a.no_decode_mv
 
     torch.set_num_threads(a.threads if a.omp_threads is None else a.omp_threads)
     blas_threads = a.threads if a.blas_threads is None else a.blas_threads
     corename = openblas_set_threads(0 if a.out_of_the_box else blas_threads)
-    torch.manual_seed(0)
     c = CONFIGS[a.config]
+    if a.gemm_only:
+        agg, peak, per_shape = measure_gemm(c)
+        out = {"config": a.config, "threads": a.threads, "openblas_core": corename,
+               "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+               "gemm_gflops": round(agg, 1), "gemm_peak_gflops": round(peak, 1),
+               "gemm_shapes": per_shape}
+        if a.json:
+            print(json.dumps(out))
+        else:
+            print(f"config {a.config}, threads {a.threads}, OpenBLAS core {corename}: fp32 GEMM "
+                  f"{agg:.1f} GFLOP/s (best samples, all shapes), peak {peak:.1f} "
+                  f"(best shape, median); {per_shape}")
+        return
+    torch.manual_seed(0)
     model = GPT(c)
     n_params = sum(p.numel() for p in model.parameters())
     steps = a.steps if a.steps is not None else {"tiny": 20, "dense": 8, "looped": 6}[a.config]
 
     res = {"config": a.config, "threads": a.threads, "train_tokens_per_s": None,
-           "generate_tokens_per_s": None, "peak_rss_mib": None}
+           "generate_tokens_per_s": None, "peak_rss_mib": None, "gemm_peak_gflops": None}
     extra = {"params": n_params, "bf16": a.bf16, "openblas_core": corename,
-             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "attn": a.attn,
-             "foreach": not a.no_foreach, "torch": torch.__version__,
+             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), **CORETYPE_INFO,
+             "attn": a.attn, "foreach": not a.no_foreach, "torch": torch.__version__,
              "omp_threads": torch.get_num_threads(), "blas_threads": blas_threads,
              "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}
     if a.check:
@@ -370,12 +606,25 @@ def main():
         res["generate_tokens_per_s"] = round(gtps, 1)
         extra["generate_runs"] = [round(r, 1) for r in rates]
     res["peak_rss_mib"] = round(rss_mib(), 1)
+    # Last, as looplm bench does: the fp32 GEMM rate on the same shapes, in this process.
+    agg, peak, per_shape = measure_gemm(c)
+    res["gemm_peak_gflops"] = round(peak, 1)
+    extra["gemm_gflops"] = round(agg, 1)
+    extra["gemm_shapes"] = per_shape
     if a.json:
         res.update(extra)
         print(json.dumps(res))
     else:
         print(f"config {a.config}: {n_params / 1e6:.2f} M params, threads {a.threads}, "
               f"{'bf16 autocast' if a.bf16 else 'fp32'}, OpenBLAS core {corename}")
+        ci = CORETYPE_INFO
+        print(f"  OpenBLAS core type: {ci['coretype']} ({ci['coretype_source']}"
+              + (f"; OPENBLAS_CORETYPE={extra['OPENBLAS_CORETYPE']})"
+                 if extra["OPENBLAS_CORETYPE"] else "; OPENBLAS_CORETYPE unset)"))
+        if ci["coretype_probe"]:
+            print(f"  probe, fp32 GEMM GFLOP/s: {format_probe(ci['coretype_probe'])}")
+        print(f"  fp32 GEMM: {res['gemm_peak_gflops']:>10.1f} GFLOP/s (best shape, median; "
+              f"{agg:.1f} over all three shapes, best samples)")
         if res["train_tokens_per_s"] is not None:
             print(f"  train:    {res['train_tokens_per_s']:>10.1f} tokens/s (median of {steps} steps; "
                   f"step times {extra['train_step_s']})")
