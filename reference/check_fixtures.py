@@ -26,7 +26,7 @@ from safetensors_io import load_file, save_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXDIR = os.path.join(HERE, "..", "tests", "fixtures")
-PREFIXES = ("input.", "out.", "state.", "grad.", "train.", "after.")
+PREFIXES = ("input.", "out.", "state.", "grad.", "bptt.", "train.", "after.")
 failures = []
 
 
@@ -100,7 +100,7 @@ def manual_train(model, tokens, targets, cfg, k):
 def check_fixture(path):
     name = os.path.basename(path)
     ts, meta = load_file(path)
-    check(meta.get("format") == "pt" and meta.get("fixture_version") == "1", f"{name}: metadata")
+    check(meta.get("format") == "pt" and meta.get("fixture_version") == "2", f"{name}: metadata")
     cfg = json.loads(meta["config"])
     model = LoopLM(cfg).double()
     weights = {k: v for k, v in ts.items() if not k.startswith(PREFIXES)}
@@ -109,9 +109,11 @@ def check_fixture(path):
     tokens, targets = ts["input.tokens"].long(), ts["input.targets"].long()
     R = cfg["R"]
 
+    with torch.no_grad():
+        for r, h in enumerate(model.loop_states(tokens, R + 2)):  # two exits beyond R
+            close(f"{name}: state.{r}", h, ts[f"state.{r}"])
+        close(f"{name}: out.loss_by_depth [{R + 2}]", model.loss_by_depth(tokens, targets, R + 2), ts["out.loss_by_depth"])
     states = model.loop_states(tokens)
-    for r, h in enumerate(states):
-        close(f"{name}: state.{r}", h.detach(), ts[f"state.{r}"])
     logits = model.exit_logits(states[-1])
     close(f"{name}: out.logits", logits.detach(), ts["out.logits"])
     loss = model.loss(logits, targets)
@@ -119,13 +121,28 @@ def check_fixture(path):
     lp = logits.detach() - logits.detach().logsumexp(-1, keepdim=True)
     ce = -lp.gather(-1, targets[..., None]).mean()
     close(f"{name}: out.loss (and CE by hand)", torch.stack([loss.detach(), ce]), ts["out.loss"].expand(2))
-    with torch.no_grad():
-        close(f"{name}: out.loss_by_depth [{R}]", model.loss_by_depth(tokens, targets), ts["out.loss_by_depth"])
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     worst = max((grads[n] - ts[f"grad.{n}"].double()).abs().max().item() /
                 (grads[n].abs().max().item() + 1e-12) for n in grads)
     check(worst < 1e-5, f"{name}: all {len(grads)} grad.* tensors match (worst rel err {worst:.1e})")
+    if R > 1:
+        # Truncated BPTT, written out independently: the first R - k steps as constants.
+        k = int(meta["bptt_k"])
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            h_pre = model.embed(tokens)
+            h = h_pre
+            for r in range(1, R - k + 1):
+                h = model.loop_step(h, h_pre, r)
+        h_pre_g = model.embed(tokens)  # the prelude gets a gradient only through steps that read h_pre
+        for r in range(R - k + 1, R + 1):
+            h = model.loop_step(h, h_pre_g, r)
+        model.loss(model.exit_logits(h), targets).backward()
+        worst = max(((p.grad if p.grad is not None else torch.zeros_like(p)) - ts[f"bptt.grad.{n}"].double()).abs().max().item()
+                    / (ts[f"bptt.grad.{n}"].double().abs().max().item() + 1e-12) for n, p in model.named_parameters())
+        check(worst < 1e-5, f"{name}: bptt.grad.* (k = {k}) match a hand-written truncation (worst rel err {worst:.1e})")
+        model.zero_grad(set_to_none=True)
 
     # finite differences in float64 on a few entries (largest |grad| entry of a few params)
     picks = [n for n in grads if n.startswith(("tok_emb", "pos_emb", "lm_head"))][:1]
@@ -154,7 +171,33 @@ def check_fixture(path):
     close(f"{name}: train.grad_norm", norms, ts["train.grad_norm"])
     worst = max((p.detach() - ts[f"after.{n}"].double()).abs().max().item() for n, p in model.named_parameters())
     check(worst < 1e-6, f"{name}: all after.* match a hand-written clip+AdamW (max abs err {worst:.1e})")
-    check(os.path.getsize(path) < 200_000, f"{name}: size {os.path.getsize(path)} < 200 KB")
+    check(os.path.getsize(path) < 300_000, f"{name}: size {os.path.getsize(path)} < 300 KB")
+
+
+def check_init_stats(path):
+    """The init statistics against SPEC §1 / §2.2 written out: N(0, 0.02) matrices, attn.o and
+    mlp.down x 1/sqrt(2N), or with DeepLoop beta = (8N)^-p on attn.v, attn.o and every MLP matrix;
+    norm weights 1, biases 0."""
+    name = os.path.basename(path)
+    ts, meta = load_file(path)
+    cfg = json.loads(meta["config"])
+    N = cfg["n_prelude"] + cfg["n_core"] * cfg["R"] + cfg["n_coda"]
+    p = cfg["deeploop_p"]
+    bad = []
+    for n, (mean, std, lo, hi) in ((n, t.tolist()) for n, t in ts.items()):
+        want = 0.0 if n.endswith(".bias") else 1.0 if ("norm" in n and n.endswith(".weight")) else None
+        if want is not None:  # a constant
+            if not (mean == want and lo == want and hi == want):
+                bad.append(n)
+            continue
+        s = cfg["init_std"]
+        if p > 0 and any(x in n for x in (".attn.v.", ".attn.o.", ".mlp.")):
+            s *= (8 * N) ** (-p)
+        elif p == 0 and any(x in n for x in (".attn.o.", ".mlp.down.")):
+            s /= math.sqrt(2 * N)
+        if abs(std / s - 1) > 0.05 or abs(mean) > 0.05 * s:
+            bad.append(f"{n} (std {std:.5f}, want {s:.5f})")
+    check(not bad, f"{name}: init statistics of {len(ts)} parameters follow SPEC §1/§2.2 {bad[:3]}")
 
 
 def check_rope():
@@ -174,6 +217,8 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     roundtrip()
     check_rope()
+    for path in sorted(glob.glob(os.path.join(FIXDIR, "init", "*.safetensors"))):
+        check_init_stats(path)
     paths = sorted(glob.glob(os.path.join(FIXDIR, "*.safetensors")))
     check(len(paths) >= 4, f"{len(paths)} fixtures found")
     for path in paths:

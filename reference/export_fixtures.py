@@ -8,9 +8,12 @@ are exact up to their float32 rounding. Tensors (F32 unless noted):
                             attn.q/k and mlp.gate/up redrawn N(0, 1/d); see perturb())
     input.tokens [B,T] I32, input.targets [B,T] I32
     out.logits [B,T,V]      at depth R
-    out.loss [1]            mean CE at depth R;  out.loss_by_depth [R]: loss at exits r = 1..R
-    state.{r} [B,T,d]       loop state h^(r), r = 0..R (state.0 = h_pre)
+    out.loss [1]            mean CE at depth R;  out.loss_by_depth [R+2]: loss at exits r = 1..R+2
+                            (two exits beyond the trained R)
+    state.{r} [B,T,d]       loop state h^(r), r = 0..R+2 (state.0 = h_pre)
     grad.{param}            d out.loss / d param
+    bptt.grad.{param}       (R > 1 only) the same with truncated back-propagation: only the last
+                            bptt_k (metadata) loop steps keep gradients; zeros where none arrives
     train.loss [K]          loss before each of K AdamW steps (same batch, depth R)
     train.grad_norm [K]     total grad L2 norm before clipping, per step
     after.{param}           params after K steps
@@ -27,7 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from looplm_ref import LoopLM, param_groups, resolve_config  # noqa: E402
 from safetensors_io import save_file  # noqa: E402
 
-FIXTURE_VERSION = "1"
+FIXTURE_VERSION = "2"
+BEYOND = 2   # exits checked beyond the trained R
+BPTT_K = 1   # loop steps that keep gradients in the bptt.grad.* tensors
 B, T, K = 2, 11, 3
 TRAIN = dict(lr=0.01, weight_decay=0.1, beta1=0.9, beta2=0.95, adam_eps=1e-8, grad_clip=1.0)
 COMMON = dict(vocab_size=37, d_model=18, n_heads=3, context=11)
@@ -96,19 +101,28 @@ def make_fixture(name, seed):
     out["input.tokens"] = tokens.int()
     out["input.targets"] = targets.int()
 
+    R = cfg["R"]
     states = model.loop_states(tokens)
     logits = model.exit_logits(states[-1])
     loss = model.loss(logits, targets)
     with torch.no_grad():
-        by_depth = model.loss_by_depth(tokens, targets)
+        by_depth = model.loss_by_depth(tokens, targets, R + BEYOND)
+        beyond = model.loop_states(tokens, R + BEYOND)
     loss.backward()
     out["out.logits"] = logits.detach().float()
     out["out.loss"] = loss.detach().reshape(1).float()
     out["out.loss_by_depth"] = by_depth.float()
-    for r, h in enumerate(states):
+    for r, h in enumerate(beyond):
         out[f"state.{r}"] = h.detach().float()
     for n, p in params.items():
         out[f"grad.{n}"] = p.grad.float()
+    if R > 1:
+        model.zero_grad(set_to_none=True)
+        cut = model.loss(model.exit_logits(model.loop_states(tokens, grad_steps=BPTT_K)[-1]), targets)
+        cut.backward()
+        for n, p in params.items():
+            out[f"bptt.grad.{n}"] = (p.grad if p.grad is not None else torch.zeros_like(p)).float()
+        model.zero_grad(set_to_none=True)
 
     trained = copy.deepcopy(model)
     trained.zero_grad(set_to_none=True)
@@ -119,8 +133,32 @@ def make_fixture(name, seed):
         out[f"after.{n}"] = p.detach().float()
 
     meta = {"format": "pt", "fixture_version": FIXTURE_VERSION,
-            "config": json.dumps(cfg, sort_keys=True)}
+            "config": json.dumps(cfg, sort_keys=True), "bptt_k": str(BPTT_K)}
     return out, meta
+
+
+# Init statistics (tests/fixtures/init/*.safetensors): the reference's own init
+# (LoopLM.reset_parameters) on models large enough for its statistics to be sharp (d = 128), one
+# [4] tensor per parameter: mean, std, min, max of the drawn values. The engine draws from another
+# generator, so tests compare statistics: constants exactly, normal draws by mean and std.
+INIT_CONFIGS = {
+    "init_looped": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_prelude=1, n_core=2, R=4,
+                        n_coda=1, block="pre_norm", norm="layernorm", mlp="gelu", pos="learned", bias=True,
+                        tie_embeddings=False),
+    "init_deeploop": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_core=2, R=3,
+                          block="sandwich", norm="rmsnorm", mlp="swiglu", pos="rope", deeploop_p=0.5),
+}
+
+
+def make_init_stats(name, seed):
+    cfg = resolve_config(INIT_CONFIGS[name])
+    torch.manual_seed(seed)
+    model = LoopLM(cfg).double()
+    out = {}
+    for n, p in model.named_parameters():
+        w = p.detach().flatten()
+        out[n] = torch.stack([w.mean(), w.std(unbiased=False), w.min(), w.max()]).float()
+    return out, {"format": "pt", "fixture_version": FIXTURE_VERSION, "config": json.dumps(cfg, sort_keys=True)}
 
 
 def main():
@@ -139,6 +177,15 @@ def main():
         print(f"{path}: {os.path.getsize(path)} bytes, {n_params} params, R={cfg['R']}, "
               f"loss_by_depth {fmt(tensors['out.loss_by_depth'], 4)}, "
               f"train.loss {fmt(tensors['train.loss'], 4)}, grad_norm {fmt(tensors['train.grad_norm'], 3)}")
+
+    init_dir = os.path.join(args.out, "init")
+    os.makedirs(init_dir, exist_ok=True)
+    for i, name in enumerate(INIT_CONFIGS):
+        tensors, meta = make_init_stats(name, seed=2000 + i)
+        path = os.path.join(init_dir, f"{name}.safetensors")
+        save_file(tensors, path, meta)
+        print(f"{path}: {os.path.getsize(path)} bytes, {len(tensors)} parameters")
+
 
 if __name__ == "__main__":
     main()

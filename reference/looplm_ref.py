@@ -216,13 +216,18 @@ class LoopLM(nn.Module):
             return h @ self.tok_emb.weight.t()
         return self.lm_head(h)
 
-    def loop_states(self, tokens, R=None):
-        """[h^(0), h^(1), ..., h^(R)]."""
+    def loop_states(self, tokens, R=None, grad_steps=None):
+        """[h^(0), h^(1), ..., h^(R)]. grad_steps = k: truncated back-propagation, only the last k
+        loop steps keep gradients (the earlier ones run under no_grad, their output detached)."""
         R = self.cfg["R"] if R is None else R
         h_pre = h = self.embed(tokens)
         states = [h]
         for r in range(1, R + 1):
-            h = self.loop_step(h, h_pre, r)
+            if grad_steps is not None and r <= R - grad_steps:
+                with torch.no_grad():
+                    h = self.loop_step(h, h_pre, r).detach()
+            else:
+                h = self.loop_step(h, h_pre, r)
             states.append(h)
         return states
 

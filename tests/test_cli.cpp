@@ -215,3 +215,57 @@ TEST_F(Cli, InterruptedTrainingCheckpointsAndResumes) {
   EXPECT_NE(r.out.find("resumed " + dir + "/run at step " + std::to_string(step)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step " + std::to_string(step + 2) + "/"), std::string::npos) << r.out;
 }
+
+TEST_F(Cli, EvalJsonHasDiagnosticsAndDepthZero) {
+  CmdResult r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --json --depth 5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["diagnostics"]["state_cosine"].size(), 5u);  // r = 1..depth, also beyond R = 3
+  EXPECT_DOUBLE_EQ(j["loss"].get<double>(), j["loss_by_depth"][2].get<double>());
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --json --depth 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["depth"].get<int>(), 0);
+  EXPECT_GT(j["loss"].get<double>(), 4.0);
+}
+
+TEST_F(Cli, HugeIntegerIsRejectedNotNarrowed) {
+  // 4294967424 = 2^32 + 128 would read as 128 after a 32-bit narrowing.
+  CmdResult r = run("train --preset looped --set d_model=4294967424 --out " + dir + "/run");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("from 1 to 65536"), std::string::npos) << r.out;
+  r = run("train --preset looped --config " + dir + "/none.json --out " + dir + "/run");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--preset and --config"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, HelpConfigListsEveryKey) {
+  CmdResult r = run("train --help-config");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const std::string& k : Config::keys()) EXPECT_NE(r.out.find("  " + k + " = "), std::string::npos) << k;
+  EXPECT_NE(r.out.find("pre_norm, parallel, sandwich"), std::string::npos) << r.out;
+}
+
+// --set on --resume: the keys that are safe to change apply, any other is refused with a message;
+// the end-of-training report covers eval_batches x batch_size windows and says so.
+TEST_F(Cli, ResumeWithSetAndBoundedReport) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
+  io::write_file_atomic(dir + "/bigval.txt", text.data(), text.size());  // 22,000 tokens
+  const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
+                           " --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/bigval.txt"
+                           " --set eval_every=2 --set eval_batches=2 --sample-len 5 --out " + dir + "/run";
+  CmdResult r = run(args + " --steps 4 --stop-after 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("train --out " + dir + "/run --resume --set d_model=64 --steps 4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("d_model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("may change on --resume"), std::string::npos) << r.out;
+  r = run("train --out " + dir + "/run --resume --set lr=0.0005 --steps 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("lr=0.0005"), std::string::npos) << r.out;  // the config block shows it
+  EXPECT_NE(r.out.find("resumed " + dir + "/run at step 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validation: 128 tokens, the first 8 windows"), std::string::npos) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(io::read_file(dir + "/run/config.json"))["lr"].get<double>(), 0.0005);
+}

@@ -10,7 +10,9 @@
 // (lr = 1e-2: a sign flip of one element's update would show up as 1e-2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "io/safetensors.h"
@@ -52,12 +54,32 @@ void check_fixture(const std::string& name) {
   const auto shape = f.get("input.tokens").shape;
   const int B = (int)shape[0], T = (int)shape[1], d = c.d_model, V = c.vocab_size;
 
+  // Every loop state, to two exits beyond R, read through the named-intermediate hook ("state",
+  // the exit's hidden state of step r), and the loss at every exit.
   Graph g;
   RunOptions o;
-  Node* h = m.trunk(g, tok.data(), B, T, o, [&](int r, Node* s) {
-    EXPECT_LT(rel_err(s->v, f, "state." + std::to_string(r), (size_t)B * T * d), 2e-5) << name << " state " << r;
-  });
-  Node* logits = m.head(g, h, B, T, o);
+  {
+    Graph::NoGrad ng(g);
+    std::set<int> seen;
+    g.set_observer([&](Graph&, const TapSite& t, Node* s) {
+      if (std::string(t.name) != "state") return;
+      seen.insert(t.step);
+      EXPECT_LT(rel_err(s->v, f, "state." + std::to_string(t.step), (size_t)B * T * d), 2e-5) << name << " state " << t.step;
+    });
+    RunOptions beyond;
+    beyond.depth = c.R + 2;
+    std::vector<float> ref = f.read_f32("out.loss_by_depth", {c.R + 2});
+    m.trunk(g, tok.data(), B, T, beyond, [&](int r, Node* h) {
+      if (r == 0) return;
+      Node* l = op::cross_entropy(g, m.head(g, h, B, T, beyond), tgt.data());
+      EXPECT_NEAR(l->v[0], ref[r - 1], 2e-5 * ref[r - 1]) << name << " exit " << r;
+    });
+    EXPECT_EQ(seen.size(), (size_t)c.R + 3) << name;
+    g.set_observer({});
+    g.reset();
+  }
+
+  Node* logits = m.logits(g, tok.data(), B, T, o);
   EXPECT_LT(rel_err(logits->v, f, "out.logits", (size_t)B * T * V), 2e-5) << name;
   Node* loss = op::cross_entropy(g, logits, tgt.data());
   EXPECT_NEAR(loss->v[0], f.read_f32("out.loss", {1})[0], 2e-5 * std::fabs(loss->v[0])) << name;
@@ -68,16 +90,24 @@ void check_fixture(const std::string& name) {
   }
   g.reset();
 
-  // Loss at every exit r = 1..R.
-  {
-    Graph::NoGrad ng(g);
-    std::vector<float> ref = f.read_f32("out.loss_by_depth", {c.R});
-    m.trunk(g, tok.data(), B, T, o, [&](int r, Node* s) {
-      if (r == 0) return;
-      Node* l = op::cross_entropy(g, m.head(g, s, B, T, o), tgt.data());
-      EXPECT_NEAR(l->v[0], ref[r - 1], 2e-5 * ref[r - 1]) << name << " exit " << r;
-    });
+  // Truncated BPTT: only the last k loop steps keep gradients; a tensor no gradient reaches (the
+  // prelude, when the residual rule reads h_pre only at the cut step 1) is exactly zero.
+  if (c.R > 1) {
+    m.params().zero_grad();
+    RunOptions cut;
+    cut.grad_steps = std::stoi(f.metadata().at("bptt_k"));
+    g.backward(op::cross_entropy(g, m.logits(g, tok.data(), B, T, cut), tgt.data()));
     g.reset();
+    for (size_t i = 0; i < m.params().infos().size(); ++i) {
+      const ParamInfo& p = m.params().infos()[i];
+      std::vector<float> ref = f.read_f32("bptt.grad." + p.name, p.shape);
+      bool zero = std::all_of(ref.begin(), ref.end(), [](float v) { return v == 0.0f; });
+      if (zero) {
+        for (size_t j = 0; j < p.numel; ++j) ASSERT_EQ(m.params().grad((int)i)[j], 0.0f) << name << " bptt.grad." << p.name;
+      } else {
+        EXPECT_LT(rel_err(m.params().grad((int)i), f, "bptt.grad." + p.name, p.numel, 1e-3), 2e-4) << name << " bptt.grad." << p.name;
+      }
+    }
   }
 
   // Three clipped AdamW steps at constant lr.
@@ -101,6 +131,43 @@ void check_fixture(const std::string& name) {
 }
 
 }  // namespace
+
+// Init: the engine's draws against the reference's own (reference/export_fixtures.py, d = 128), per
+// parameter: constants exactly; normal draws by mean and standard deviation. Both are samples of n
+// values, so their stds differ by ~√2/√(2n) = 1/√n relatively; 6/√n (≤ 4.7% at n ≥ 16384, 9.4% for
+// the 4096 learned positions) is > 5σ, while the scales being checked (1/√(2N) = 0.22,
+// β = (8N)^-1/2 = 0.14) are far outside it.
+TEST(Reference, InitStatistics) {
+  for (const char* name : {"init/init_looped", "init/init_deeploop"}) {
+    auto f = io::SafetensorsFile::open(fixture(name));
+    Config c = Config::from_json_text(f.metadata().at("config"), name);
+    Model m(c);
+    m.init_weights(c.seed);
+    ASSERT_EQ(f.names().size(), m.params().infos().size()) << name;
+    for (size_t i = 0; i < m.params().infos().size(); ++i) {
+      const ParamInfo& p = m.params().infos()[i];
+      std::vector<float> ref = f.read_f32(p.name, {4});  // mean, std, min, max
+      const float* w = m.params().value((int)i);
+      double mean = 0, sq = 0, lo = w[0], hi = w[0];
+      for (size_t j = 0; j < p.numel; ++j) {
+        mean += w[j];
+        lo = std::min(lo, (double)w[j]);
+        hi = std::max(hi, (double)w[j]);
+      }
+      mean /= p.numel;
+      for (size_t j = 0; j < p.numel; ++j) sq += (w[j] - mean) * (w[j] - mean);
+      const double std = std::sqrt(sq / p.numel);
+      if (ref[2] == ref[3]) {  // a constant
+        EXPECT_EQ(lo, ref[2]) << name << " " << p.name;
+        EXPECT_EQ(hi, ref[3]) << name << " " << p.name;
+      } else {
+        const double tol = 6.0 / std::sqrt((double)p.numel);  // > 5σ of the two samples' ratio
+        EXPECT_NEAR(std / ref[1], 1.0, tol) << name << " " << p.name << " std " << std << " vs " << ref[1];
+        EXPECT_LT(std::fabs(mean), 0.05 * ref[1]) << name << " " << p.name;
+      }
+    }
+  }
+}
 
 TEST(Reference, Dense) { check_fixture("dense"); }
 TEST(Reference, Looped) { check_fixture("looped"); }

@@ -63,6 +63,7 @@ class ParamStore {
   void attach(float* values, std::shared_ptr<const void> owner);
   bool allocated() const { return values_ != nullptr || infos_.empty(); }
   bool has_grads() const { return !grad_store_.empty(); }
+  bool attached() const { return owner_ != nullptr; }  // values live elsewhere (attach)
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int find(const std::string& name) const;  // -1 if absent

@@ -35,6 +35,10 @@ void Graph::backward(Node* loss, float scale) {
   bool acc;
   float* g = grad_of(loss, acc);
   g[0] = scale;
+  backward_seeded();
+}
+
+void Graph::backward_seeded() {
   for (size_t i = tape_.size(); i-- > 0;) {
     Entry& e = tape_[i];
     if (!e.out->g) continue;  // no gradient reached this op's output

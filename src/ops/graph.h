@@ -88,6 +88,9 @@ class Graph {
 
   // Run the tape backward from a scalar loss node (d loss = scale).
   void backward(Node* loss, float scale = 1.0f);
+  // Run the tape backward from gradients already written into outputs (grad_of), e.g. a test
+  // seeding an op's output gradient with a given tensor.
+  void backward_seeded();
   // Drop the tape and every activation (parameters are untouched).
   void reset();
 

@@ -96,6 +96,25 @@ void concat_bwd(const T* dy, T* da, bool acc_a, int ca, T* db, bool acc_b, int c
   }
 }
 
+// ---------------------------------------------------------------- columns c0..c0+n of x
+// x [N, C] -> y [N, n]; backward puts dy into those columns of dx and (overwrite) zero elsewhere.
+template <class T>
+void slice_cols_fwd(const T* x, int C, int c0, int n, T* y, int N) {
+#pragma omp parallel for if ((int64_t)N * n > kParallelMin)
+  for (int r = 0; r < N; ++r)
+    for (int i = 0; i < n; ++i) y[(int64_t)r * n + i] = x[(int64_t)r * C + c0 + i];
+}
+template <class T>
+void slice_cols_bwd(const T* dy, T* dx, bool acc, int C, int c0, int n, int N) {
+#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
+  for (int r = 0; r < N; ++r) {
+    T* d = dx + (int64_t)r * C;
+    if (!acc)
+      for (int i = 0; i < C; ++i) d[i] = T(0);
+    for (int i = 0; i < n; ++i) d[c0 + i] += dy[(int64_t)r * n + i];
+  }
+}
+
 // ---------------------------------------------------------------- fused softmax + cross-entropy
 // logits [N, V], targets [N]; returns the mean loss; lse [N] saved. Targets < 0 are ignored
 // (not counted in the mean).

@@ -225,6 +225,19 @@ Node* concat(Graph& g, Node* a, Node* b) {
   return y;
 }
 
+Node* slice_cols(Graph& g, Node* x, int c0, int n) {
+  const int N = (int)x->rows, C = (int)x->cols;
+  LOOPLM_ASSERT(c0 >= 0 && n >= 0 && c0 + n <= C, "slice_cols: columns out of range");
+  Node* y = g.output(N, n, x);
+  k::slice_cols_fwd(x->v, C, c0, n, y->v, N);
+  if (y->requires_grad)
+    g.record(y, [&g, x, y, N, C, c0, n] {
+      bool acc = false;
+      if (float* dx = g.grad_of(x, acc)) k::slice_cols_bwd(y->g, dx, acc, C, c0, n, N);
+    });
+  return y;
+}
+
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets) {
   const int N = (int)logits->rows, V = (int)logits->cols;
   Node* loss = g.output(1, 1, logits);

@@ -43,6 +43,7 @@ Node* swiglu(Graph& g, Node* gate_up);                               // [N, 2f] 
 Node* axpby(Graph& g, float alpha, Node* a, Node* b);                // α a + b
 inline Node* add(Graph& g, Node* a, Node* b) { return axpby(g, 1.0f, a, b); }
 Node* concat(Graph& g, Node* a, Node* b);                            // along columns
+Node* slice_cols(Graph& g, Node* x, int c0, int n);                  // columns c0..c0+n-1
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);
 

@@ -42,6 +42,13 @@ void make_dir(const std::string& p) {
   }
 }
 
+std::string fmt_num(double x) {
+  if (std::isnan(x)) return "nan";
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
 std::string fmt_duration(double s) {
   char b[32];
   if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
@@ -269,14 +276,14 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       char msg[512];
       std::snprintf(msg, sizeof msg,
-                    "training diverged at step %lld: loss %g, gradient norm %g (the optimizer step was not taken). "
-                    "%s Likely cause: the learning rate (lr = %g) is too high for this model; try a lower "
-                    "--set lr=..., a longer warmup, or gradient clipping (grad_clip)",
-                    (long long)step, loss, gnorm,
+                    "training diverged at step %lld: loss %s, gradient norm %s (the optimizer step was not taken). "
+                    "%s Likely cause: the learning rate (lr = %g, %g at this step) is too high for this model; try a "
+                    "lower --set lr=... or a longer warmup",
+                    (long long)step, fmt_num(loss).c_str(), fmt_num(gnorm).c_str(),
                     last_checkpoint >= 0 ? ("The checkpoint in " + opt.out_dir + " is the last finite one (step " +
                                             std::to_string(last_checkpoint) + ").").c_str()
                                          : "No checkpoint was written.",
-                    lr);
+                    c.lr, lr);
       throw Error(msg);
     }
     adam.step(m.params(), lr, c);
