@@ -557,3 +557,19 @@ TEST(Generate, ContextOfOne) {
     last = out[i];
   }
 }
+
+// Every embedded preset is a valid config whose model builds, tokenizes and generates (the bench
+// and the CLI start from them).
+TEST(Presets, EveryPresetBuildsAndGenerates) {
+  for (const std::string& name : preset_names()) {
+    Config c = load_preset(name);
+    ASSERT_NO_THROW(c.validate()) << name;
+    LanguageModel lm = LanguageModel::from_config(c, 1);
+    GenerateOptions g;
+    g.temperature = 0;
+    g.max_new = 2;
+    std::vector<int32_t> prompt = lm.encode("And");
+    ASSERT_FALSE(prompt.empty()) << name;
+    EXPECT_EQ(lm.generate(prompt, g).size(), 2u) << name;
+  }
+}

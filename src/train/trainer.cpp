@@ -15,8 +15,8 @@
 #include "data/tokenizer.h"
 #include "infer/eval.h"
 #include "io/atomic_file.h"
-#include "looplm/looplm.h"
 #include "io/safetensors.h"
+#include "looplm/looplm.h"
 #include "train/checkpoint.h"
 #include "train/depth_sampler.h"
 
@@ -104,6 +104,7 @@ Config resumed_config(const Config& saved, const Config& wanted, const std::stri
   std::string changed;
   for (auto it = b.begin(); it != b.end(); ++it) {
     if (a.contains(it.key()) && a.at(it.key()) == it.value()) continue;
+    if (it.key() == "tokenizer_chars" && it.value() == "") continue;  // derived from the data at the start
     const auto& safe = resume_safe_keys();
     if (std::find(safe.begin(), safe.end(), it.key()) != safe.end()) {
       c.set(it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
@@ -167,7 +168,6 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   AdamW adam(m.params());
   TrainState st;
   TrainResult res;
-  size_t res_activation_peak = 0;
   int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
   make_dir(opt.out_dir);
   if (resuming) {
@@ -215,7 +215,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                   P / MiB, P / MiB, 2 * P / MiB, g.activation_bytes_peak() / MiB, g.grad_bytes_peak() / MiB, B, T, dmax,
                   kept, kept == 1 ? "" : "s");
     if (!opt.quiet) log(line);
-    res_activation_peak = g.activation_bytes_peak();
+    res.activation_bytes_peak = g.activation_bytes_peak();
   }
 
   std::ofstream metrics(metrics_path, std::ios::app);
@@ -317,7 +317,6 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   }
   if (steps_this_run == 0 && !exists(model_path)) checkpoint();
   res.steps_done = st.step;
-  res.activation_bytes_peak = res_activation_peak;
   return res;
 }
 

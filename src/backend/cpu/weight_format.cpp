@@ -1,8 +1,11 @@
 #include "backend/cpu/weight_format.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "backend/cpu/bf16.h"
+#include "backend/cpu/isa.h"
 
 namespace looplm {
 
@@ -32,13 +35,40 @@ void bf16_unpack(const void* p, int64_t r, int64_t c, float* dst) { unpack_bf16(
 void bf16_gemv(int rows, int cols, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
   gemv_rows_bf16(rows, cols, static_cast<const uint16_t*>(p), x, y, acc, k);
 }
-// Many rows (prefill): widen the matrix once (exact) and run the fp32 GEMM; the widening costs one
-// pass over the weights, which the N-row product amortises.
-void bf16_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float* scratch) {
-  unpack_bf16(static_cast<const uint16_t*>(p), rows, cols, scratch);
-  gemm(false, true, N, rows, cols, 1.0f, x, cols, scratch, cols, 0.0f, y, rows);
+// Many rows (prefill, evaluation): panels of kPanel rows are widened (exact) into a per-thread
+// buffer that stays in L2 and multiplied there by a single-threaded fp32 GEMM; the panels are
+// split between the threads. No fp32 copy of the matrix is ever made.
+constexpr int kPanel = 64;  // rows per panel, a multiple of the layout's 4-row blocks
+static_assert(kPanel % kBf16Rows == 0);
+
+// Rows [0, n) of a packed matrix with C columns, widened (row block b starts at element 4·b·C, so a
+// panel that starts on a block boundary has the layout of a standalone [n, C] matrix).
+LOOPLM_ISA_CLONES void widen_panel(const uint16_t* src, int64_t n, int64_t C, float* dst) {
+  const int64_t blocks = n / kBf16Rows;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t c0 = 0; c0 < C; c0 += kBf16Cols) {
+      const int64_t w = C - c0 < kBf16Cols ? C - c0 : kBf16Cols;
+      for (int r = 0; r < kBf16Rows; ++r) {
+        const uint16_t* s = src + b * kBf16Rows * C + c0 * kBf16Rows + r * w;
+        float* d = dst + (b * kBf16Rows + r) * C + c0;
+        for (int64_t c = 0; c < w; ++c) d[c] = from_bf16(s[c]);
+      }
+    }
+  for (int64_t i = blocks * kBf16Rows * C; i < n * C; ++i) dst[i] = from_bf16(src[i]);
 }
-size_t bf16_scratch(int64_t r, int64_t c) { return (size_t)(r * c); }
+
+void bf16_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float* scratch) {
+  const uint16_t* W = static_cast<const uint16_t*>(p);
+  const int panels = (rows + kPanel - 1) / kPanel;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < panels; ++i) {
+    const int r0 = i * kPanel, n = std::min(kPanel, rows - r0);
+    float* w = scratch + (size_t)omp_get_thread_num() * kPanel * cols;
+    widen_panel(W + (int64_t)r0 * cols, n, cols, w);
+    gemm(false, true, N, n, cols, 1.0f, x, cols, w, cols, 0.0f, y + r0, rows);  // sequential inside a parallel region
+  }
+}
+size_t bf16_scratch(int64_t, int64_t c) { return (size_t)omp_get_max_threads() * kPanel * (size_t)c; }
 
 const WeightFormat kBF16 = {"bf16",
                             "bf16 copy (round to nearest even) in a 4-row x 32-column layout: half the bytes, logits within ~1e-2",
