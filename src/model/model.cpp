@@ -50,6 +50,37 @@ Model::Model(const Config& c, ParamStorage storage) : cfg_(c) {
   if (cfg_.pos == "rope") rope_ = std::make_unique<RopeTable>(cfg_.context, cfg_.head_dim(), cfg_.rope_base);
 }
 
+// A run of blocks (prelude, one application of the core, coda). Without gradients each block's
+// activations are given back as soon as it is done: its output is copied into one of two buffers
+// made for the run, and the arena is rewound to where the block began. So a forward pass without
+// gradients holds one block's activations at a time, whatever the depth.
+Node* Model::run_blocks(Graph& g, const std::vector<std::unique_ptr<Block>>& blocks, int first_index, int step,
+                        Node* x, int B, int T, const RunOptions& o) const {
+  Node* buf[2] = {nullptr, nullptr};
+  int next = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int index = first_index + (int)i;
+    const BlockCtx bc = ctx(B, T, o, index, step > 0 ? step - 1 : 0);
+    Graph::At at(g, index, step);
+    if (g.grad_enabled()) {
+      x = blocks[i]->forward(g, x, bc);
+      continue;
+    }
+    if (!buf[0]) {
+      buf[0] = g.node(x->rows, x->cols, false);
+      buf[1] = g.node(x->rows, x->cols, false);
+    }
+    const Graph::Mark m = g.mark();
+    Node* y = blocks[i]->forward(g, x, bc);
+    Node* kept = buf[next];
+    next ^= 1;
+    std::memcpy(kept->v, y->v, sizeof(float) * y->numel());
+    g.rewind(m);
+    x = kept;
+  }
+  return x;
+}
+
 BlockCtx Model::ctx(int B, int T, const RunOptions& o, int block, int step) const {
   BlockCtx c;
   c.B = B;
@@ -67,11 +98,7 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
   const bool no_grad = !g.grad_enabled();
   const int keep = (no_grad || o.grad_steps < 0) ? depth : std::min(o.grad_steps, depth);
 
-  Node* h_pre = op::embedding(g, tokens, B * T, E_, P_, T, o.pos0);
-  for (int i = 0; i < np; ++i) {
-    Graph::At at(g, i, 0);
-    h_pre = prelude_[i]->forward(g, h_pre, ctx(B, T, o, i, 0));
-  }
+  Node* h_pre = run_blocks(g, prelude_, 0, 0, op::embedding(g, tokens, B * T, E_, P_, T, o.pos0), B, T, o);
   LoopCtx lc;
   lc.training = o.training;
   lc.seed = cfg_.seed;
@@ -99,13 +126,7 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
   Node* buf[2] = {nullptr, nullptr};
   int next_buf = 0;
   for (int r = 1; r <= depth; ++r) {
-    CoreFn core = [&, r](Graph& gg, Node* x) {
-      for (int i = 0; i < cfg_.n_core; ++i) {
-        Graph::At at(gg, np + i, r);
-        x = core_[i]->forward(gg, x, ctx(B, T, o, np + i, r - 1));
-      }
-      return x;
-    };
+    CoreFn core = [&, r](Graph& gg, Node* x) { return run_blocks(gg, core_, np, r, x, B, T, o); };
     if (!no_grad && r > depth - keep) {  // keeps gradients
       {
         Graph::At at(g, -1, r);
@@ -138,11 +159,7 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
 }
 
 Node* Model::head(Graph& g, Node* h, int B, int T, const RunOptions& o) const {
-  const int base = cfg_.n_prelude + cfg_.n_core;
-  for (int i = 0; i < cfg_.n_coda; ++i) {
-    Graph::At at(g, base + i, 0);
-    h = coda_[i]->forward(g, h, ctx(B, T, o, base + i, 0));
-  }
+  h = run_blocks(g, coda_, cfg_.n_prelude + cfg_.n_core, 0, h, B, T, o);
   Graph::At at(g, -1, 0);
   Node* x = (*norm_f_)(g, h);
   g.tap("lm_head.in", x);

@@ -56,7 +56,7 @@ class Model {
   // is called for r = 0 (h_pre) .. depth, e.g. to read every exit; it must be done with h^(r) when
   // it returns (the memory of a step without gradients is reused). Loop steps without gradients
   // (all of them when gradients are off; the early ones under truncated BPTT) keep only the state,
-  // so their memory does not grow with depth.
+  // and blocks without gradients only their output, so memory does not grow with depth.
   Node* trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o,
               const std::function<void(int, Node*)>& on_exit = {}) const;
   // coda → norm_f → lm_head: logits [B*T, V] of a hidden state.
@@ -71,7 +71,9 @@ class Model {
  private:
   Model(const Config& c, ParamStorage storage, int layout_only);  // components only, no values
   void build(ParamStore& ps);
-  BlockCtx ctx(int B, int T, const RunOptions& o, int block, int step) const;
+  BlockCtx ctx(int B, int T, const RunOptions& o, int block, int step) const;  // step: 0-based loop step
+  Node* run_blocks(Graph& g, const std::vector<std::unique_ptr<Block>>& blocks, int first_index, int step, Node* x,
+                   int B, int T, const RunOptions& o) const;
   Config cfg_;
   ParamStore ps_;
   std::vector<std::unique_ptr<Block>> prelude_, core_, coda_;
