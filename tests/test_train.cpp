@@ -13,28 +13,14 @@
 #include "model/model_io.h"
 #include "train/depth_sampler.h"
 #include "train/optimizer.h"
+#include "test_util.h"
 
 using namespace looplm;
+using looplm::test::TempDir;
+using looplm::test::corpus;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& name) {
-    path = (fs::temp_directory_path() / ("looplm_test_" + name + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return path + "/" + f; }
-};
-
-std::string corpus() {
-  std::string s;
-  for (int i = 0; i < 200; ++i) s += "In the beginning God created the heaven and the earth. " + std::to_string(i % 7) + "\n";
-  return s;
-}
 
 Config tiny_config(const TempDir& d) {
   Config c;

@@ -43,17 +43,4 @@ inline void pack_bf16(const float* src, int64_t R, int64_t C, uint16_t* dst) {
   for (int64_t i = blocks * kBf16Rows * C; i < R * C; ++i) dst[i] = to_bf16(src[i]);
 }
 
-// The inverse of pack_bf16 (exact: every bf16 value is a float).
-inline void unpack_bf16(const uint16_t* src, int64_t R, int64_t C, float* dst) {
-  const int64_t blocks = R / kBf16Rows;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t c0 = 0; c0 < C; c0 += kBf16Cols) {
-      const int64_t w = C - c0 < kBf16Cols ? C - c0 : kBf16Cols;
-      for (int r = 0; r < kBf16Rows; ++r)
-        for (int64_t c = 0; c < w; ++c)
-          dst[(b * kBf16Rows + r) * C + c0 + c] = from_bf16(src[b * kBf16Rows * C + c0 * kBf16Rows + r * w + c]);
-    }
-  for (int64_t i = blocks * kBf16Rows * C; i < R * C; ++i) dst[i] = from_bf16(src[i]);
-}
-
 }  // namespace looplm

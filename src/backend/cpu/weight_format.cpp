@@ -31,7 +31,6 @@ const WeightFormat kF32 = {"fp32", "fp32 weights used in place (exact)", 1, 1, f
 // ---------------------------------------------------------------- bf16: the decode layout of bf16.h
 size_t bf16_bytes(int64_t r, int64_t c) { return (size_t)(r * c) * sizeof(uint16_t); }
 void bf16_pack(const float* w, int64_t r, int64_t c, void* dst) { pack_bf16(w, r, c, static_cast<uint16_t*>(dst)); }
-void bf16_unpack(const void* p, int64_t r, int64_t c, float* dst) { unpack_bf16(static_cast<const uint16_t*>(p), r, c, dst); }
 void bf16_gemv(int rows, int cols, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
   gemv_rows_bf16(rows, cols, static_cast<const uint16_t*>(p), x, y, acc, k);
 }
@@ -41,8 +40,9 @@ void bf16_gemv(int rows, int cols, const void* p, const float* x, float* y, bool
 constexpr int kPanel = 64;  // rows per panel, a multiple of the layout's 4-row blocks
 static_assert(kPanel % kBf16Rows == 0);
 
-// Rows [0, n) of a packed matrix with C columns, widened (row block b starts at element 4·b·C, so a
-// panel that starts on a block boundary has the layout of a standalone [n, C] matrix).
+// Rows [0, n) of a packed matrix with C columns, widened (exact: the inverse of pack_bf16). Row
+// block b starts at element 4·b·C, so a panel that starts on a block boundary has the layout of a
+// standalone [n, C] matrix.
 LOOPLM_ISA_CLONES void widen_panel(const uint16_t* src, int64_t n, int64_t C, float* dst) {
   const int64_t blocks = n / kBf16Rows;
   for (int64_t b = 0; b < blocks; ++b)
@@ -56,6 +56,8 @@ LOOPLM_ISA_CLONES void widen_panel(const uint16_t* src, int64_t n, int64_t C, fl
     }
   for (int64_t i = blocks * kBf16Rows * C; i < n * C; ++i) dst[i] = from_bf16(src[i]);
 }
+
+void bf16_unpack(const void* p, int64_t r, int64_t c, float* dst) { widen_panel(static_cast<const uint16_t*>(p), r, c, dst); }
 
 void bf16_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float* scratch) {
   const uint16_t* W = static_cast<const uint16_t*>(p);
