@@ -54,6 +54,17 @@ struct ConfigArgs {
   }
 };
 
+// --threads N, taken by every command: 0 (default) adapts to the cores this process may use and
+// to other processes' load (core/threads.h).
+struct ThreadsArg {
+  int n = 0;
+  void add(CLI::App& app) {
+    app.add_option("--threads", n, "compute threads (default 0: adapt, at most the cores this process may use)")
+        ->check(CLI::NonNegativeNumber)
+        ->type_name("N");
+  }
+};
+
 // Every config key with its default and meaning (looplm train --help-config).
 inline void print_config_keys(std::ostream& out) {
   out << "Config keys (JSON via --config FILE or --preset NAME, then --set KEY=VALUE; docs/config.md):\n";

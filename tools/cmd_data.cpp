@@ -6,6 +6,8 @@
 #include <string>
 
 #include "cli.h"
+#include "cli_common.h"
+#include "looplm/looplm.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "looplm/error.h"
@@ -30,6 +32,8 @@ int cmd_data(int argc, char** argv) {
                                "written beside it as OUT.chars)")
       ->required()
       ->type_name("FILE");
+  ThreadsArg threads;
+  threads.add(app);
   app.footer(
       "Example:\n  looplm data --input data/kjv/train.txt --tokenizer char --out data/kjv/train.bin\n"
       "  looplm data --input data/kjv/val.txt --alphabet data/kjv/train.bin.chars "
@@ -43,6 +47,7 @@ int cmd_data(int argc, char** argv) {
     throw UsageError(std::string("data: ") + e.what() + " (see 'looplm data --help')");
   }
 
+  set_threads(threads.n);
   if (!alphabet_file.empty()) {
     if (kind_opt->count() > 0 && kind != "char") {
       throw UsageError("data: --alphabet needs the char tokenizer, not --tokenizer " + kind);

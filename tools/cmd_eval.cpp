@@ -24,8 +24,11 @@ int cmd_eval(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--weights", lo.weights, "weight format: " + weight_format_names() + " (default fp32, exact)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  ThreadsArg threads;
+  threads.add(app);
   app.add_flag("--json", as_json, "print one JSON object");
   if (!parse(app, argc, argv, "eval")) return 0;
+  set_threads(threads.n);
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
   EvalResult e = lm.evaluate_file(data, depth);

@@ -22,7 +22,10 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (about 2x faster)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  ThreadsArg threads;
+  threads.add(app);
   if (!parse(app, argc, argv, "generate")) return 0;
+  set_threads(threads.n);
   if (g.top_p <= 0) throw UsageError("generate: --top-p must be in (0, 1]");
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);

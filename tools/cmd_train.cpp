@@ -28,8 +28,11 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--prompt", prompt, "prompt of the final sample");
+  ThreadsArg threads;
+  threads.add(app);
   app.add_flag("--help-config", help_config, "print every config key with its default and meaning, and exit");
   if (!parse(app, argc, argv, "train")) return 0;
+  set_threads(threads.n);
   if (help_config) {
     print_config_keys(std::cout);
     return 0;

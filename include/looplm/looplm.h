@@ -14,6 +14,12 @@
 
 namespace looplm {
 
+// ---------------------------------------------------------------- threads
+// The compute pool: n > 0 threads exactly, or 0 (the default) to adapt — at most the cores this
+// process may use, fewer while other processes keep them busy (so a shared machine does not make
+// every parallel region wait for a descheduled thread).
+void set_threads(int n);
+
 // ---------------------------------------------------------------- training
 struct TrainOptions {
   std::string out_dir;       // run directory: config.json, model.safetensors, train_state.safetensors, metrics.jsonl

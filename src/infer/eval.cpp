@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/threads.h"
 #include "data/dataset.h"
 #include "ops/ops.h"
 
@@ -37,6 +38,7 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   RunOptions o;
   o.depth = depth;
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
+    adapt_threads();
     const int B = (int)std::min<int64_t>(batch, n_win - w0);
     const int64_t rows = (int64_t)B * T;
     for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x.data() + (size_t)b * T, y.data() + (size_t)b * T);

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include "backend/cpu/weight_format.h"
+#include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "infer/eval.h"
@@ -102,6 +103,7 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
   // Fill the cache with `ids` (positions from 0) and return the last row's logits.
   std::vector<float> last(V);
   auto prefill = [&](const int32_t* ids, int n) {
+    adapt_threads();
     o.pos0 = 0;
     Node* z = m.logits(g, ids, 1, n, o);
     std::copy(z->v + (int64_t)(n - 1) * V, z->v + (int64_t)n * V, last.begin());
@@ -121,6 +123,7 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
       prefill(seq.data() + seq.size() - keep, keep);
       continue;
     }
+    adapt_threads();
     o.pos0 = cache.length;
     Node* z = m.logits(g, &next, 1, 1, o);
     std::copy(z->v, z->v + V, last.begin());

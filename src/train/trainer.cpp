@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "infer/eval.h"
@@ -251,6 +252,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   auto t_start = std::chrono::steady_clock::now();
   int64_t steps_this_run = 0;
   while (st.step < last) {
+    adapt_threads();  // fewer threads while other processes keep the cores busy (core/threads.h)
     const int64_t step = st.step;
     auto t0 = std::chrono::steady_clock::now();
     const double lr = lr_at(c, (int)step);

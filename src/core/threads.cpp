@@ -1,0 +1,119 @@
+#include "core/threads.h"
+
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <omp.h>
+
+namespace looplm {
+
+namespace {
+
+struct Governor {
+  bool adaptive = true;
+  int cores = 0, threads = 0;
+  double last_wall = -1, last_self = 0, last_busy = 0, other = 0;
+};
+
+Governor& gov() {
+  static Governor g = [] {
+    Governor x;
+    x.cores = cores_available();
+    x.threads = x.cores;
+    omp_set_num_threads(x.threads);
+    return x;
+  }();
+  return g;
+}
+
+double seconds(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Busy time (user, nice, system, irq, softirq, steal) of the CPUs this process may use, in
+// seconds; negative if /proc/stat cannot be read.
+double busy_seconds_of_allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return -1;
+  static const double tick = (double)sysconf(_SC_CLK_TCK);
+  char line[512];
+  double busy = 0;
+  bool any = false;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "cpu", 3) != 0) break;
+    int cpu = -1;
+    unsigned long long u = 0, n = 0, s = 0, idle = 0, io = 0, irq = 0, sirq = 0, steal = 0;
+    if (std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &u, &n, &s, &idle, &io, &irq, &sirq,
+                    &steal) < 9)
+      continue;  // the aggregate "cpu " line
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set)) continue;
+    busy += (double)(u + n + s + irq + sirq + steal) / tick;
+    any = true;
+  }
+  std::fclose(f);
+  return any ? busy : -1;
+}
+
+}  // namespace
+
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+void set_threads(int n) {
+  Governor& g = gov();
+  g.adaptive = n <= 0;
+  g.threads = n > 0 ? n : g.cores;
+  g.last_wall = -1;
+  omp_set_num_threads(g.threads);
+}
+
+int current_threads() { return gov().threads; }
+double measured_other_load() { return gov().other; }
+
+int threads_for_load(int cores, int current, double other) {
+  const int down = cores - (int)std::floor(other + 0.4);  // from 0.6 cores of other work: one fewer
+  const int up = cores - (int)std::floor(other + 0.8);    // and back only below 0.2 (hysteresis)
+  if (down < current) return std::max(1, down);
+  if (up > current) return std::min(cores, up);
+  return current;
+}
+
+void adapt_threads() {
+  Governor& g = gov();
+  if (!g.adaptive || g.cores < 2) return;
+  const double wall = seconds(CLOCK_MONOTONIC);
+  if (g.last_wall >= 0 && wall - g.last_wall < 0.25) return;
+  const double self = seconds(CLOCK_PROCESS_CPUTIME_ID), busy = busy_seconds_of_allowed_cpus();
+  if (busy < 0) return;  // no /proc/stat: keep the pool as it is
+  if (g.last_wall >= 0) {
+    const double dt = wall - g.last_wall;
+    g.other = std::max(0.0, ((busy - g.last_busy) - (self - g.last_self)) / dt);
+    const int t = threads_for_load(g.cores, g.threads, g.other);
+    if (t != g.threads) {
+      g.threads = t;
+      omp_set_num_threads(t);
+    }
+  }
+  g.last_wall = wall;
+  g.last_self = self;
+  g.last_busy = busy;
+}
+
+}  // namespace looplm

@@ -1,0 +1,32 @@
+// The compute pool's size: OpenMP threads, shared with oneDNN's GEMMs.
+//
+// By default the pool adapts: at most the cores this process may use (sched_getaffinity), fewer
+// while other processes keep those cores busy. A static OpenMP split with one thread descheduled
+// makes every barrier wait for it (measured on 2 cores with one busy neighbour: training 2.6x and
+// batch-1 decoding 3.3x slower than idle, against 1.7x and 1.5x with one thread), so when the
+// cores are shared, fewer threads are faster. Set a fixed count with set_threads(n > 0)
+// (`--threads N`).
+#pragma once
+
+namespace looplm {
+
+int cores_available();  // CPUs in this process's affinity mask (at least 1)
+
+// n > 0: exactly n threads from now on. n = 0: adapt (the default).
+void set_threads(int n);
+int current_threads();
+
+// Call between units of work (a training step, a token, an evaluation batch). Cheap: at most every
+// 250 ms it measures how much of the allowed cores' time other processes used since the last
+// measurement (/proc/stat minus this process's own CPU time) and resizes the pool: one thread
+// fewer per core's worth of other work (from 0.6 cores on), back up once it falls under 0.2.
+void adapt_threads();
+
+// The other processes' load measured last, in cores (for benchmarks and tests).
+double measured_other_load();
+
+// The rule adapt_threads applies: the pool size after `current` threads saw `other` cores' worth
+// of other processes' work on `cores` cores.
+int threads_for_load(int cores, int current, double other);
+
+}  // namespace looplm
