@@ -84,7 +84,7 @@ TEST(GradCheck, EmbeddingWithPositions) {
 }
 
 TEST(GradCheck, RmsNorm) {
-  const int N = 4, d = 11;
+  const int N = 2 * k::kRowChunk + 3, d = 11;  // three row chunks
   Vec x = randn(N * d, 8), w = randn(d, 9), G = randn(N * d, 10), y(N * d), r(N), part(64 * d);
   auto L = [&] { k::rmsnorm_fwd(x.data(), w.data(), y.data(), r.data(), N, d, 1e-5); return dotv(G, y); };
   Vec dx(N * d), dw(d, 0.0);
@@ -95,7 +95,7 @@ TEST(GradCheck, RmsNorm) {
 }
 
 TEST(GradCheck, LayerNorm) {
-  const int N = 4, d = 13;
+  const int N = 2 * k::kRowChunk + 3, d = 13;
   Vec x = randn(N * d, 11), w = randn(d, 12), b = randn(d, 13), G = randn(N * d, 14), y(N * d), mu(N), r(N),
       part(64 * 2 * d);
   auto L = [&] { k::layernorm_fwd(x.data(), w.data(), b.data(), y.data(), mu.data(), r.data(), N, d, 1e-5); return dotv(G, y); };

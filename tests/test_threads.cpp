@@ -10,6 +10,9 @@
 #include <chrono>
 #include <cmath>
 
+#include <vector>
+
+#include "backend/cpu/gemm.h"
 #include "core/threads.h"
 
 using namespace looplm;
@@ -48,5 +51,36 @@ TEST(Threads, FewerBesideABusyProcess) {
   EXPECT_EQ(current_threads(), 2);  // a fixed count is kept
   adapt_threads();
   EXPECT_EQ(current_threads(), 2);
+  set_threads(0);
+}
+
+// Training's GEMMs give the same bits at any thread count (the adaptive pool may change its size
+// between steps of a run that must resume bit-exactly): the forward (x W^T) and input-gradient
+// (dy W) products of the presets' shapes through oneDNN, and weight gradients (dy^T x) through the
+// fixed-split GEMM. Shapes: rows 512..3072 of the presets and tests, widths 32..1536.
+TEST(Threads, GemmBitsDoNotDependOnTheThreadCount) {
+  struct Shape { bool ta, tb; int M, N, K; };
+  const Shape shapes[] = {
+      {false, true, 512, 192, 64},   {false, true, 768, 384, 128},  {false, true, 2048, 1152, 384},
+      {false, true, 2048, 256, 384}, {false, false, 512, 64, 256},  {false, false, 768, 128, 512},
+      {false, false, 2048, 384, 1536}, {false, false, 3072, 64, 192},
+      {true, false, 64, 64, 512},    {true, false, 192, 64, 512},   {true, false, 1152, 384, 2048},
+      {true, false, 384, 1536, 2048}, {true, false, 65, 128, 768},  {true, false, 32, 96, 64}};
+  for (const Shape& s : shapes) {
+    const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    std::vector<float> A((size_t)s.M * s.K), B((size_t)s.K * s.N);
+    uint32_t h = 1;
+    for (auto& v : A) v = (float)((h = h * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    for (auto& v : B) v = (float)((h = h * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    std::vector<float> ref;
+    for (int threads : {1, 2, 3, 4}) {
+      set_threads(threads);
+      std::vector<float> C((size_t)s.M * s.N, 0.25f);
+      gemm_fixed_split(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, s.ta ? 1.0f : 0.0f, C.data(), s.N);
+      if (ref.empty()) ref = C;
+      EXPECT_TRUE(C == ref) << (s.ta ? "T" : "N") << (s.tb ? "T" : "N") << " " << s.M << "x" << s.N << "x" << s.K
+                            << " at " << threads << " threads";
+    }
+  }
   set_threads(0);
 }

@@ -30,7 +30,7 @@ inline double vexp(double x) { return std::exp(x); }
 // x [N, in], W [out, in], b [out] or null, y [N, out]
 template <class T>
 void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out) {
-  gemm(false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
+  gemm_fixed_split(false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
   if (b) {
 #pragma omp parallel for if ((int64_t)N * out > kParallelMin)
     for (int n = 0; n < N; ++n)
@@ -40,8 +40,8 @@ void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out
 // dx = dy W  (overwrite or add);  dW += dy^T x;  db += colsum(dy)
 template <class T>
 void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, T* db, int N, int in, int out) {
-  if (dx) gemm(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
-  if (dW) gemm(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);
+  if (dx) gemm_fixed_split(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
+  if (dW) gemm_fixed_split(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);  // thread-count independent
   if (db) {
 #pragma omp parallel for if ((int64_t)N * out > kParallelMin)
     for (int o = 0; o < out; ++o) {
@@ -83,7 +83,13 @@ void embedding_bwd(const int32_t* tok, const T* dy, T* dE, T* dP, int N, int d, 
   }
 }
 
-// Sum per-thread partial rows [nt, d] into out [d] (+=).
+// Reductions over rows go in fixed chunks of kRowChunk rows whose partial sums are added in chunk
+// order, so a result never depends on how many threads computed it: runs stay bit-exact while the
+// adaptive pool (core/threads.h) changes its size.
+inline constexpr int kRowChunk = 64;
+inline int row_chunks(int N) { return (N + kRowChunk - 1) / kRowChunk; }
+
+// Sum partial rows [nt, d] into out [d] (+=), in order.
 template <class T>
 void reduce_partials(const T* part, int nt, int d, T* out) {
   for (int t = 0; t < nt; ++t)
@@ -105,20 +111,16 @@ void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int d, double eps
     for (int i = 0; i < d; ++i) yn[i] = xn[i] * r * w[i];
   }
 }
-// dx = r (dy w) - r^3/d x Σ(dy w x);  dw += Σ_n dy x r.  part: scratch [threads, d] for dw
+// dx = r (dy w) - r^3/d x Σ(dy w x);  dw += Σ_n dy x r.  part: scratch [row_chunks(N), d] for dw
 template <class T>
 void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool acc, T* dw, T* part, int N,
                  int d) {
-  int nt_used = 1;
-#pragma omp parallel if ((int64_t)N * d > kParallelMin)
-  {
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#pragma omp single
-    nt_used = nt;
-    T* pw = part + (int64_t)id * d;
+  const int nch = row_chunks(N);
+#pragma omp parallel for schedule(static) if ((int64_t)N * d > kParallelMin)
+  for (int ch = 0; ch < nch; ++ch) {
+    T* pw = part + (int64_t)ch * d;
     std::fill(pw, pw + d, T(0));
-#pragma omp for
-    for (int n = 0; n < N; ++n) {
+    for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n) {
       const T* xn = x + (int64_t)n * d;
       const T* gn = dy + (int64_t)n * d;
       T r = rstd[n], dot = 0;
@@ -131,7 +133,7 @@ void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool
       for (int i = 0; i < d; ++i) pw[i] += gn[i] * xn[i] * r;
     }
   }
-  if (dw) reduce_partials(part, nt_used, d, dw);
+  if (dw) reduce_partials(part, nch, d, dw);
 }
 
 // ---------------------------------------------------------------- LayerNorm: y = (x - μ)/σ · w + b
@@ -175,28 +177,24 @@ void layernorm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, i
     layernorm_row_fwd(x + (int64_t)n * d, w, b, y + (int64_t)n * d, d, eps, mean[n], rstd[n]);
 }
 // x̂ = (x-μ)r; g = dy w;  dx = r (g - mean(g) - x̂ mean(g x̂));  dw += Σ dy x̂;  db += Σ dy.
-// part: scratch [threads, 2d]
+// part: scratch [row_chunks(N), 2d]
 template <class T>
 void layernorm_bwd(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, bool acc, T* dw,
                    T* db, T* part, int N, int d) {
-  int nt_used = 1;
-#pragma omp parallel if ((int64_t)N * d > kParallelMin)
-  {
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#pragma omp single
-    nt_used = nt;
-    T* pw = part + (int64_t)id * 2 * d;
+  const int nch = row_chunks(N);
+#pragma omp parallel for schedule(static) if ((int64_t)N * d > kParallelMin)
+  for (int ch = 0; ch < nch; ++ch) {
+    T* pw = part + (int64_t)ch * 2 * d;
     T* pb = pw + d;
     std::fill(pw, pw + 2 * d, T(0));
-#pragma omp for
-    for (int n = 0; n < N; ++n)
+    for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n)
       layernorm_row_bwd(x + (int64_t)n * d, w, mean[n], rstd[n], dy + (int64_t)n * d, dx ? dx + (int64_t)n * d : nullptr,
                         acc, pw, pb, d);
   }
-  for (int t = 0; t < nt_used; ++t)
+  for (int ch = 0; ch < nch; ++ch)
     for (int i = 0; i < d; ++i) {
-      if (dw) dw[i] += part[(int64_t)t * 2 * d + i];
-      if (db) db[i] += part[(int64_t)t * 2 * d + d + i];
+      if (dw) dw[i] += part[(int64_t)ch * 2 * d + i];
+      if (db) db[i] += part[(int64_t)ch * 2 * d + d + i];
     }
 }
 

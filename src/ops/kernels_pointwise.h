@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "ops/kernels.h"
 
@@ -120,18 +121,24 @@ void slice_cols_bwd(const T* dy, T* dx, bool acc, int C, int c0, int n, int N) {
 // (not counted in the mean).
 template <class T>
 double xent_fwd(const T* logits, const int32_t* targets, T* lse, int N, int V, int* counted) {
+  // Per-row losses in fixed chunks, added in order (independent of the thread count).
+  const int nch = row_chunks(N);
+  std::vector<double> part(nch, 0.0);
+  std::vector<int> part_cnt(nch, 0);
+#pragma omp parallel for schedule(static) if ((int64_t)N * V > kParallelMin)
+  for (int ch = 0; ch < nch; ++ch)
+    for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n) {
+      const T* z = logits + (int64_t)n * V;
+      T m = z[0];
+      for (int v = 1; v < V; ++v) m = std::max(m, z[v]);
+      T s = 0;
+      for (int v = 0; v < V; ++v) s += std::exp(z[v] - m);
+      lse[n] = m + std::log(s);
+      if (targets[n] >= 0) { part[ch] += double(lse[n] - z[targets[n]]); ++part_cnt[ch]; }
+    }
   double total = 0;
   int cnt = 0;
-#pragma omp parallel for reduction(+ : total, cnt) if ((int64_t)N * V > kParallelMin)
-  for (int n = 0; n < N; ++n) {
-    const T* z = logits + (int64_t)n * V;
-    T m = z[0];
-    for (int v = 1; v < V; ++v) m = std::max(m, z[v]);
-    T s = 0;
-    for (int v = 0; v < V; ++v) s += std::exp(z[v] - m);
-    lse[n] = m + std::log(s);
-    if (targets[n] >= 0) { total += double(lse[n] - z[targets[n]]); ++cnt; }
-  }
+  for (int ch = 0; ch < nch; ++ch) { total += part[ch]; cnt += part_cnt[ch]; }
   if (counted) *counted = cnt;
   return cnt ? total / cnt : 0.0;
 }

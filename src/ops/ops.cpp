@@ -70,7 +70,7 @@ Node* rmsnorm(Graph& g, Node* x, Node* w, double eps) {
       bool ax = false, aw;
       float* dx = g.grad_of(x, ax);
       float* dw = g.grad_of(w, aw);
-      k::rmsnorm_bwd(x->v, w->v, rstd, y->g, dx, ax, dw, g.shared_scratch((size_t)n_threads() * d), N, d);
+      k::rmsnorm_bwd(x->v, w->v, rstd, y->g, dx, ax, dw, g.shared_scratch((size_t)k::row_chunks(N) * d), N, d);
     });
   return y;
 }
@@ -88,7 +88,7 @@ Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps) {
       float* dw = w ? g.grad_of(w, a) : nullptr;
       float* db = b ? g.grad_of(b, a) : nullptr;
       k::layernorm_bwd(x->v, w ? w->v : nullptr, mean, rstd, y->g, dx, ax, dw, db,
-                       g.shared_scratch((size_t)n_threads() * 2 * d), N, d);
+                       g.shared_scratch((size_t)k::row_chunks(N) * 2 * d), N, d);
     });
   return y;
 }

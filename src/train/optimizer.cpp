@@ -1,6 +1,8 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
@@ -57,9 +59,18 @@ double lr_at(const Config& c, int step) {
 double clip_grad_norm(ParamStore& ps, double max_norm) {
   float* g = ps.grads().data();
   const int64_t n = (int64_t)ps.total();
+  // Fixed chunks added in order: the norm (and so the clipping) does not depend on the thread count.
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t nch = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(nch, 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < nch; ++ch) {
+    double s = 0;
+    for (int64_t i = ch * kChunk; i < std::min(n, (ch + 1) * kChunk); ++i) s += (double)g[i] * g[i];
+    part[ch] = s;
+  }
   double ss = 0;
-#pragma omp parallel for reduction(+ : ss) schedule(static)
-  for (int64_t i = 0; i < n; ++i) ss += (double)g[i] * g[i];
+  for (double p : part) ss += p;
   double norm = std::sqrt(ss);
   if (max_norm > 0 && norm > max_norm) {
     float coef = (float)(max_norm / (norm + 1e-6));

@@ -1,5 +1,7 @@
 #include "backend/cpu/gemm.h"
 
+#include <algorithm>
+
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
@@ -16,6 +18,23 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
   }
   dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   LOOPLM_ASSERT(st == dnnl_success, "dnnl_sgemm failed");
+}
+
+void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                      int ldb, float beta, float* C, int ldc) {
+  constexpr int kTile = 128;  // C tiles of 128 x 128: enough of them to share, big enough to run fast
+  const int tm = (M + kTile - 1) / kTile, tn = (N + kTile - 1) / kTile;
+#pragma omp parallel for schedule(dynamic, 1)  // always a parallel region: oneDNN inside stays single-threaded
+  for (int t = 0; t < tm * tn; ++t) {
+    const int i0 = (t / tn) * kTile, j0 = (t % tn) * kTile;
+    const int m = std::min(kTile, M - i0), n = std::min(kTile, N - j0);
+    const float* a = ta ? A + i0 : A + (int64_t)i0 * lda;  // op(A) rows i0..
+    const float* b = tb ? B + (int64_t)j0 * ldb : B + j0;  // op(B) columns j0..
+    // Inside the parallel region oneDNN runs on the calling thread alone.
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, alpha, a, lda, b, ldb, beta,
+                                  C + (int64_t)i0 * ldc + j0, ldc);
+    LOOPLM_ASSERT(st == dnnl_success, "dnnl_sgemm failed");
+  }
 }
 
 void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B,

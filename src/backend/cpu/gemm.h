@@ -13,6 +13,21 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc);
 
+// The same product split over a fixed grid of C tiles, each computed by a single-threaded GEMM
+// over the whole K: the result does not depend on the thread count (oneDNN's own parallel GEMM
+// splits K for some small-C shapes, e.g. a [64, 64] weight gradient over 512 rows, and then adds
+// the halves in a thread-count-dependent way, and at 3+ threads other shapes differ too). Every
+// product of a linear layer goes through it, so training, evaluation and generation give the same
+// bits whatever the (adaptive) pool's size; measured on the training shapes it runs at oneDNN's
+// own speed within noise for x W^T and dy W, and 10-30% slower for dy^T x (single-threaded tiles
+// against oneDNN's K-split).
+void gemm_fixed_split(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc);
+inline void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+                             const double* B, int ldb, double beta, double* C, int ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // the double reference is serial per element
+}
+
 // Σ a[i] b[i] (ISA-cloned, 16 partial sums).
 float dot(const float* a, const float* b, int n);
 

@@ -21,7 +21,7 @@ void f32_gemv(int rows, int cols, const void* p, const float* x, float* y, bool 
   gemv_rows(rows, cols, static_cast<const float*>(p), cols, x, y, acc, k);
 }
 void f32_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float*) {
-  gemm(false, true, N, rows, cols, 1.0f, x, cols, static_cast<const float*>(p), cols, 0.0f, y, rows);
+  gemm_fixed_split(false, true, N, rows, cols, 1.0f, x, cols, static_cast<const float*>(p), cols, 0.0f, y, rows);
 }
 size_t no_scratch(int64_t, int64_t) { return 0; }
 
