@@ -7,5 +7,6 @@ scripts/install_deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target looplm
 scripts/prepare_kjv.sh data/kjv
-rm -rf runs/looped
-build/looplm train --preset looped --out runs/looped "$@"
+# --resume: a first run starts fresh, an interrupted one continues, a finished one prints its report
+# again (nothing is deleted; --overwrite starts over).
+build/looplm train --preset looped --out runs/looped --resume "$@"

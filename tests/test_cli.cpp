@@ -269,3 +269,48 @@ TEST_F(Cli, ResumeWithSetAndBoundedReport) {
   EXPECT_NE(r.out.find("validation: 128 tokens, the first 8 windows"), std::string::npos) << r.out;
   EXPECT_EQ(nlohmann::json::parse(io::read_file(dir + "/run/config.json"))["lr"].get<double>(), 0.0005);
 }
+
+// A run directory is never lost by accident; --resume says what it does; the last K checkpoints
+// and the best one are kept.
+TEST_F(Cli, RunDirectoriesAreSafe) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
+  const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
+                           " --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
+                           " --set eval_every=1 --set eval_batches=1 --set keep_checkpoints=2 --sample-len 0 --out " +
+                           dir + "/run";
+  CmdResult r = run(args + " --resume --steps 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("no checkpoint in " + dir + "/run, starting a new run"), std::string::npos) << r.out;
+  // Four checkpoints written, the last two kept; the best by validation loss beside them.
+  std::vector<std::string> kept;
+  for (auto& e : fs::directory_iterator(dir + "/run/checkpoints")) kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"model_step00000003.safetensors", "model_step00000004.safetensors"}));
+  EXPECT_TRUE(fs::exists(dir + "/run/model.best.safetensors"));
+  const std::string before = io::read_file(dir + "/run/model.safetensors");
+
+  r = run(args + " --steps 4");  // neither --resume nor --overwrite: refused, nothing touched
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("already holds a run (checkpoint at step 4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
+  EXPECT_TRUE(io::read_file(dir + "/run/model.safetensors") == before);
+
+  r = run(args + " --steps 4 --resume");  // finished: says so (and prints the report)
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("is complete: step 4 of 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("early-exit table"), std::string::npos) << r.out;
+  r = run(args + " --steps 6 --resume");  // a larger --steps extends it
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed " + dir + "/run at step 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 6/6"), std::string::npos) << r.out;
+
+  r = run(args + " --steps 2 --overwrite");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("removed the previous run"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/model_step00000006.safetensors"));
+  EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/model_step00000002.safetensors"));
+  r = run(args + " --resume --overwrite");
+  EXPECT_EQ(r.code, 2) << r.out;
+}

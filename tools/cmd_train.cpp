@@ -15,7 +15,7 @@ int cmd_train(int argc, char** argv) {
   cfg.add(app, "looped");
   std::string out;
   int steps = -1, stop_after = -1, sample_len = 300;
-  bool resume = false, quiet = false, help_config = false;
+  bool resume = false, overwrite = false, quiet = false, help_config = false;
   std::string prompt = "And God said";
   app.add_option("--out", out, "run directory (checkpoint, metrics.jsonl); required")->type_name("DIR");
   app.add_option("--steps", steps, "total optimizer steps of the schedule (overrides the config)")->check(CLI::NonNegativeNumber);
@@ -25,6 +25,8 @@ int cmd_train(int argc, char** argv) {
                "continue from DIR's checkpoint if there is one, with the run's own config (--set may change only "
                "the keys that are safe to change on resume: steps, lr, min_lr_ratio, warmup, weight_decay, "
                "grad_clip, eval_every, eval_batches, log_every, data_val)");
+  app.add_flag("--overwrite", overwrite,
+               "DIR already holds a run: remove its files (checkpoints, metrics) and start over (without it, that is an error)");
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--prompt", prompt, "prompt of the final sample");
@@ -38,6 +40,7 @@ int cmd_train(int argc, char** argv) {
     return 0;
   }
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
+  if (resume && overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
 
   Config c;
   if (resume && has_checkpoint(out)) {
@@ -54,6 +57,7 @@ int cmd_train(int argc, char** argv) {
   TrainOptions o;
   o.out_dir = out;
   o.resume = resume;
+  o.overwrite = overwrite;
   o.stop_after = stop_after;
   o.quiet = quiet;
   GracefulStop graceful;  // Ctrl-C: finish the step, checkpoint, exit 130

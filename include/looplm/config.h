@@ -60,6 +60,7 @@ struct Config {
   int depth_max = 0;                   // poisson_lognormal clip; 0 -> 3R
   int bptt = 0;                        // keep gradients for the last k loop steps; 0 -> all
   int eval_every = 100;                // also the checkpoint interval
+  int keep_checkpoints = 2;            // last K checkpoints kept in DIR/checkpoints (0: only the latest)
   int eval_batches = 16;
   int log_every = 1;
 

@@ -24,6 +24,9 @@ void set_threads(int n);
 struct TrainOptions {
   std::string out_dir;       // run directory: config.json, model.safetensors, train_state.safetensors, metrics.jsonl
   bool resume = false;       // continue from out_dir's checkpoint when there is one
+  // out_dir already holding a run without `resume` is a UsageError unless this is set: then the
+  // run's files are removed and training starts over.
+  bool overwrite = false;
   int stop_after = -1;       // stop (with a checkpoint) after this step although the schedule is longer
   bool quiet = false;        // no progress lines
   std::function<void(const std::string&)> log;  // progress lines (default: stderr)

@@ -93,6 +93,8 @@ const std::vector<Field>& fields() {
       {"depth_max", &Config::depth_max, "training", ints(0, 3 * 4096), "poisson_lognormal clip; 0 means 3R"},
       {"bptt", &Config::bptt, "training", ints(0, 3 * 4096), "keep gradients for the last k loop steps only; 0 = all"},
       {"eval_every", &Config::eval_every, "training", ints(1, kIntMax), "validation (and checkpoint) interval in steps"},
+      {"keep_checkpoints", &Config::keep_checkpoints, "training", ints(0, 1000000),
+       "earlier checkpoints kept as DIR/checkpoints/model_step<N>.safetensors (the last K; 0: only the latest)"},
       {"eval_batches", &Config::eval_batches, "training", ints(1, kIntMax), "batches of validation windows per evaluation"},
       {"log_every", &Config::log_every, "training", ints(1, kIntMax), "progress-line interval in steps"},
   };

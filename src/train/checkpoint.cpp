@@ -13,7 +13,9 @@ void save_train_state(const std::string& path, const Model& m, const AdamW& opt,
     t.push_back({"adam.m." + p.name, io::DType::F32, p.shape, opt.m.data() + p.offset});
     t.push_back({"adam.v." + p.name, io::DType::F32, p.shape, opt.v.data() + p.offset});
   }
-  nlohmann::json j = {{"step", s.step}, {"adam_t", opt.t}, {"data_cursor", s.data_cursor}, {"tokens_seen", s.tokens_seen}};
+  nlohmann::json j = {{"step", s.step},         {"adam_t", opt.t},
+                      {"data_cursor", s.data_cursor}, {"tokens_seen", s.tokens_seen},
+                      {"best_val_loss", s.best_val_loss}, {"best_step", s.best_step}};
   io::write_safetensors(path, t, {{"format", "pt"}, {"state", j.dump()}, {"config", m.config().to_json_text()}});
 }
 
@@ -27,6 +29,8 @@ void load_train_state(const std::string& path, const Model& m, AdamW& opt, Train
     opt.t = j.at("adam_t").get<int64_t>();
     s.data_cursor = j.at("data_cursor").get<uint64_t>();
     s.tokens_seen = j.at("tokens_seen").get<double>();
+    s.best_val_loss = j.value("best_val_loss", -1.0);  // absent in checkpoints before 0.2
+    s.best_step = j.value("best_step", (int64_t)-1);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed 'state' metadata: " + e.what());
   }

@@ -16,6 +16,8 @@ struct TrainState {
   int64_t step = 0;          // optimizer steps done
   uint64_t data_cursor = 0;  // batches drawn from the training stream
   double tokens_seen = 0;
+  double best_val_loss = -1;  // < 0: none yet (model.best.safetensors holds that step's weights)
+  int64_t best_step = -1;
 };
 
 void save_train_state(const std::string& path, const Model& m, const AdamW& opt, const TrainState& s);

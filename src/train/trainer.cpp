@@ -1,11 +1,14 @@
 // The training loop: AdamW + warmup/cosine, clipping, gradient accumulation, depth samplers with
 // truncated BPTT, periodic validation and atomic checkpoints, bit-exact resume.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -76,8 +79,9 @@ void truncate_metrics(const std::string& path, int64_t step) {
 }  // namespace
 
 const std::vector<std::string>& resume_safe_keys() {
-  static const std::vector<std::string> k = {"steps",        "lr",         "min_lr_ratio", "warmup",   "weight_decay",
-                                             "grad_clip",    "eval_every", "eval_batches", "log_every", "data_val"};
+  static const std::vector<std::string> k = {"steps",      "lr",           "min_lr_ratio", "warmup",
+                                             "weight_decay", "grad_clip",  "eval_every",   "eval_batches",
+                                             "log_every",  "data_val",     "keep_checkpoints"};
   return k;
 }
 
@@ -123,6 +127,61 @@ Config resumed_config(const Config& saved, const Config& wanted, const std::stri
   return c;
 }
 
+// The files a run writes in its directory (and nothing else is ever removed by --overwrite).
+const char* const kRunFiles[] = {"model.safetensors", "train_state.safetensors", "metrics.jsonl", "config.json",
+                                 "model.best.safetensors"};
+
+bool holds_run(const std::string& dir) {
+  for (const char* f : kRunFiles)
+    if (exists(dir + "/" + f)) return true;
+  return false;
+}
+
+// The step of DIR's last checkpoint (train_state metadata), or -1.
+int64_t checkpoint_step(const std::string& dir) {
+  try {
+    auto f = io::SafetensorsFile::open(dir + "/train_state.safetensors");
+    return nlohmann::json::parse(f.metadata().at("state")).at("step").get<int64_t>();
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Checkpoints kept by step: DIR/checkpoints/model_step<N>.safetensors, oldest first.
+std::vector<std::pair<int64_t, std::string>> kept_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    long long step = 0;
+    char tail[32] = {0};
+    if (std::sscanf(name.c_str(), "model_step%lld.%31s", &step, tail) == 2 && std::string(tail) == "safetensors")
+      out.push_back({step, e.path().string()});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void remove_run(const std::string& dir) {
+  for (const char* f : kRunFiles) std::filesystem::remove(dir + "/" + f);
+  for (auto& [step, path] : kept_checkpoints(dir)) std::filesystem::remove(path);
+  std::error_code ec;
+  std::filesystem::remove(dir + "/checkpoints", ec);  // only if now empty
+}
+
+// `to` becomes another name of `from`'s current contents (a hard link: no copy; `from` is later
+// replaced by rename, so the link keeps this version), atomically; a copy where links fail.
+void snapshot(const std::string& from, const std::string& to) {
+  const std::string tmp = to + ".tmp." + std::to_string(::getpid());
+  std::filesystem::remove(tmp);
+  if (::link(from.c_str(), tmp.c_str()) != 0) io::write_file_atomic(tmp, io::read_file(from));
+  if (std::rename(tmp.c_str(), to.c_str()) != 0) {
+    const int e = errno;
+    std::filesystem::remove(tmp);
+    throw Error("cannot write '" + to + "': " + std::strerror(e));
+  }
+}
+
 bool all_finite(std::span<const float> v) {
   bool ok = true;
 #pragma omp parallel for reduction(&& : ok) schedule(static)
@@ -139,6 +198,18 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   const std::string state_path = opt.out_dir + "/train_state.safetensors";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
   const bool resuming = opt.resume && has_checkpoint(opt.out_dir);
+  // A run directory is never lost by accident: starting over needs --overwrite.
+  if (!opt.resume && holds_run(opt.out_dir)) {
+    if (!opt.overwrite) {
+      const int64_t at = checkpoint_step(opt.out_dir);
+      throw UsageError(opt.out_dir + " already holds a run" +
+                       (at >= 0 ? " (checkpoint at step " + std::to_string(at) + ")" : std::string()) +
+                       "; continue it with --resume, start over with --overwrite, or choose another --out");
+    }
+    remove_run(opt.out_dir);
+    log("--overwrite: removed the previous run in " + opt.out_dir);
+  }
+  if (opt.resume && !resuming) log("--resume: no checkpoint in " + opt.out_dir + ", starting a new run");
 
   Config c = config_in;
   std::unique_ptr<Model> model;
@@ -176,7 +247,11 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     stream.set_cursor(st.data_cursor);
     last_checkpoint = st.step;
     truncate_metrics(metrics_path, st.step);
-    log("resumed " + opt.out_dir + " at step " + std::to_string(st.step));
+    if (st.step >= c.steps)
+      log(opt.out_dir + " is complete: step " + std::to_string(st.step) + " of " + std::to_string(c.steps) +
+          " (a larger --steps extends it)");
+    else
+      log("resumed " + opt.out_dir + " at step " + std::to_string(st.step));
   } else {
     std::ofstream(metrics_path, std::ios::trunc);
   }
@@ -220,12 +295,28 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   }
 
   std::ofstream metrics(metrics_path, std::ios::app);
-  // Never write a model that is not finite: the checkpoint on disk stays the last good one.
-  auto checkpoint = [&] {
+  // Never write a model that is not finite: the checkpoint on disk stays the last good one. Besides
+  // the latest (model.safetensors + train_state.safetensors, what --resume reads), the last
+  // keep_checkpoints are kept by step in DIR/checkpoints and the best by validation loss as
+  // model.best.safetensors (hard links to the versions written: no copies).
+  auto checkpoint = [&](double val_loss) {
     if (!all_finite(m.params().values()))
       throw Error("training diverged before step " + std::to_string(st.step) +
                   ": a weight is not finite; the checkpoint in " + opt.out_dir + " was not overwritten");
     save_model(model_path, m);
+    if (std::isfinite(val_loss) && (st.best_val_loss < 0 || val_loss < st.best_val_loss)) {
+      snapshot(model_path, opt.out_dir + "/model.best.safetensors");
+      st.best_val_loss = val_loss;
+      st.best_step = st.step;
+    }
+    if (c.keep_checkpoints > 0) {
+      make_dir(opt.out_dir + "/checkpoints");
+      char name[64];
+      std::snprintf(name, sizeof name, "/checkpoints/model_step%08lld.safetensors", (long long)st.step);
+      snapshot(model_path, opt.out_dir + name);
+      auto kept = kept_checkpoints(opt.out_dir);
+      for (size_t i = 0; i + c.keep_checkpoints < kept.size(); ++i) std::filesystem::remove(kept[i].second);
+    }
     st.data_cursor = stream.cursor();
     save_train_state(state_path, m, adam, st);
     last_checkpoint = st.step;
@@ -309,7 +400,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     const bool interrupted = opt.stop && opt.stop->load();
     if (st.step % c.eval_every == 0 || st.step == last || interrupted) {
       res.val_loss = validate(st.step);
-      checkpoint();
+      checkpoint(res.val_loss);
     }
     if (interrupted && st.step < last) {
       log("interrupted: checkpoint written at step " + std::to_string(st.step) + "; continue with --resume");
@@ -317,7 +408,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       break;
     }
   }
-  if (steps_this_run == 0 && !exists(model_path)) checkpoint();
+  if (steps_this_run == 0 && !exists(model_path)) checkpoint(std::nan(""));
   res.steps_done = st.step;
   return res;
 }
