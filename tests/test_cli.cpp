@@ -40,6 +40,52 @@ CmdResult run(const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// Run the binary in a child, send SIGINT once `marker` shows in its output, and wait for it to end.
+struct Interrupted {
+  int status = 0;
+  std::string out;
+  bool signalled = false;
+  double seconds_to_exit = 0;  // from the signal to the end
+};
+Interrupted interrupt_when(const std::string& args, const std::string& marker) {
+  Interrupted r;
+  int fds[2];
+  if (pipe(fds) != 0) return r;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    std::string cmd = std::string("exec ") + LOOPLM_BINARY + " " + args;
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::chrono::steady_clock::time_point sent;
+  for (;;) {
+    pollfd pfd{fds[0], POLLIN, 0};
+    if (std::chrono::steady_clock::now() > deadline) {  // never hang the suite
+      kill(pid, SIGKILL);
+      break;
+    }
+    if (poll(&pfd, 1, 1000) <= 0) continue;
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    r.out.append(buf, n);
+    if (!r.signalled && r.out.find(marker) != std::string::npos) {
+      kill(pid, SIGINT);
+      r.signalled = true;
+      sent = std::chrono::steady_clock::now();
+    }
+  }
+  close(fds[0]);
+  waitpid(pid, &r.status, 0);
+  if (r.signalled) r.seconds_to_exit = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  return r;
+}
+
 class Cli : public ::testing::Test {
  protected:
   std::string dir;
@@ -313,4 +359,45 @@ TEST_F(Cli, RunDirectoriesAreSafe) {
   EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/model_step00000002.safetensors"));
   r = run(args + " --resume --overwrite");
   EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// Ctrl-C during eval and during train's end-of-training report: the process ends at once (by the
+// signal, as usual) and says what that means.
+TEST_F(Cli, InterruptEvalAndReportPromptly) {
+  std::string text;
+  for (int i = 0; i < 40000; ++i) text += "In the beginning God created the heaven and the earth. ";
+  io::write_file_atomic(dir + "/big.txt", text.data(), text.size());  // 2.2 MB: seconds of eval
+  Interrupted e = interrupt_when("eval --checkpoint " + ckpt() + " --data " + dir + "/big.txt --progress on", "windows,");
+  ASSERT_TRUE(e.signalled) << e.out;
+  EXPECT_TRUE(WIFSIGNALED(e.status) && WTERMSIG(e.status) == SIGINT) << e.out;
+  EXPECT_LT(e.seconds_to_exit, 5.0);
+  EXPECT_NE(e.out.find("looplm eval: interrupted (nothing was written)"), std::string::npos) << e.out;
+
+  io::write_file_atomic(dir + "/train.txt", text.data(), 30000);
+  Interrupted t = interrupt_when("train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
+                                 " --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
+                                 " --set eval_batches=1 --steps 2 --sample-len 100000000 --out " + dir + "/run",
+                                 "sample (temperature");
+  ASSERT_TRUE(t.signalled) << t.out;
+  EXPECT_TRUE(WIFSIGNALED(t.status) && WTERMSIG(t.status) == SIGINT) << t.out;
+  EXPECT_LT(t.seconds_to_exit, 5.0);
+  EXPECT_NE(t.out.find("interrupted during the end-of-training report; the run in " + dir + "/run is complete and saved (step 2)"),
+            std::string::npos) << t.out;
+}
+
+TEST_F(Cli, EvalDefaultsToTheCheckpointsValidationData) {
+  // The fixture's checkpoint names data/kjv/val.txt (the default), which may not exist here: save
+  // one whose data_val is the fixture's file.
+  Config c;
+  c.d_model = 16;
+  c.n_heads = 2;
+  c.context = 8;
+  c.n_core = 1;
+  c.data_val = dir + "/val.txt";
+  Model m(c);
+  m.init_weights(2);
+  save_model(dir + "/m2.safetensors", m);
+  CmdResult r = run("eval --checkpoint " + dir + "/m2.safetensors --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<int>(), (260 - 1) / 8 * 8);
 }

@@ -1,5 +1,9 @@
 // `looplm eval`: deterministic loss at every exit r = 1..depth over a data file, and the per-step
 // diagnostics of the model's loop rule and blocks.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +12,7 @@
 #include "cli.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
+#include "signals.h"
 
 namespace looplm::cli {
 
@@ -18,7 +23,7 @@ int cmd_eval(int argc, char** argv) {
   bool as_json = false;
   LoadOptions lo;
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
-  app.add_option("--data", data, "text, .jsonl or .bin token file")->required()->type_name("FILE");
+  app.add_option("--data", data, "text, .jsonl or .bin token file (default: the checkpoint's data_val)")->type_name("FILE");
   app.add_option("--depth", depth,
                  "loop steps to run (default: the trained R; more shows the curve beyond R; 0: the loss of h_pre)")
       ->check(CLI::NonNegativeNumber);
@@ -26,12 +31,35 @@ int cmd_eval(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   ThreadsArg threads;
   threads.add(app);
+  std::string progress = "auto";
+  app.add_option("--progress", progress, "progress line on stderr: auto (on a terminal), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--json", as_json, "print one JSON object");
   if (!parse(app, argc, argv, "eval")) return 0;
   set_threads(threads.n);
+  set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
-  EvalResult e = lm.evaluate_file(data, depth);
+  if (data.empty()) {
+    data = lm.config().data_val;
+    if (!as_json) std::fprintf(stderr, "data: %s (the checkpoint's data_val)\n", data.c_str());
+  }
+  EvalOptions eo;
+  eo.depth = depth;
+  if (progress == "on" || (progress == "auto" && isatty(STDERR_FILENO))) {
+    // windows done, tokens/s and the time left, rewritten in place
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t T = lm.config().context;
+    eo.progress = [t0, T](int64_t done, int64_t total) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double rate = done * T / std::max(s, 1e-9);
+      std::fprintf(stderr, "\reval: %lld/%lld windows, %.0f tokens/s, %.0f s left   ", (long long)done, (long long)total,
+                   rate, (total - done) * T / std::max(rate, 1e-9));
+      if (done == total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  EvalResult e = lm.evaluate_file(data, eo);
   const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
   if (as_json) {
     nlohmann::json j = {{"loss", e.loss}, {"loss_by_depth", e.loss_by_depth}, {"diagnostics", e.diagnostics},

@@ -60,17 +60,26 @@ int cmd_train(int argc, char** argv) {
   o.overwrite = overwrite;
   o.stop_after = stop_after;
   o.quiet = quiet;
-  GracefulStop graceful;  // Ctrl-C: finish the step, checkpoint, exit 130
-  o.stop = graceful.flag();
-  TrainResult r = train(c, o);
+  TrainResult r;
+  {
+    GracefulStop graceful;  // while training, Ctrl-C finishes the step, checkpoints, exits 130
+    o.stop = graceful.flag();
+    r = train(c, o);
+  }
   if (r.interrupted) return 130;         // 128 + SIGINT, as if killed, but with a checkpoint
   if (r.steps_done < c.steps) return 0;  // --stop-after: no report yet
 
   // The report: loss at every exit on (a bounded part of) the validation data, and a sample.
+  // Ctrl-C here ends the process at once: the run is already saved.
+  set_interrupt_note("looplm train: interrupted during the end-of-training report; the run in " + out +
+                     " is complete and saved (step " + std::to_string(r.steps_done) +
+                     "); 'looplm eval --checkpoint " + out + "' prints the table again");
   LanguageModel lm = LanguageModel::load(out);
   const Config& mc = lm.config();
   const int64_t windows = (int64_t)mc.eval_batches * mc.batch_size;
-  EvalResult e = lm.evaluate_file(mc.data_val, -1, windows);
+  EvalOptions eo;
+  eo.max_windows = windows;
+  EvalResult e = lm.evaluate_file(mc.data_val, eo);
   std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
               "all of it: looplm eval): loss at every depth r\n\n",
               (long long)e.tokens, (long long)e.windows);
@@ -85,8 +94,14 @@ int cmd_train(int argc, char** argv) {
     g.temperature = 0.8;
     g.top_k = 40;
     g.seed = mc.seed;
-    std::vector<int32_t> ids = lm.generate(lm.encode(prompt), g);
-    std::printf("\nsample (temperature 0.8, top-k 40):\n%s%s\n", prompt.c_str(), lm.decode(ids).c_str());
+    std::printf("\nsample (temperature 0.8, top-k 40, %d tokens):\n%s", sample_len, prompt.c_str());
+    std::fflush(stdout);
+    lm.generate(lm.encode(prompt), g, [&](int32_t t) {  // streamed as it is made
+      std::string s = lm.decode({t});
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("\n");
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace looplm::cli {
@@ -13,6 +14,8 @@ namespace {
 
 std::atomic<bool> g_graceful{false};  // a GracefulStop is alive
 std::atomic<bool> g_stop{false};      // the first signal arrived while it was
+std::mutex g_note_mutex;
+std::string g_note;                   // set_interrupt_note
 
 sigset_t handled_signals() {
   sigset_t s;
@@ -48,11 +51,24 @@ void wait_for_signals() {
       (void)ignored;
       continue;
     }
+    {
+      std::lock_guard<std::mutex> lock(g_note_mutex);
+      if (!g_note.empty()) {
+        const std::string line = "\n" + g_note + "\n";
+        ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+        (void)ignored;
+      }
+    }
     die_by(sig);
   }
 }
 
 }  // namespace
+
+void set_interrupt_note(const std::string& note) {
+  std::lock_guard<std::mutex> lock(g_note_mutex);
+  g_note = note;
+}
 
 void start_signal_thread() {
   const sigset_t s = handled_signals();

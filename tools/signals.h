@@ -9,11 +9,16 @@
 // the signal land in JIT code (anonymous rwx memory).
 #pragma once
 #include <atomic>
+#include <string>
 
 namespace looplm::cli {
 
 // Call first in main(), before anything starts a thread.
 void start_signal_thread();
+
+// What a signal that ends the process at once should tell the user (e.g. "the checkpoint at step N
+// is complete"); printed on stderr before the process dies. Empty: nothing.
+void set_interrupt_note(const std::string& note);
 
 // While one is alive, the first SIGINT / SIGTERM sets flag() (training ends after the current
 // step with a checkpoint) and a second one ends the process at once. Otherwise a signal ends the

@@ -60,6 +60,13 @@ struct EvalResult {
   std::map<std::string, std::vector<double>> diagnostics;
   int64_t tokens = 0, windows = 0;
 };
+struct EvalOptions {
+  int depth = -1;           // loop steps; -1 = trained R; 0 = h_pre
+  int batch = 8;            // windows per forward pass
+  int64_t max_windows = -1; // the first windows only; -1 = all
+  // Called after each batch with (windows done, windows in all), e.g. to show progress.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
 struct GenerateOptions {
   int max_new = 200;
   double temperature = 1.0;  // 0 = greedy
@@ -91,8 +98,11 @@ class LanguageModel {
 
   // Deterministic evaluation over consecutive non-overlapping windows of `context` tokens
   // (targets shifted by one); depth -1 = R, 0 = h_pre. Noise off. max_windows < 0: all of them.
-  EvalResult evaluate(const std::vector<int32_t>& tokens, int depth = -1, int batch = 8, int64_t max_windows = -1) const;
-  EvalResult evaluate_file(const std::string& data_path, int depth = -1, int64_t max_windows = -1) const;
+  EvalResult evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const;
+  EvalResult evaluate(const std::vector<int32_t>& tokens, int depth = -1) const;
+  // A data file (text, .jsonl, .bin), tokenized with this model's tokenizer.
+  EvalResult evaluate_file(const std::string& data_path, const EvalOptions& o) const;
+  EvalResult evaluate_file(const std::string& data_path, int depth = -1) const;
   // Sampling with a KV cache per (block, loop step); on_token gets each new id as it is made.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
                                 const std::function<void(int32_t)>& on_token = {}) const;

@@ -9,7 +9,7 @@
 namespace looplm {
 
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
-                           int64_t max_windows) {
+                           int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress) {
   const Config& c = m.config();
   const int T = c.context, d = c.d_model;
   if (depth < 0) depth = c.R;
@@ -62,6 +62,7 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
     });
     r.tokens += rows;
     g.reset();
+    if (progress) progress(w0 + B, n_win);
   }
   for (int s = 1; s <= depth; ++s) r.loss_by_depth.push_back(loss[s] / (double)r.tokens);
   if (depth > 0) {

@@ -13,6 +13,7 @@ namespace looplm {
 
 // depth < 0: the trained R; 0: the loss of h_pre. max_windows < 0: all windows.
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
-                           int64_t max_windows = -1);
+                           int64_t max_windows = -1,
+                           const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace looplm

@@ -56,13 +56,22 @@ int64_t LanguageModel::n_params() const { return impl_->model->n_params(); }
 std::vector<int32_t> LanguageModel::encode(const std::string& text) const { return impl_->tok.encode(text); }
 std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
 
-EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth, int batch, int64_t max_windows) const {
-  if (batch < 1) throw UsageError("evaluate: batch must be >= 1");
-  return evaluate_tokens(*impl_->model, tokens, depth, batch, max_windows);
+EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
+  if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
+  return evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress);
 }
-
-EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth, int64_t max_windows) const {
-  return evaluate(load_tokens(data_path, impl_->tok), depth, 8, max_windows);
+EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth) const {
+  EvalOptions o;
+  o.depth = depth;
+  return evaluate(tokens, o);
+}
+EvalResult LanguageModel::evaluate_file(const std::string& data_path, const EvalOptions& o) const {
+  return evaluate(load_tokens(data_path, impl_->tok), o);
+}
+EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth) const {
+  EvalOptions o;
+  o.depth = depth;
+  return evaluate_file(data_path, o);
 }
 
 std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tokens, int depth) const {
