@@ -401,3 +401,50 @@ TEST_F(Cli, EvalDefaultsToTheCheckpointsValidationData) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<int>(), (260 - 1) / 8 * 8);
 }
+
+// Loading checks values: a NaN tensor is named (exit 1) unless --allow-nonfinite, and eval never
+// exits 0 with a loss that is not finite.
+TEST_F(Cli, NonFiniteCheckpoints) {
+  auto f = io::SafetensorsFile::open(ckpt());
+  std::vector<std::vector<float>> keep;
+  std::vector<io::TensorRef> t;
+  for (auto& n : f.names()) {
+    keep.push_back(f.read_f32(n, f.get(n).shape));
+    if (n == "core.0.mlp.up.weight") keep.back()[5] = std::nanf("");
+    t.push_back({n, io::DType::F32, f.get(n).shape, keep.back().data()});
+  }
+  io::write_safetensors(dir + "/nan.safetensors", t, f.metadata());
+  CmdResult r = run("eval --checkpoint " + dir + "/nan.safetensors --data " + dir + "/val.txt");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'core.0.mlp.up.weight' holds NaN"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + dir + "/nan.safetensors --data " + dir + "/val.txt --allow-nonfinite --json");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("the loss is not finite"), std::string::npos) << r.out;
+  r = run("generate --checkpoint " + dir + "/nan.safetensors --prompt hi");
+  EXPECT_EQ(r.code, 1) << r.out;
+}
+
+// The char tokenizer end to end: `looplm data --tokenizer char` writes the alphabet beside the
+// shard, train and eval pick it up; a shard of another tokenizer is an error, not a number.
+TEST_F(Cli, CharTokenizerShardsEndToEnd) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "And God said, Let there be light: and there was light. ";
+  io::write_file_atomic(dir + "/t.txt", text.data(), text.size());
+  io::write_file_atomic(dir + "/v.txt", text.data(), 3000);
+  ASSERT_EQ(run("data --input " + dir + "/t.txt --tokenizer char --out " + dir + "/t.bin").code, 0);
+  ASSERT_TRUE(fs::exists(dir + "/t.bin.chars"));
+  ASSERT_EQ(run("data --input " + dir + "/v.txt --alphabet " + dir + "/t.bin.chars --out " + dir + "/v.bin").code, 0);
+  ASSERT_EQ(run("data --input " + dir + "/v.txt --out " + dir + "/vb.bin").code, 0);  // a byte shard
+  const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
+                           " --set eval_batches=1 --sample-len 0 --steps 2 --set tokenizer=char";
+  CmdResult r = run(args + " --set data_train=" + dir + "/t.bin --set data_val=" + dir + "/v.bin --out " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("eval --checkpoint " + dir + "/run --data " + dir + "/v.bin --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("eval --checkpoint " + dir + "/run --data " + dir + "/vb.bin");  // char model, byte shard
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not written by a char tokenizer"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/v.bin");  // byte model, char shard
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("written by a char tokenizer"), std::string::npos) << r.out;
+}

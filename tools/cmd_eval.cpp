@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,7 @@ int cmd_eval(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--weights", lo.weights, "weight format: " + weight_format_names() + " (default fp32, exact)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   ThreadsArg threads;
   threads.add(app);
   std::string progress = "auto";
@@ -60,6 +62,12 @@ int cmd_eval(int argc, char** argv) {
     };
   }
   EvalResult e = lm.evaluate_file(data, eo);
+  for (size_t i = 0; i <= e.loss_by_depth.size(); ++i) {
+    const double l = i < e.loss_by_depth.size() ? e.loss_by_depth[i] : e.loss;
+    if (!std::isfinite(l))
+      throw Error("the loss is not finite (" + std::to_string(l) + (i < e.loss_by_depth.size() ? " at exit " + std::to_string(i + 1) : "") +
+                  "): the model's outputs overflow or are NaN on this data");
+  }
   const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
   if (as_json) {
     nlohmann::json j = {{"loss", e.loss}, {"loss_by_depth", e.loss_by_depth}, {"diagnostics", e.diagnostics},

@@ -22,6 +22,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (about 2x faster)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   ThreadsArg threads;
   threads.add(app);
   if (!parse(app, argc, argv, "generate")) return 0;

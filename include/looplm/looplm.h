@@ -79,6 +79,7 @@ struct LoadOptions {
   // The weight format inference passes read (chosen once, here): "fp32" (exact: the checkpoint's
   // values in place) or "bf16" (a rounded copy; half the memory traffic, logits within ~1e-2).
   std::string weights = "fp32";
+  bool allow_nonfinite = false;  // load a checkpoint whose tensors hold NaN/Inf (an error otherwise)
 };
 
 class LanguageModel {

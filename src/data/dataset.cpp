@@ -1,5 +1,7 @@
 #include "data/dataset.h"
 
+#include <sys/stat.h>
+
 #include "io/atomic_file.h"
 
 
@@ -92,7 +94,30 @@ void check_vocab(const std::string& path, const std::vector<int32_t>& ids, const
   }
 }
 
+// A shard records its tokenizer by its sidecar: `looplm data` writes a char tokenizer's alphabet
+// beside the shard as PATH.chars and none for the byte tokenizer. Ids in range say nothing about
+// which tokenizer made them (a char shard's ids all fit a byte vocabulary), so the sidecar must
+// agree with the model's tokenizer.
+void check_tokenizer_sidecar(const std::string& path, const Tokenizer& tok) {
+  const std::string side = path + ".chars";
+  struct stat st;
+  const bool has = ::stat(side.c_str(), &st) == 0;
+  if (tok.kind() == Tokenizer::Kind::Byte && has)
+    throw Error(path + ": written by a char tokenizer (its alphabet is in " + side +
+                "), but the model uses the byte tokenizer: train with --set tokenizer=char on it, or make a byte "
+                "shard with 'looplm data --tokenizer byte'");
+  if (tok.kind() == Tokenizer::Kind::Char) {
+    if (!has)
+      throw Error(path + ": has no alphabet beside it (" + side + "), so it was not written by a char tokenizer, "
+                  "but the model uses one; make the shard with 'looplm data --alphabet ALPHABET_FILE'");
+    if (read_file_bytes(side) != tok.alphabet())
+      throw Error(path + ": its char alphabet (" + side + ") differs from the model's; tokenize the text again with "
+                  "'looplm data --alphabet' and the model's alphabet");
+  }
+}
+
 std::vector<int32_t> load_bin(const std::string& path, const Tokenizer& tok) {
+  check_tokenizer_sidecar(path, tok);
   const std::string b = read_file_bytes(path);
   const int32_t first = b.size() >= 4 ? read_i32_le(b, 0) : 0;
   if (b.size() >= 4 && first == kLlmcMagic) {

@@ -36,7 +36,9 @@ LanguageModel LanguageModel::load(const std::string& checkpoint, const LoadOptio
   std::string path = checkpoint;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
-  std::unique_ptr<Model> m = load_model(path);
+  LoadModelOptions lmo;
+  lmo.allow_nonfinite = o.allow_nonfinite;
+  std::unique_ptr<Model> m = load_model(path, lmo);
   m->prepare_inference(f);
   return LanguageModel(std::make_unique<Impl>(std::move(m)));
 }

@@ -1,5 +1,6 @@
 #include "model/model_io.h"
 
+#include <cmath>
 #include <set>
 
 #include "io/safetensors.h"
@@ -66,6 +67,17 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     s.grads = o.for_training;
     m = std::make_unique<Model>(c, s);
     for (size_t i = 0; i < layout.size(); ++i) f.read_f32(layout[i].name, layout[i].shape, m->params().value((int)i));
+  }
+  if (!o.allow_nonfinite) {
+    const ParamStore& ps = m->params();
+    for (size_t i = 0; i < ps.infos().size(); ++i) {
+      const float* v = ps.value((int)i);
+      for (size_t j = 0; j < ps.infos()[i].numel; ++j)
+        if (!std::isfinite(v[j]))
+          throw Error(path + ": tensor '" + ps.infos()[i].name + "' holds " + (std::isnan(v[j]) ? "NaN" : "Inf") +
+                      " (element " + std::to_string(j) +
+                      "): a diverged or corrupted checkpoint (--allow-nonfinite loads it anyway)");
+    }
   }
   return m;
 }

@@ -17,9 +17,12 @@ struct LoadModelOptions {
   // file's tensors are used in place when they are fp32 in the model's own order (a looplm
   // checkpoint), so loading maps the file instead of copying it.
   bool for_training = false;
+  // A tensor holding NaN or ±Inf is an error naming it, unless this is set.
+  bool allow_nonfinite = false;
 };
 // Reads the config from the metadata and checks every tensor the config declares (name, shape,
-// dtype, nothing unexpected) before anything is allocated, then builds the model.
+// dtype, nothing unexpected) before anything is allocated, then builds the model and checks that
+// every value is finite.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o = {});
 
 }  // namespace looplm

@@ -219,8 +219,18 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     model = load_model(model_path, lo);
     c = resumed_config(model->config(), config_in, opt.out_dir);
   } else {
-    if (c.tokenizer == "char" && c.tokenizer_chars.empty())
-      Tokenizer::char_level_from_text(load_text(c.data_train)).to_config(c);
+    if (c.tokenizer == "char" && c.tokenizer_chars.empty()) {
+      // The alphabet: from a shard's sidecar (looplm data --tokenizer char), or built from the text.
+      const std::string side = c.data_train + ".chars";
+      if (detect_format(c.data_train) == DataFormat::LlmcShard || detect_format(c.data_train) == DataFormat::NanoGptBin) {
+        if (!exists(side))
+          throw UsageError(c.data_train + ": a token shard without its alphabet (" + side +
+                           "); make it with 'looplm data --tokenizer char' or --set tokenizer_chars=...");
+        Tokenizer::char_level(read_file_bytes(side)).to_config(c);
+      } else {
+        Tokenizer::char_level_from_text(load_text(c.data_train)).to_config(c);
+      }
+    }
     c.validate();
   }
   Tokenizer tok = Tokenizer::from_config(c);
