@@ -448,3 +448,27 @@ TEST_F(Cli, CharTokenizerShardsEndToEnd) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("written by a char tokenizer"), std::string::npos) << r.out;
 }
+
+TEST_F(Cli, MessagesAPersonCanRead) {
+  CmdResult r = run("generate --checkpoint " + ckpt() + " --prompt x --max-new -1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("must be at least 0, got -1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("1797693"), std::string::npos) << r.out;  // no DBL_MAX in full
+  r = run("generate --checkpoint " + ckpt() + " --prompt x --top-p 0");
+  EXPECT_NE(r.out.find("greater than 0 and at most 1"), std::string::npos) << r.out;
+  r = run("train --config " + dir + " --out " + dir + "/run");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+  io::write_file_atomic(dir + "/bad.jsonl", std::string("{\"text\": \"a\"\n"));
+  r = run("data --input " + dir + "/bad.jsonl --out " + dir + "/b.bin");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("bad.jsonl:1"), std::string::npos) << r.out;  // names the file and line
+  EXPECT_EQ(r.out.find("json.exception"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("Is a directory"), std::string::npos) << r.out;
+  // A prompt longer than the context (8) is cut with a warning.
+  r = run("generate --checkpoint " + ckpt() + " --prompt 0123456789abc --max-new 2 --temperature 0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("the prompt has 13 tokens and the context holds 8: the first 5 are not seen"), std::string::npos) << r.out;
+}

@@ -2,6 +2,7 @@
 // the model-config options (--preset / --config / --set) are one table used by train and bench.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,6 +11,24 @@
 #include "looplm/error.h"
 
 namespace looplm::cli {
+
+// Number checks whose messages say the range in words (CLI11's own print DBL_MAX in full).
+inline CLI::Validator number_check(double lo, double hi, bool lo_excl, const std::string& words) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0') return "'" + s + "' is not a number";
+        if ((lo_excl ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "must be " + words + ", got " + s;
+        return "";
+      },
+      words, "number");
+}
+inline CLI::Validator at_least(int lo) { return number_check(lo, 1e300, false, "at least " + std::to_string(lo)); }
+inline CLI::Validator positive() { return number_check(0, 1e300, true, "greater than 0"); }
+inline CLI::Validator within(double lo, double hi, bool lo_excl, const std::string& words) {
+  return number_check(lo, hi, lo_excl, words);
+}
 
 // Returns false when --help was printed (the command should return 0).
 inline bool parse(CLI::App& app, int argc, char** argv, const std::string& name) {
@@ -60,7 +79,7 @@ struct ThreadsArg {
   int n = 0;
   void add(CLI::App& app) {
     app.add_option("--threads", n, "compute threads (default 0: adapt, at most the cores this process may use)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(at_least(0))
         ->type_name("N");
   }
 };

@@ -91,9 +91,9 @@ int cmd_bench(int argc, char** argv) {
   int threads = 0, steps = 6, gen_tokens = 256;
   bool as_json = false, contended = false;
   app.add_option("--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--steps", steps, "timed training steps (default 6, after 2 warm-up steps)")->check(CLI::PositiveNumber);
-  app.add_option("--gen-tokens", gen_tokens, "new tokens in the generation test (default 256)")->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
+  app.add_option("--steps", steps, "timed training steps (default 6, after 2 warm-up steps)")->check(at_least(1));
+  app.add_option("--gen-tokens", gen_tokens, "new tokens in the generation test (default 256)")->check(at_least(0));
   app.add_flag("--contended", contended,
                "run the benchmark idle and again beside a process that keeps one core busy, and report the slowdown");
   app.add_flag("--json", as_json, "print one JSON object");

@@ -27,7 +27,7 @@ int cmd_eval(int argc, char** argv) {
   app.add_option("--data", data, "text, .jsonl or .bin token file (default: the checkpoint's data_val)")->type_name("FILE");
   app.add_option("--depth", depth,
                  "loop steps to run (default: the trained R; more shows the curve beyond R; 0: the loss of h_pre)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--weights", lo.weights, "weight format: " + weight_format_names() + " (default fp32, exact)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");

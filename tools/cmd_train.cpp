@@ -18,9 +18,9 @@ int cmd_train(int argc, char** argv) {
   bool resume = false, overwrite = false, quiet = false, help_config = false;
   std::string prompt = "And God said";
   app.add_option("--out", out, "run directory (checkpoint, metrics.jsonl); required")->type_name("DIR");
-  app.add_option("--steps", steps, "total optimizer steps of the schedule (overrides the config)")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", steps, "total optimizer steps of the schedule (overrides the config)")->check(at_least(0));
   app.add_option("--stop-after", stop_after, "stop with a checkpoint after this step (resume later with --resume)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_flag("--resume", resume,
                "continue from DIR's checkpoint if there is one, with the run's own config (--set may change only "
                "the keys that are safe to change on resume: steps, lr, min_lr_ratio, warmup, weight_decay, "
@@ -28,7 +28,7 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--overwrite", overwrite,
                "DIR already holds a run: remove its files (checkpoints, metrics) and start over (without it, that is an error)");
   app.add_flag("--quiet", quiet, "no progress lines");
-  app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(CLI::NonNegativeNumber);
+  app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(at_least(0));
   app.add_option("--prompt", prompt, "prompt of the final sample");
   ThreadsArg threads;
   threads.add(app);

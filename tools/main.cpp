@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "looplm %s: error: out of memory\n", cmd.c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "looplm %s: error: %s\n", cmd.c_str(), e.what());
+    std::fprintf(stderr, "looplm %s: error: %s\n", cmd.c_str(), looplm::plain_message(e).c_str());
     return 1;
   }
 }

@@ -24,6 +24,17 @@ class UsageError : public Error {
   explicit UsageError(const std::string& msg) : Error(msg, 2) {}
 };
 
+// A library exception's message for a person: without a leading "[json.exception.parse_error.101] "
+// style identifier (nlohmann::json puts one first).
+inline std::string plain_message(const std::exception& e) {
+  std::string s = e.what();
+  if (!s.empty() && s[0] == '[') {
+    const size_t end = s.find("] ");
+    if (end != std::string::npos) s = s.substr(end + 2);
+  }
+  return s;
+}
+
 [[noreturn]] inline void assert_fail(const char* expr, const char* file, int line, const char* msg) {
   std::fprintf(stderr, "looplm: internal error: %s (%s) at %s:%d\n", msg, expr, file, line);
   std::abort();

@@ -67,7 +67,7 @@ std::vector<JsonlDoc> parse_jsonl(const std::string& path) {
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(where + "invalid JSON (" + e.what() + ")");
+      throw Error(where + "invalid JSON (" + plain_message(e) + ")");
     }
     if (!j.is_object()) throw Error(where + "expected a JSON object with a string \"text\"");
     auto it = j.find("text");

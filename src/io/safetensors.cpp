@@ -143,7 +143,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {  // e.g. a name or value that is not valid UTF-8
-    throw Error(where + ": header cannot be encoded as JSON: " + e.what());
+    throw Error(where + ": header cannot be encoded as JSON: " + plain_message(e));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
 
@@ -204,7 +204,7 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const
       return true;
     });
   } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string("header is not valid JSON: ") + e.what());
+    throw fail(std::string("header is not valid JSON: ") + plain_message(e));
   }
   if (!header.is_object()) throw fail(std::string("header is a JSON ") + header.type_name() + ", expected an object");
   if (!dup.empty()) throw fail("header names '" + dup + "' twice");

@@ -2,6 +2,7 @@
 // new knob is one line; components declare their own keys in the registries (registry.h).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -335,10 +336,7 @@ Config Config::from_json_text(const std::string& text, const std::string& origin
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
-    std::string what = e.what();
-    auto at = what.find("parse error");
-    throw UsageError(origin + ": not valid JSON (" + (at == std::string::npos ? what : what.substr(at)) + ")");
+    throw UsageError(origin + ": not valid JSON (" + plain_message(e) + ")");
   }
   if (!j.is_object()) throw UsageError(origin + ": a config must be a JSON object");
   Config c;
@@ -350,6 +348,8 @@ Config Config::from_json_text(const std::string& text, const std::string& origin
 }
 
 Config Config::from_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UsageError("config file '" + path + "' is a directory");
   std::ifstream in(path);
   if (!in) throw UsageError("cannot read config file '" + path + "'");
   std::stringstream ss;

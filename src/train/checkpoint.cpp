@@ -32,7 +32,7 @@ void load_train_state(const std::string& path, const Model& m, AdamW& opt, Train
     s.best_val_loss = j.value("best_val_loss", -1.0);  // absent in checkpoints before 0.2
     s.best_step = j.value("best_step", (int64_t)-1);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": malformed 'state' metadata: " + e.what());
+    throw Error(path + ": malformed 'state' metadata: " + plain_message(e));
   }
   for (auto& p : m.params().infos()) {
     f.read_f32("adam.m." + p.name, p.shape, opt.m.data() + p.offset);
