@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian 12 packages looplm needs to build and run its default job; with --test also what the test
-# suite adds (qemu-user: the tests again on emulated CPUs without AVX-512). Idempotent.
+# suite adds (qemu-user: the tests again on emulated CPUs without AVX-512; gnuplot-nox: the plot
+# script's test). Idempotent.
 set -euo pipefail
 PKGS=(g++ cmake make libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev bible-kjv)
-[ "${1:-}" = "--test" ] && PKGS+=(qemu-user)
+[ "${1:-}" = "--test" ] && PKGS+=(qemu-user gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

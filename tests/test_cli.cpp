@@ -86,6 +86,16 @@ Interrupted interrupt_when(const std::string& args, const std::string& marker) {
   return r;
 }
 
+CmdResult run_shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
 class Cli : public ::testing::Test {
  protected:
   std::string dir;
@@ -471,4 +481,60 @@ TEST_F(Cli, MessagesAPersonCanRead) {
   r = run("generate --checkpoint " + ckpt() + " --prompt 0123456789abc --max-new 2 --temperature 0");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("the prompt has 13 tokens and the context holds 8: the first 5 are not seen"), std::string::npos) << r.out;
+}
+
+// What users of llama.cpp and nanoGPT expect: --version, short flags, the prompt from a file or
+// standard input, several samples, a timing summary; train's --print-config and richer metrics;
+// the loss plot.
+TEST_F(Cli, FamiliarFlagsAndOutputs) {
+  CmdResult r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("looplm ", 0), 0u) << r.out;
+  io::write_file_atomic(dir + "/prompt.txt", std::string("hello"));
+  r = run("generate --checkpoint " + ckpt() + " --prompt-file " + dir + "/prompt.txt -n 4 -t 1 --num-samples 2 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("hello", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("---------------\nhello"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prompt: 10 tokens in"), std::string::npos) << r.out;  // two samples of 5
+  EXPECT_NE(r.out.find("generation: 8 tokens in"), std::string::npos) << r.out;
+  r = run("generate --checkpoint " + ckpt() + " --prompt-file - -n 2 < " + dir + "/prompt.txt");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("hello", 0), 0u) << r.out;
+  r = run("generate --checkpoint " + ckpt());
+  EXPECT_EQ(r.code, 2) << r.out;
+
+  r = run("train --preset gpt --set R=3 --print-config");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["R"].get<int>(), 3);
+  r = run("train --help");
+  EXPECT_NE(r.out.find("Presets: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("docs/config.md"), std::string::npos) << r.out;
+
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
+  r = run("train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4 --set eval_every=2"
+          " --set eval_batches=1 --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
+          " --steps 4 --sample-len 0 --out " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| MFU "), std::string::npos) << r.out;
+  std::ifstream m(dir + "/run/metrics.jsonl");
+  int train_rows = 0, val_rows = 0;
+  for (std::string line; std::getline(m, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["split"] == "train") {
+      ++train_rows;
+      EXPECT_TRUE(j.contains("elapsed_s") && j.contains("tokens_seen") && j.contains("mfu")) << line;
+      EXPECT_EQ(j["tokens_seen"].get<double>(), 64.0 * train_rows);
+    } else if (j["split"] == "val") {
+      ++val_rows;
+    }
+  }
+  EXPECT_EQ(train_rows, 4);
+  EXPECT_EQ(val_rows, 2);
+  if (std::system("command -v gnuplot >/dev/null") != 0) GTEST_SKIP() << "gnuplot not installed (scripts/install_deps.sh --test)";
+  r = run_shell(std::string(LOOPLM_SOURCE_DIR) + "/scripts/plot_metrics.sh " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string png = io::read_file(dir + "/run/loss.png");
+  EXPECT_EQ(png.substr(1, 3), "PNG");
 }

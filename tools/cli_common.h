@@ -78,7 +78,7 @@ struct ConfigArgs {
 struct ThreadsArg {
   int n = 0;
   void add(CLI::App& app) {
-    app.add_option("--threads", n, "compute threads (default 0: adapt, at most the cores this process may use)")
+    app.add_option("-t,--threads", n, "compute threads (default 0: adapt, at most the cores this process may use)")
         ->check(at_least(0))
         ->type_name("N");
   }

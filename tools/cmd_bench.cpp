@@ -35,25 +35,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// The best fp32 GEMM rate over the model's own training shapes (M = B*T; K, N from d and d_ff).
-double measure_gemm_peak(const Config& c) {
-  const int M = c.batch_size * c.context, d = c.d_model, f = c.ff_dim();
-  const int shapes[][3] = {{M, 3 * d, d}, {M, f, d}, {M, d, f}};
-  double best = 0;
-  for (auto& s : shapes) {
-    std::vector<float> A((size_t)s[0] * s[2], 0.5f), Bm((size_t)s[1] * s[2], 0.25f), C((size_t)s[0] * s[1]);
-    gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);
-    std::vector<double> t;
-    for (int i = 0; i < 7; ++i) {
-      auto t0 = clk::now();
-      gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);
-      t.push_back(secs(t0, clk::now()));
-    }
-    best = std::max(best, 2.0 * s[0] * s[1] * s[2] / median(t) / 1e9);
-  }
-  return best;
-}
-
 double peak_rss_mib() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -159,7 +140,7 @@ int cmd_bench(int argc, char** argv) {
     return sp;
   };
   const Speeds idle = measure();
-  const double peak = measure_gemm_peak(c);
+  const double peak = measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
   const std::string name = cfg.file.empty() ? cfg.preset : cfg.file;
   const std::string thread_mode = threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available());
 

@@ -33,10 +33,24 @@ int cmd_train(int argc, char** argv) {
   ThreadsArg threads;
   threads.add(app);
   app.add_flag("--help-config", help_config, "print every config key with its default and meaning, and exit");
+  bool print_config = false;
+  app.add_flag("--print-config", print_config, "print the resolved config (preset/config, then --set) as JSON, and exit");
+  {
+    std::string presets;
+    for (const std::string& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+    app.footer("Presets: " + presets + ".\nConfig keys: looplm train --help-config, or docs/config.md.");
+  }
   if (!parse(app, argc, argv, "train")) return 0;
   set_threads(threads.n);
   if (help_config) {
     print_config_keys(std::cout);
+    return 0;
+  }
+  if (print_config) {
+    Config c = resume && !out.empty() && has_checkpoint(out) ? run_config(out) : cfg.resolve();
+    if (resume && !out.empty() && has_checkpoint(out)) cfg.apply_sets(c);
+    if (steps >= 0) c.steps = steps;
+    std::printf("%s\n", c.to_json_text(2).c_str());
     return 0;
   }
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");

@@ -6,11 +6,12 @@
 #include "cli.h"
 #include "signals.h"
 #include "looplm/error.h"
+#include "looplm/looplm.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: looplm <command> [options]   (looplm <command> --help for its options)\n"
+    "usage: looplm <command> [options]   (looplm <command> --help for its options; looplm --version)\n"
     "commands:\n"
     "  train      train a model (--preset NAME | --config FILE) [--set key=value ...] --out DIR\n"
     "  eval       loss at every exit r = 1..R of a checkpoint on a data file\n"
@@ -22,6 +23,10 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   looplm::cli::start_signal_thread();
+  if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V"))) {
+    std::printf("looplm %s\n", looplm::kVersion);
+    return 0;
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -14,6 +14,8 @@
 
 namespace looplm {
 
+inline constexpr const char* kVersion = "0.2.0";  // `looplm --version`, and written into checkpoints
+
 // ---------------------------------------------------------------- threads
 // The compute pool: n > 0 threads exactly, or 0 (the default) to adapt — at most the cores this
 // process may use, fewer while other processes keep them busy (so a shared machine does not make
@@ -67,6 +69,12 @@ struct EvalOptions {
   // Called after each batch with (windows done, windows in all), e.g. to show progress.
   std::function<void(int64_t done, int64_t total)> progress;
 };
+struct GenerateStats {
+  int prompt_tokens = 0;      // tokens of the first prefill (at most a context)
+  double prompt_seconds = 0;  // that prefill
+  int new_tokens = 0;
+  double gen_seconds = 0;     // everything after it (decoding, window restarts)
+};
 struct GenerateOptions {
   int max_new = 200;
   double temperature = 1.0;  // 0 = greedy
@@ -74,6 +82,7 @@ struct GenerateOptions {
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 0;
   int depth = -1;            // loop steps; -1 = trained R; 0 = no loop step (h_pre)
+  GenerateStats* stats = nullptr;  // filled in when set
 };
 struct LoadOptions {
   // The weight format inference passes read (chosen once, here): "fp32" (exact: the checkpoint's

@@ -1,6 +1,8 @@
 // LanguageModel: a checkpoint loaded for evaluation and generation (the public API's model).
 #include <sys/stat.h>
 
+#include <chrono>
+
 #include "backend/cpu/weight_format.h"
 #include "core/threads.h"
 #include "data/dataset.h"
@@ -122,7 +124,9 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
     g.reset();
   };
   int start = std::max(0, (int)seq.size() - ctx);
+  const auto t0 = std::chrono::steady_clock::now();
   prefill(seq.data() + start, (int)seq.size() - start);
+  const auto t1 = std::chrono::steady_clock::now();
   for (int i = 0; i < opt.max_new; ++i) {
     int32_t next = sample_token(last.data(), V, so, rng, work);
     seq.push_back(next);
@@ -140,6 +144,13 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
     std::copy(z->v, z->v + V, last.begin());
     cache.length += 1;
     g.reset();
+  }
+  if (opt.stats) {
+    const auto t2 = std::chrono::steady_clock::now();
+    opt.stats->prompt_tokens = (int)seq.size() - (int)out.size() - start;
+    opt.stats->prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+    opt.stats->new_tokens = (int)out.size();
+    opt.stats->gen_seconds = std::chrono::duration<double>(t2 - t1).count();
   }
   return out;
 }

@@ -4,10 +4,10 @@
 #include <set>
 
 #include "io/safetensors.h"
+#include "looplm/looplm.h"
 
 namespace looplm {
 
-static const char* kVersion = "0.2.0";
 
 void save_model(const std::string& path, const Model& m) {
   std::vector<io::TensorRef> t;

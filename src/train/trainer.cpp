@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/gemm.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -50,6 +51,15 @@ std::string fmt_num(double x) {
   if (std::isnan(x)) return "nan";
   char b[32];
   std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+std::string fmt_count(double n) {  // 1.2M, 35.0k, 512
+  char b[32];
+  if (n >= 1e9) std::snprintf(b, sizeof b, "%.2fG", n / 1e9);
+  else if (n >= 1e6) std::snprintf(b, sizeof b, "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(b, sizeof b, "%.1fk", n / 1e3);
+  else std::snprintf(b, sizeof b, "%.0f", n);
   return b;
 }
 
@@ -304,6 +314,14 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     res.activation_bytes_peak = g.activation_bytes_peak();
   }
 
+  // MFU: the training FLOPs achieved per second over the machine's fp32 GEMM rate on this
+  // model's shapes, measured here (at most 1024 rows: a fraction of a second).
+  const double gemm_gflops = measure_gemm_gflops(std::min(B * T, 1024), c.d_model, c.ff_dim(), 5);
+  if (!opt.quiet) {
+    std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes", gemm_gflops);
+    log(line);
+  }
+
   std::ofstream metrics(metrics_path, std::ios::app);
   // Never write a model that is not finite: the checkpoint on disk stays the last good one. Besides
   // the latest (model.safetensors + train_state.safetensors, what --resume reads), the last
@@ -333,7 +351,9 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   };
   auto validate = [&](int64_t step) {
     EvalResult e = evaluate_tokens(m, val_tokens, c.R, c.batch_size, (int64_t)c.eval_batches * c.batch_size);
-    metrics << nlohmann::json({{"step", step}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth}}).dump() << "\n";
+    metrics << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth}})
+                   .dump()
+            << "\n";
     metrics.flush();
     if (!opt.quiet) {
       std::string s = "step " + std::to_string(step) + " | val loss " + std::to_string(e.loss).substr(0, 6);
@@ -397,14 +417,22 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     double tps = (double)B * T * c.grad_accum / dt;
-    metrics << nlohmann::json({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm}, {"depth", depth},
-                               {"tokens_per_s", tps}})
+    // Forward over every step plus backward (≈ 2× forward) over the steps that keep gradients.
+    const int kept = c.bptt > 0 ? std::min(c.bptt, depth) : depth;
+    const double flops_tok = m.flops_per_token(depth) + 2.0 * m.flops_per_token(kept);
+    const double mfu = flops_tok * tps / (gemm_gflops * 1e9);
+    metrics << nlohmann::json({{"step", st.step}, {"split", "train"}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                               {"depth", depth}, {"tokens_per_s", tps}, {"tokens_seen", st.tokens_seen},
+                               {"elapsed_s", elapsed}, {"mfu", mfu}})
                    .dump()
             << "\n";
     if (!opt.quiet && (st.step % c.log_every == 0 || st.step == last)) {
       double eta = elapsed / steps_this_run * (last - st.step);
-      std::snprintf(line, sizeof line, "step %lld/%d | loss %.4f | lr %.2e | grad norm %.3f | depth %d | %.0f tok/s | ETA %s",
-                    (long long)st.step, c.steps, loss, lr, gnorm, depth, tps, fmt_duration(eta).c_str());
+      std::snprintf(line, sizeof line,
+                    "step %lld/%d | loss %.4f | lr %.2e | grad norm %.3f | depth %d | %.0f tok/s | MFU %.2f | %s tokens | "
+                    "%s elapsed | ETA %s",
+                    (long long)st.step, c.steps, loss, lr, gnorm, depth, tps, mfu, fmt_count(st.tokens_seen).c_str(),
+                    fmt_duration(elapsed).c_str(), fmt_duration(eta).c_str());
       log(line);
     }
     const bool interrupted = opt.stop && opt.stop->load();

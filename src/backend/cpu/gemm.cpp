@@ -1,6 +1,8 @@
 #include "backend/cpu/gemm.h"
 
 #include <algorithm>
+#include <chrono>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -35,6 +37,24 @@ void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, float alpha, const 
                                   C + (int64_t)i0 * ldc + j0, ldc);
     LOOPLM_ASSERT(st == dnnl_success, "dnnl_sgemm failed");
   }
+}
+
+double measure_gemm_gflops(int M, int d, int f, int reps) {
+  const int shapes[][3] = {{M, 3 * d, d}, {M, f, d}, {M, d, f}};
+  double best = 0;
+  for (auto& s : shapes) {
+    std::vector<float> A((size_t)s[0] * s[2], 0.5f), Bm((size_t)s[1] * s[2], 0.25f), C((size_t)s[0] * s[1]);
+    gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);  // warm-up
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    best = std::max(best, 2.0 * s[0] * s[1] * s[2] / t[t.size() / 2] / 1e9);
+  }
+  return best;
 }
 
 void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B,

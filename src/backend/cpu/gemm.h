@@ -28,6 +28,11 @@ inline void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, double alpha
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // the double reference is serial per element
 }
 
+// The machine's fp32 GEMM rate in GFLOP/s on a model's training shapes (x W^T with M rows and
+// K, N from d and f: {M,3d,d}, {M,f,d}, {M,d,f}): the best shape's median of `reps` timed calls.
+// The reference for "fraction of peak" and MFU.
+double measure_gemm_gflops(int M, int d, int f, int reps);
+
 // Σ a[i] b[i] (ISA-cloned, 16 partial sums).
 float dot(const float* a, const float* b, int n);
 
