@@ -129,7 +129,7 @@ def main():
         for c in configs:
             cmds = []
             if have_looplm:
-                cmds.append(("looplm", [looplm, "bench", "--preset", f"bench-{c}", "--threads",
+                cmds.append(("looplm", [looplm, "bench", "--preset", f"bench-{c}", "--repetitions", "1", "--threads",
                                         str(a.threads), "--json"] + a.looplm_args.split()))
             cmds.append(("torch", [a.python, peer, "--config", c, "--threads", str(a.threads),
                                    "--json"] + (["--bf16"] if a.bf16 else [])

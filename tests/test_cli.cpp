@@ -538,3 +538,24 @@ TEST_F(Cli, FamiliarFlagsAndOutputs) {
   const std::string png = io::read_file(dir + "/run/loss.png");
   EXPECT_EQ(png.substr(1, 3), "PNG");
 }
+
+// bench: repetitions with mean ± stddev, prompt processing and generation as their own rows, a
+// markdown table by default, --json and --csv.
+TEST_F(Cli, BenchFormats) {
+  const std::string args = "bench --preset bench-tiny --set d_model=32 --set n_heads=2 --steps 1 -r 2 -n 4 -p 8 -t 1";
+  CmdResult r = run(args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* row : {"| train (", "| prompt processing pp8 fp32 |", "| generation tg4 bf16 |", " ± "})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  r = run(args + " --csv");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("metric,mean,stddev\n", 0), 0u) << r.out;
+  r = run(args + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["repetitions"].get<int>(), 2);
+  EXPECT_GT(j["prompt_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode_bf16_tokens_per_s"].get<double>(), 0);
+  EXPECT_TRUE(j.contains("train_tokens_per_s_stddev"));
+  EXPECT_EQ(run(args + " --json --csv").code, 2);
+}

@@ -1,6 +1,8 @@
-// `looplm bench`: training tokens/s, generation tokens/s (batch 1, KV cache; fp32 and bf16 weights) and the achieved
-// GFLOP/s as a fraction of the machine's fp32 GEMM rate measured in the same run
-// (bench/compare.py puts these next to the PyTorch peer).
+// `looplm bench`: training tokens/s, prompt processing and generation tokens/s (batch 1, KV cache;
+// fp32 and bf16 weights), repeated (mean ± standard deviation, as llama-bench), and the achieved
+// training GFLOP/s as a fraction of the machine's fp32 GEMM rate measured in the same run
+// (bench/compare.py puts these next to the PyTorch peer). --contended measures the slowdown beside
+// a process that keeps one core busy.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -9,7 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <omp.h>
 
 #include <nlohmann/json.hpp>
@@ -58,30 +63,51 @@ class BusyNeighbour {
   pid_t pid_ = -1;
 };
 
-struct Speeds {
-  double train = 0, gen = 0, gen_bf16 = 0;
-  size_t act_peak = 0, grad_peak = 0;
+// The metrics of one repetition, in table order, with their JSON keys.
+struct Metric {
+  const char* key;
+  std::string label;
 };
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+Stat stat(const std::vector<double>& v) {
+  Stat s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x / v.size();
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / (v.size() - 1)) : 0.0;
+  return s;
+}
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  CLI::App app{"Benchmark training and generation speed.", "looplm bench"};
+  CLI::App app{"Benchmark training, prompt processing and generation speed.", "looplm bench"};
   ConfigArgs cfg;
   cfg.add(app, "bench-dense");
-  int threads = 0, steps = 6, gen_tokens = 256;
-  bool as_json = false, contended = false;
-  app.add_option("--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
+  int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256;
+  bool as_json = false, as_csv = false, contended = false;
+  app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
       ->check(at_least(0));
-  app.add_option("--steps", steps, "timed training steps (default 6, after 2 warm-up steps)")->check(at_least(1));
-  app.add_option("--gen-tokens", gen_tokens, "new tokens in the generation test (default 256)")->check(at_least(0));
+  app.add_option("-r,--repetitions", reps, "repetitions of every measurement: mean ± standard deviation (default 3)")
+      ->check(at_least(1));
+  app.add_option("--steps", steps, "timed training steps per repetition (median; default 6, after 2 warm-up steps)")
+      ->check(at_least(1));
+  app.add_option("-p,--prompt-tokens", pp_tokens, "prompt processing: tokens of the prompt (default 256, at most the context)")
+      ->check(at_least(1));
+  app.add_option("-n,--gen-tokens", gen_tokens, "new tokens of the generation test (default 256; 0: no generation)")
+      ->check(at_least(0));
   app.add_flag("--contended", contended,
                "run the benchmark idle and again beside a process that keeps one core busy, and report the slowdown");
-  app.add_flag("--json", as_json, "print one JSON object");
+  auto* json_flag = app.add_flag("--json", as_json, "print one JSON object instead of a markdown table");
+  app.add_flag("--csv", as_csv, "print CSV (metric, mean, stddev) instead of a markdown table")->excludes(json_flag);
   if (!parse(app, argc, argv, "bench")) return 0;
   set_threads(threads);
   Config c = cfg.resolve();
   const int B = c.batch_size, T = c.context, V = c.vocab_size;
+  pp_tokens = std::min(pp_tokens, T);
 
   Model m(c);
   m.init_weights(c.seed);
@@ -91,9 +117,21 @@ int cmd_bench(int argc, char** argv) {
   for (auto& t : x) t = (int32_t)rng.below(V);
   for (auto& t : y) t = (int32_t)rng.below(V);
   double train_rss = 0;  // peak RSS after training, before the generation models exist
+  size_t act_peak = 0, grad_peak = 0;
+  std::unique_ptr<LanguageModel> lm32, lm16;  // made after the first training measurement
 
+  const std::vector<Metric> metrics = {
+      {"train_tokens_per_s", "train (fwd + bwd + AdamW, " + std::to_string(B) + " x " + std::to_string(T) + " tokens)"},
+      {"prompt_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " fp32"},
+      {"prompt_bf16_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " bf16"},
+      {"decode_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " fp32"},
+      {"decode_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " bf16"},
+      {"generate_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, fp32"},
+      {"generate_bf16_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, bf16"}};
+
+  // One repetition: every metric once.
   auto measure = [&] {
-    Speeds sp;
+    std::map<std::string, double> v;
     // Training: fwd + bwd + clip + AdamW on random tokens, median step time after warm-up.
     Graph g;
     std::vector<double> step_s;
@@ -105,106 +143,129 @@ int cmd_bench(int argc, char** argv) {
       ro.training = true;
       Node* l = op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data());
       g.backward(l);
-      sp.act_peak = std::max(sp.act_peak, g.activation_bytes_peak());
-      sp.grad_peak = std::max(sp.grad_peak, g.grad_bytes_peak());
+      act_peak = std::max(act_peak, g.activation_bytes_peak());
+      grad_peak = std::max(grad_peak, g.grad_bytes_peak());
       g.reset();
       clip_grad_norm(m.params(), c.grad_clip);
       opt.step(m.params(), c.lr, c);
       if (s >= 2) step_s.push_back(secs(t0, clk::now()));
     }
-    sp.train = B * T / median(step_s);
+    v["train_tokens_per_s"] = B * T / median(step_s);
     if (train_rss == 0) train_rss = peak_rss_mib();
-    // Generation through the library (LanguageModel::generate, as `looplm generate` runs it): batch
-    // 1, 16-token prompt, gen_tokens new tokens, greedy, KV cache; timed from the prefill on (as
-    // the PyTorch peer), and like the peer a full window restarts the cache on its last half. With
-    // the weights in fp32 and in bf16 (the weight format is chosen when a model is loaded).
-    auto generate = [&](const char* weights) {
-      if (gen_tokens <= 0) return 0.0;
+    if (gen_tokens <= 0) return v;
+    // Generation through the library (LanguageModel::generate, as `looplm generate` runs it), with
+    // the weights in fp32 and in bf16 (the format is chosen when a model is loaded):
+    //  * prompt processing: the prefill of pp_tokens tokens;
+    //  * generation: gen_tokens new tokens, greedy, after a 16-token prompt: decoding alone, and end
+    //    to end from the prefill on (as the PyTorch peer times it; like the peer, a full window
+    //    restarts the cache on its last half).
+    if (!lm32) {
       LoadOptions lo;
-      lo.weights = weights;
-      const LanguageModel lm = LanguageModel::from_config(c, c.seed, lo);
+      lm32 = std::make_unique<LanguageModel>(LanguageModel::from_config(c, c.seed, lo));
+      lo.weights = "bf16";
+      lm16 = std::make_unique<LanguageModel>(LanguageModel::from_config(c, c.seed, lo));
+    }
+    for (auto [lm, sfx] : {std::pair{lm32.get(), ""}, std::pair{lm16.get(), "bf16_"}}) {
+      GenerateStats st;
       GenerateOptions go;
       go.temperature = 0;
+      go.stats = &st;
+      go.max_new = 1;
+      lm->generate(std::vector<int32_t>(x.begin(), x.begin() + pp_tokens), go);
+      v[std::string("prompt_") + sfx + "tokens_per_s"] = st.prompt_tokens / st.prompt_seconds;
       go.max_new = gen_tokens;
       const std::vector<int32_t> prompt(x.begin(), x.begin() + std::max(1, std::min(16, T - 1)));
-      std::vector<double> runs;
-      for (int rep = 0; rep < 3; ++rep) {
-        auto t0 = clk::now();
-        lm.generate(prompt, go);
-        runs.push_back(gen_tokens / secs(t0, clk::now()));
-      }
-      return median(runs);
-    };
-    sp.gen = generate("fp32");
-    sp.gen_bf16 = generate("bf16");
-    return sp;
+      auto t0 = clk::now();
+      lm->generate(prompt, go);
+      v[std::string("generate_") + sfx + "tokens_per_s"] = gen_tokens / secs(t0, clk::now());
+      v[std::string("decode_") + sfx + "tokens_per_s"] = std::max(0, st.new_tokens - 1) / st.gen_seconds;
+    }
+    return v;
   };
-  const Speeds idle = measure();
+  auto repeat = [&] {
+    std::map<std::string, std::vector<double>> all;
+    for (int r = 0; r < reps; ++r)
+      for (auto& [k, val] : measure()) all[k].push_back(val);
+    std::map<std::string, Stat> out;
+    for (auto& [k, vals] : all) out[k] = stat(vals);
+    return out;
+  };
+  const auto idle = repeat();
   const double peak = measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
   const std::string name = cfg.file.empty() ? cfg.preset : cfg.file;
   const std::string thread_mode = threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available());
+  auto get = [](const std::map<std::string, Stat>& s, const char* k) {
+    auto it = s.find(k);
+    return it == s.end() ? Stat{} : it->second;
+  };
 
   if (contended) {
-    Speeds busy;
+    std::map<std::string, Stat> busy;
     double other = 0;
     {
       BusyNeighbour neighbour;
-      busy = measure();
+      busy = repeat();
       other = measured_other_load();
     }
-    auto row = [](const Speeds& s) {
-      return nlohmann::json{{"train_tokens_per_s", s.train}, {"generate_tokens_per_s", s.gen},
-                            {"generate_bf16_tokens_per_s", s.gen_bf16}};
-    };
     if (as_json) {
-      nlohmann::json j = {{"preset", name},
-                          {"threads", thread_mode},
-                          {"idle", row(idle)},
-                          {"contended", row(busy)},
-                          {"slowdown", {{"train", idle.train / busy.train},
-                                        {"generate", idle.gen / busy.gen},
-                                        {"generate_bf16", idle.gen_bf16 / busy.gen_bf16}}},
-                          {"other_load_cores", other},
-                          {"threads_contended", current_threads()}};
+      nlohmann::json j = {{"preset", name}, {"threads", thread_mode}, {"repetitions", reps},
+                          {"other_load_cores", other}, {"threads_contended", current_threads()}};
+      for (const Metric& mt : metrics) {
+        if (!idle.count(mt.key)) continue;
+        j["idle"][mt.key] = get(idle, mt.key).mean;
+        j["contended"][mt.key] = get(busy, mt.key).mean;
+        j["slowdown"][mt.key] = get(idle, mt.key).mean / get(busy, mt.key).mean;
+      }
       std::printf("%s\n", j.dump().c_str());
-    } else {
-      std::printf("%s, threads %s; contended = beside one process that keeps a core busy", name.c_str(), thread_mode.c_str());
-      if (threads == 0)
-        std::printf(" (measured other load %.2f cores; pool at %d thread%s)", other, current_threads(),
-                    current_threads() == 1 ? "" : "s");
-      std::printf("\n\n");
-      std::printf("| tokens/s | idle | contended | slowdown |\n|---|---|---|---|\n");
-      std::printf("| train | %.0f | %.0f | %.2fx |\n", idle.train, busy.train, idle.train / busy.train);
-      std::printf("| generate fp32 | %.0f | %.0f | %.2fx |\n", idle.gen, busy.gen, idle.gen / busy.gen);
-      std::printf("| generate bf16 | %.0f | %.0f | %.2fx |\n", idle.gen_bf16, busy.gen_bf16, idle.gen_bf16 / busy.gen_bf16);
+      return 0;
+    }
+    std::printf("%s, threads %s, %d repetitions; contended = beside one process that keeps a core busy", name.c_str(),
+                thread_mode.c_str(), reps);
+    if (threads == 0)
+      std::printf(" (measured other load %.2f cores; pool at %d thread%s)", other, current_threads(),
+                  current_threads() == 1 ? "" : "s");
+    std::printf("\n\n| tokens/s | idle | contended | slowdown |\n|---|---|---|---|\n");
+    for (const Metric& mt : metrics) {
+      if (!idle.count(mt.key)) continue;
+      const Stat a = get(idle, mt.key), b = get(busy, mt.key);
+      std::printf("| %s | %.0f ± %.0f | %.0f ± %.0f | %.2fx |\n", mt.label.c_str(), a.mean, a.sd, b.mean, b.sd, a.mean / b.mean);
     }
     return 0;
   }
 
-  const double train_gflops = 3.0 * m.flops_per_token(c.R) * idle.train / 1e9;  // fwd + bwd ≈ 3 × fwd
+  const double train_tps = get(idle, "train_tokens_per_s").mean;
+  const double train_gflops = 3.0 * m.flops_per_token(c.R) * train_tps / 1e9;  // fwd + bwd ≈ 3 × fwd
   if (as_json) {
     nlohmann::json j = {{"preset", name},
                         {"threads", omp_get_max_threads()},
                         {"threads_mode", thread_mode},
+                        {"repetitions", reps},
                         {"params", m.n_params()},
-                        {"train_tokens_per_s", idle.train},
-                        {"generate_tokens_per_s", idle.gen},
-                        {"generate_bf16_tokens_per_s", idle.gen_bf16},
                         {"train_gflops", train_gflops},
                         {"gemm_peak_gflops", peak},
                         {"peak_fraction", train_gflops / peak},
                         {"peak_rss_mib", train_rss},
-                        {"activation_mib", idle.act_peak / 1048576.0},
-                        {"activation_grad_mib", idle.grad_peak / 1048576.0}};
+                        {"activation_mib", act_peak / 1048576.0},
+                        {"activation_grad_mib", grad_peak / 1048576.0}};
+    for (const Metric& mt : metrics) {
+      j[mt.key] = get(idle, mt.key).mean;  // 0 when not measured (--gen-tokens 0)
+      j[std::string(mt.key) + "_stddev"] = get(idle, mt.key).sd;
+    }
     std::printf("%s\n", j.dump().c_str());
+  } else if (as_csv) {
+    std::printf("metric,mean,stddev\n");
+    for (const Metric& mt : metrics)
+      if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key, get(idle, mt.key).mean, get(idle, mt.key).sd);
+    std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
   } else {
-    std::printf(
-        "| config | threads | params | train tok/s | GFLOP/s | of GEMM peak (%.0f) | gen tok/s fp32 | gen tok/s bf16 "
-        "| peak RSS MiB |\n",
-        peak);
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
-    std::printf("| %s | %s | %.2fM | %.0f | %.1f | %.0f%% | %.0f | %.0f | %.0f |\n", name.c_str(), thread_mode.c_str(),
-                m.n_params() / 1e6, idle.train, train_gflops, 100 * train_gflops / peak, idle.gen, idle.gen_bf16, train_rss);
+    std::printf("%s: %.2fM parameters, threads %s, %d repetitions; training %.1f GFLOP/s = %.0f%% of the fp32 GEMM "
+                "rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
+                name.c_str(), m.n_params() / 1e6, thread_mode.c_str(), reps, train_gflops, 100 * train_gflops / peak, peak,
+                train_rss);
+    std::printf("| test | tokens/s |\n|---|---|\n");
+    for (const Metric& mt : metrics)
+      if (idle.count(mt.key))
+        std::printf("| %s | %.0f ± %.0f |\n", mt.label.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
   }
   return 0;
 }
