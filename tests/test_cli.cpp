@@ -133,11 +133,11 @@ TEST_F(Cli, EvalJsonHasLossByDepth) {
 }
 
 TEST_F(Cli, GenerateGreedyIsDeterministic) {
-  CmdResult a = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0");
-  CmdResult b = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0");
+  CmdResult a = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --quiet");
+  CmdResult b = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --quiet");
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
-  CmdResult c = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --weights bf16");
+  CmdResult c = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --weights bf16 --quiet");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_EQ(c.out.substr(0, 2), "hi");
   EXPECT_EQ(c.out.size(), a.out.size());  // 12 byte tokens either way (the bytes may differ)
