@@ -31,7 +31,7 @@ model's context of 256 (and tiny's 64): when the cache is full, the context is s
 half of the context is kept, re-encoded at positions 0.. (one batched prefill), and decoding goes on.
 For dense that happens once (at the 241st new token); its cost is included and is ~1-2% of the run.
 
-Set-up ("best set-up" of /work/shared/PERF.md), all applied inside this process only:
+Set-up ("best set-up" of the reference benchmark notes (a Zen 5 machine; not in this repository)), all applied inside this process only:
   * fp32 Linear layers go through the BLAS torch was built against: Debian's OpenBLAS
     (openblas-pthread 0.3.21, which has its own thread pool); everything else, and bf16 GEMMs
     (oneDNN), runs on torch's OpenMP pool (libgomp).
@@ -39,7 +39,7 @@ Set-up ("best set-up" of /work/shared/PERF.md), all applied inside this process 
     its kernels from the CPU model once, when it is loaded, or from OPENBLAS_CORETYPE; it does not
     know every CPU these machines get (an Intel family 6 model 207 gets the SSE3 "Prescott" kernels:
     dense training 323 instead of 1,072 tokens/s at 1 thread), and the environment may preset
-    OPENBLAS_CORETYPE=Haswell (for other software), which halves OpenBLAS on PERF.md's Zen 5. So
+    OPENBLAS_CORETYPE=Haswell (for other software), which halves OpenBLAS on a reference Zen 5 machine's. So
     before torch is imported the peer starts one short subprocess per candidate: autodetect
     (variable unset), then SapphireRapids, Cooperlake, SkylakeX if /proc/cpuinfo has avx512f, Zen,
     Haswell if avx2, Sandybridge if avx (--coretype-candidates to change; 0.3.21 has no
@@ -90,7 +90,7 @@ fp32 GEMM GFLOP/s, best of the two rounds, autodetect loads "Zen":
 Dense training, 2 threads, 4 steps: autodetect 1,677 / 1,698, Haswell 1,677 / 1,820 tokens/s.
 
 Measurements (2026-11-29, the VM of that day: 2 vCPU AMD EPYC family 25 model 17 = Zen 4, NOT the Zen 5 of
-PERF.md; other jobs share the 2 cores, so runs were interleaved and repeated and those hit by
+a reference Zen 5 machine; other jobs share the 2 cores, so runs were interleaved and repeated and those hit by
 background load discarded). OpenBLAS sgemm here: ~104 GFLOP/s at 1 thread, ~200 at 2 (either core
 type: Zen 4 executes AVX-512 as 2x256 bit, so the AVX2 kernels keep up); oneDNN bf16 ~216 / ~436.
 dense, 2 threads, train tokens/s | decode tokens/s:
@@ -102,7 +102,7 @@ dense, 2 threads, train tokens/s | decode tokens/s:
   out of the box (Haswell, spinning pools)       429-1114 |  14-46
 tiny: all passive set-ups 11.8k-17.5k (noise-bound), spinning pools 9.0k-12.0k with 0.2-2 s stalls.
 Best set-up, medians of separate runs (runs hit by background load left out), 1 thread / 2 threads
-(PERF.md's Zen 5 figures in brackets; bench/README.md has the full table):
+(a reference Zen 5 machine's figures in brackets; bench/README.md has the full table):
   tiny   train 11,985-13,261 / 15,982-17,813 (19,150 / 25,996); decode 1,831-1,918 / 1,814-1,982
   dense  train  1,219-1,242  /  2,104-2,194  (2,424 / 4,595);   decode 206-256 / 367-432 (449 / 587)
   looped train    716-758    /  1,261-1,330  (1,468 / 2,648);   decode 141-194 / 215-322
@@ -323,7 +323,11 @@ import ctypes
 import math
 import resource
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit(f"{__file__}: needs PyTorch. Install Debian's build (apt-get install python3-torch) and run "
+             "this script with /usr/bin/python3.")
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -18,7 +18,11 @@ import struct
 import sys
 import tempfile
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit(f"{__file__}: needs PyTorch. Install Debian's build (apt-get install python3-torch) and run "
+             "this script with /usr/bin/python3.")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from looplm_ref import LoopLM, apply_rope, rope_cos_sin  # noqa: E402

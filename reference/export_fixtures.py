@@ -24,7 +24,11 @@ import json
 import os
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit(f"{__file__}: needs PyTorch. Install Debian's build (apt-get install python3-torch) and run "
+             "this script with /usr/bin/python3.")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from looplm_ref import LoopLM, param_groups, resolve_config  # noqa: E402

@@ -561,3 +561,32 @@ TEST(Presets, EveryPresetBuildsAndGenerates) {
     EXPECT_EQ(lm.generate(prompt, g).size(), 2u) << name;
   }
 }
+
+// The docs are self-contained: every relative link in README.md and docs/ points at a file of
+// this repository (no ../shared/..., which a user's clone does not have).
+TEST(Docs, LinksStayInsideTheRepository) {
+  const fs::path root = LOOPLM_SOURCE_DIR;
+  std::vector<fs::path> pages = {root / "README.md"};
+  for (auto& e : fs::directory_iterator(root / "docs"))
+    if (e.path().extension() == ".md") pages.push_back(e.path());
+  int links = 0;
+  for (const fs::path& page : pages) {
+    std::ifstream in(page);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    EXPECT_EQ(text.find("../shared"), std::string::npos) << page;
+    for (size_t at = text.find("]("); at != std::string::npos; at = text.find("](", at + 2)) {
+      const size_t end = text.find(')', at);
+      std::string target = text.substr(at + 2, end - at - 2);
+      if (target.rfind("http", 0) == 0) continue;
+      target = target.substr(0, target.find('#'));
+      if (target.empty()) continue;
+      ++links;
+      const fs::path resolved = fs::weakly_canonical(page.parent_path() / target);
+      EXPECT_TRUE(fs::exists(resolved)) << page << " links to " << target;
+      EXPECT_EQ(resolved.string().rfind(fs::weakly_canonical(root).string(), 0), 0u) << page << " links outside: " << target;
+    }
+  }
+  EXPECT_GT(links, 5);
+}

@@ -30,7 +30,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--top-p", g.top_p, "nucleus sampling mass (1 = off)")->check(within(0, 1, true, "greater than 0 and at most 1"));
   app.add_option("--seed", g.seed, "sampling seed (default 0)");
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(at_least(0));
-  app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (a rounded copy)")
+  app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (a rounded copy: faster only for models too big for the cache)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   app.add_flag("--quiet", quiet, "no timing summary");

@@ -1,5 +1,5 @@
 // Row-major GEMM: C[M,N] = alpha * op(A)[M,K] · op(B)[K,N] + beta * C.
-// float goes to oneDNN (chosen by measurement, ../shared/PERF.md and docs/numerics.md; it picks its
+// float goes to oneDNN (chosen by measurement, docs/numerics.md; it picks its
 // own kernel by CPU feature and shares the OpenMP pool); double is a plain reference used by the
 // finite-difference tests.
 #pragma once
