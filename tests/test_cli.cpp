@@ -96,6 +96,13 @@ CmdResult run_shell(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// n times a verse: training text for the small runs below.
+std::string verse(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) text += "In the beginning God created the heaven and the earth. ";
+  return text;
+}
+
 class Cli : public ::testing::Test {
  protected:
   std::string dir;
@@ -216,8 +223,7 @@ TEST_F(Cli, BadFlagValues) {
 // Ctrl-C during training: the run finishes its step, writes a checkpoint, says so and exits 130;
 // --resume continues from that step. (The CLI takes signals on its own thread: tools/signals.h.)
 TEST_F(Cli, InterruptedTrainingCheckpointsAndResumes) {
-  std::string text;
-  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  const std::string text = verse(400);
   io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
   const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
                            " --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
@@ -305,8 +311,7 @@ TEST_F(Cli, HelpConfigListsEveryKey) {
 // --set on --resume: the keys that are safe to change apply, any other is refused with a message;
 // the end-of-training report covers eval_batches x batch_size windows and says so.
 TEST_F(Cli, ResumeWithSetAndBoundedReport) {
-  std::string text;
-  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  const std::string text = verse(400);
   io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
   io::write_file_atomic(dir + "/bigval.txt", text.data(), text.size());  // 22,000 tokens
   const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
@@ -329,8 +334,7 @@ TEST_F(Cli, ResumeWithSetAndBoundedReport) {
 // A run directory is never lost by accident; --resume says what it does; the last K checkpoints
 // and the best one are kept.
 TEST_F(Cli, RunDirectoriesAreSafe) {
-  std::string text;
-  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  const std::string text = verse(400);
   io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
   const std::string args = "train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
                            " --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
@@ -374,8 +378,7 @@ TEST_F(Cli, RunDirectoriesAreSafe) {
 // Ctrl-C during eval and during train's end-of-training report: the process ends at once (by the
 // signal, as usual) and says what that means.
 TEST_F(Cli, InterruptEvalAndReportPromptly) {
-  std::string text;
-  for (int i = 0; i < 40000; ++i) text += "In the beginning God created the heaven and the earth. ";
+  const std::string text = verse(40000);
   io::write_file_atomic(dir + "/big.txt", text.data(), text.size());  // 2.2 MB: seconds of eval
   Interrupted e = interrupt_when("eval --checkpoint " + ckpt() + " --data " + dir + "/big.txt --progress on", "windows,");
   ASSERT_TRUE(e.signalled) << e.out;
@@ -510,8 +513,7 @@ TEST_F(Cli, FamiliarFlagsAndOutputs) {
   EXPECT_NE(r.out.find("Presets: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("docs/config.md"), std::string::npos) << r.out;
 
-  std::string text;
-  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. ";
+  const std::string text = verse(400);
   io::write_file_atomic(dir + "/train.txt", text.data(), text.size());
   r = run("train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4 --set eval_every=2"
           " --set eval_batches=1 --set data_train=" + dir + "/train.txt --set data_val=" + dir + "/val.txt"
