@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <omp.h>
 
@@ -24,6 +25,16 @@ Governor& gov() {
     Governor x;
     x.cores = cores_available();
     x.threads = x.cores;
+    // OMP_NUM_THREADS, when set, fixes the thread count as OpenMP users expect (no adapting);
+    // --threads still overrides it.
+    if (const char* e = std::getenv("OMP_NUM_THREADS")) {
+      char* end = nullptr;
+      const long n = std::strtol(e, &end, 10);
+      if (end != e && *end == '\0' && n > 0 && n <= 1024) {
+        x.threads = (int)n;
+        x.adaptive = false;
+      }
+    }
     omp_set_num_threads(x.threads);
     return x;
   }();
