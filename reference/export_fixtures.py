@@ -1,16 +1,19 @@
-"""Write tests/fixtures/{dense,looped,sandwich,parallel}.safetensors from the PyTorch reference.
+"""Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc}.safetensors (and the init
+statistics tests/fixtures/init/*.safetensors) from the PyTorch reference.
 
     /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures]
 
 Every fixture is computed in float64 from float32 weights (the stored ones), so the stored outputs
 are exact up to their float32 rounding. Tensors (F32 unless noted):
     <param name>            initial weights (norm weights/biases and linear biases perturbed,
-                            attn.q/k and mlp.gate/up redrawn N(0, 1/d); see perturb())
+                            attn.q/k and mlp.gate/up redrawn N(0, 1/d), loop-rule params
+                            perturbed per rule; see perturb())
     input.tokens [B,T] I32, input.targets [B,T] I32
     out.logits [B,T,V]      at depth R
     out.loss [1]            mean CE at depth R;  out.loss_by_depth [R+2]: loss at exits r = 1..R+2
                             (two exits beyond the trained R)
-    state.{r} [B,T,d]       loop state h^(r), r = 0..R+2 (state.0 = h_pre)
+    state.{r} [B,T,d]       exit state h^(r) = readout(loop state after step r), r = 0..R+2
+                            (state.0 = h_pre; hyper: the mean of the streams)
     grad.{param}            d out.loss / d param
     bptt.grad.{param}       (R > 1 only) the same with truncated back-propagation: only the last
                             bptt_k (metadata) loop steps keep gradients; zeros where none arrives
@@ -50,6 +53,16 @@ FIXTURES = {
                      pos="rope", bias=False, tie_embeddings=True, deeploop_p=0.5),
     "parallel": dict(n_core=2, R=2, d_ff=0, block="parallel", norm="layernorm", mlp="gelu",
                      pos="none", bias=True, tie_embeddings=True),
+    # noise off: the engine's and torch's RNGs can never match, so fixtures are noise-free
+    "gated": dict(n_prelude=1, n_core=1, R=3, n_coda=1, d_ff=20, block="pre_norm", norm="layernorm",
+                  mlp="gelu", pos="learned", bias=True, tie_embeddings=False, loop_rule="gated",
+                  gate_tau=0.7, gate_sigma_x=0.0, gate_sigma_g=0.0),
+    "hyper": dict(n_prelude=1, n_core=2, R=2, n_coda=1, d_ff=28, block="pre_norm", norm="rmsnorm",
+                  mlp="swiglu", pos="rope", bias=False, tie_embeddings=True, loop_rule="hyper",
+                  hyper_streams=3, hyper_res="diag"),
+    "mhc": dict(n_prelude=1, n_core=1, R=3, n_coda=1, d_ff=28, block="pre_norm", norm="rmsnorm",
+                mlp="swiglu", pos="rope", bias=False, tie_embeddings=True, loop_rule="hyper",
+                hyper_streams=4, hyper_res="sinkhorn", sinkhorn_iters=20),
 }
 
 
@@ -62,14 +75,52 @@ def perturb(model, gen):
     """Make the fixture discriminative. Norm weights/biases and linear biases move off 1/0 so their
     gradients are meaningful; attn.q/k and mlp.gate/up are redrawn from N(0, 1/d_model) so that
     attention scores and MLP pre-activations are O(1) (at init_std 0.02 they are ~1e-3 and RoPE,
-    the softmax scale or erf-vs-tanh GELU would barely show in the outputs)."""
+    the softmax scale or erf-vs-tanh GELU would barely show in the outputs). The loop rule's own
+    parameters ("loop.*") are perturbed by perturb_loop()."""
     d = model.cfg["d_model"]
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if p.ndim == 1:
+            if n.startswith("loop."):
+                perturb_loop(model.cfg, n, p, gen)
+            elif p.ndim == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
             elif any(s in n for s in (".attn.q.", ".attn.k.", ".mlp.gate.", ".mlp.up.")):
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / d ** 0.5)
+
+
+
+def perturb_loop(cfg, name, p, gen):
+    """gated: fc2.bias redrawn N(0.5, 0.5) so the gates sit around sigmoid(0.5/tau), not saturated
+    at sigmoid(4/tau) (then W_proj and the core get real gradients); W_proj and fc1.weight redrawn
+    N(0, 1/(2d)), fc2.weight N(0, 1/d), so h~ and the gate pre-activations are O(1) and vary per
+    element; the other 1-D params (norms, proj.bias, fc1.bias) + N(0, 0.1) as in the blocks.
+    hyper: alphas redrawn U(0.5, 1.5), W's N(0, 1/(n*d)) (then W z ~ N(0, 1) since |z|^2 = n*d),
+    biases + N(0, 0.3) (sinkhorn: on top of the identity), loop.emb redrawn N(0, 0.1)."""
+    d = cfg["d_model"]
+    rnd = lambda: torch.randn(p.shape, generator=gen, dtype=p.dtype)
+    if cfg["loop_rule"] == "gated":
+        if name == "loop.gate.fc2.bias":
+            p.copy_(0.5 + 0.5 * rnd())
+        elif name in ("loop.proj.weight", "loop.gate.fc1.weight"):
+            p.copy_(rnd() / (2 * d) ** 0.5)
+        elif name == "loop.gate.fc2.weight":
+            p.copy_(rnd() / d ** 0.5)
+        else:
+            assert p.ndim == 1, name
+            p.add_(0.1 * rnd())
+    elif cfg["loop_rule"] == "hyper":
+        nd = cfg["hyper_streams"] * d
+        if name == "loop.emb.weight":
+            p.copy_(0.1 * rnd())
+        elif name.endswith(".alpha"):
+            p.copy_(0.5 + torch.rand(p.shape, generator=gen, dtype=p.dtype))
+        elif name.endswith(".weight"):
+            p.copy_(rnd() / nd ** 0.5)
+        else:
+            assert name.endswith(".bias"), name
+            p.add_(0.3 * rnd())
+    else:
+        raise AssertionError(f"no perturbation for {name}")
 
 
 def train_steps(model, tokens, targets, cfg, k):
@@ -151,6 +202,12 @@ INIT_CONFIGS = {
                         tie_embeddings=False),
     "init_deeploop": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_core=2, R=3,
                           block="sandwich", norm="rmsnorm", mlp="swiglu", pos="rope", deeploop_p=0.5),
+    "init_gated": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_prelude=1, n_core=2, R=4,
+                       n_coda=1, block="pre_norm", norm="layernorm", mlp="gelu", pos="learned", bias=True,
+                       tie_embeddings=False, loop_rule="gated"),
+    "init_hyper": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_prelude=1, n_core=2, R=3,
+                       n_coda=1, block="pre_norm", norm="rmsnorm", mlp="swiglu", pos="rope",
+                       loop_rule="hyper", hyper_streams=4, hyper_res="sinkhorn"),
 }
 
 

@@ -4,6 +4,8 @@
 
 The whole recipe is the five lines under "load" below: the config travels in the safetensors
 metadata (key "config"), parameter names and [out, in] layouts are PyTorch's, tied lm_head is absent.
+The config's loop_rule (residual, gated, hyper) selects the rule and its "loop.*" parameters; eval mode
+turns the gated rule's training noise off.
 Byte tokenizer: token id = UTF-8 byte (vocab_size 256).
 """
 import argparse
@@ -44,7 +46,7 @@ def main():
     assert max(ids) < config["vocab_size"], "byte tokenizer needs vocab_size >= 256"
     with torch.no_grad():
         logits = model(torch.tensor([ids]), R=args.R)[0]  # [T, V]
-    print(f"config: {json.dumps({k: model.cfg[k] for k in ('d_model', 'n_prelude', 'n_core', 'n_coda', 'R', 'block')})}")
+    print(f"config: {json.dumps({k: model.cfg[k] for k in ('d_model', 'n_prelude', 'n_core', 'n_coda', 'R', 'block', 'loop_rule')})}")
     print(f"logits {list(logits.shape)}; last position, first 8: {logits[-1, :8].tolist()}")
     top = logits[-1].topk(5)
     show = lambda i: repr(chr(i)) if i < 128 else f"0x{i:02x}"

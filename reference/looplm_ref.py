@@ -1,10 +1,16 @@
 """looplm reference model in PyTorch (the ground truth for tests/fixtures).
 
-Covers the `residual` loop rule with pre_norm / parallel / sandwich blocks (SPEC §1, §2.2, §6):
+Covers pre_norm / parallel / sandwich blocks and three loop rules (SPEC §1, §2.1, §2.2, §2.5, §6):
 
-    tokens -> tok_emb (+ pos_emb) -> prelude -> h^(0) = h_pre
-           -> for r = 1..R: h^(r) = core(h^(r-1))        (all n_core blocks in order)
-           -> coda -> norm_f -> lm_head -> logits
+    tokens -> tok_emb (+ pos_emb) -> prelude -> h_pre
+           -> state = init_state(h_pre); for r = 1..R: state = step(state, h_pre, core, r)
+           -> h = readout(state) -> coda -> norm_f -> lm_head -> logits
+
+    residual  state = h;  step: h <- core(h)                                     (no parameters)
+    gated     state = h;  step: h <- g*h + (1-g)*core(W_proj [h + eps_x, h_pre])  (RecurrentGPT)
+    hyper     state = n streams Y [.., n*d];  readout = mean of the streams        (Hyperloop / mHC)
+
+Exit r (r = 0, 1, ..., any depth, also beyond the trained R) is readout(state after step r).
 
 Parameter names match the C++ engine's checkpoints exactly, so `model.load_state_dict(tensors)` works
 on a looplm `model.safetensors` (see load_checkpoint.py).
@@ -25,6 +31,30 @@ DEFAULTS = dict(
     init_std=0.02, norm_eps=1e-5,
 )
 
+# Keys of each loop rule and their defaults. A resolved config holds the keys of its own rule only
+# (so a residual config is exactly the DEFAULTS keys); other rules' keys are ignored like lr.
+RULE_DEFAULTS = {
+    "residual": {},
+    "gated": dict(gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0, gate_bias_init=4.0),
+    "hyper": dict(hyper_streams=4, hyper_res="diag", sinkhorn_iters=20),
+}
+
+
+def _integer(cfg, key, lo):
+    """An integer config value (an integral float such as 4.0 is accepted), at least lo."""
+    v = cfg[key]
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and float(v).is_integer() and v >= lo
+    if not ok:
+        raise ValueError(f"config key {key!r} must be an integer >= {lo}, got {v!r}")
+    cfg[key] = int(v)
+
+
+def _number(cfg, key, ok, what):
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+        raise ValueError(f"config key {key!r} must be {what}, got {v!r}")
+    cfg[key] = float(v)
+
 
 def resolve_config(cfg):
     """Flat dict (or JSON string) -> dict with every model key set; d_ff 0 means 4*d_model."""
@@ -40,8 +70,20 @@ def resolve_config(cfg):
     assert out["block"] in ("pre_norm", "parallel", "sandwich"), out["block"]
     assert out["norm"] in ("rmsnorm", "layernorm") and out["mlp"] in ("gelu", "swiglu")
     assert out["pos"] in ("rope", "learned", "none")
-    if out["loop_rule"] != "residual":
-        raise NotImplementedError(f"loop_rule {out['loop_rule']!r} is not in this reference")
+    rule = out["loop_rule"]
+    if rule not in RULE_DEFAULTS:
+        raise NotImplementedError(f"loop_rule {rule!r} is not in this reference")
+    out.update({k: cfg.get(k, v) for k, v in RULE_DEFAULTS[rule].items()})
+    if rule == "gated":
+        _number(out, "gate_sigma_x", lambda v: v >= 0, "a number >= 0")
+        _number(out, "gate_sigma_g", lambda v: v >= 0, "a number >= 0")
+        _number(out, "gate_tau", lambda v: v > 0, "a number > 0")
+        _number(out, "gate_bias_init", lambda v: True, "a finite number")
+    elif rule == "hyper":
+        _integer(out, "hyper_streams", 1)
+        _integer(out, "sinkhorn_iters", 1)
+        if out["hyper_res"] not in ("diag", "sinkhorn"):
+            raise ValueError(f"config key 'hyper_res' must be 'diag' or 'sinkhorn', got {out['hyper_res']!r}")
     return out
 
 
@@ -153,6 +195,220 @@ class Block(nn.Module):
         return x
 
 
+# ----------------------------------------------------------------------------- loop rules
+# A loop rule holds the loop's own parameters (under "loop.") and defines
+#     init_state(h_pre) -> state,   step(state, h_pre, core, r) -> state,   readout(state) -> h
+# where core(x) applies all n_core blocks once and r = 1, 2, ... counts the loop steps.
+
+class ResidualLoop(nn.Module):
+    """residual (SPEC §6): h^(r) = core(h^(r-1)); no parameters."""
+
+    def __init__(self, cfg):
+        super().__init__()
+
+    def init_state(self, h_pre):
+        return h_pre
+
+    def readout(self, h):
+        return h
+
+    def step(self, h, h_pre, core, r):
+        return core(h)
+
+    def reset_parameters(self, cfg):
+        pass
+
+
+class GateMLP(nn.Module):
+    """f_g: Linear(2d -> d) -> SiLU -> Linear(d -> d), both with bias."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc1 = nn.Linear(2 * d, d)
+        self.fc2 = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.fc2(F.silu(self.fc1(x)))
+
+
+class GatedLoop(nn.Module):
+    """gated (RecurrentGPT, SPEC §2.1). State h, h^(0) = h_pre; step r:
+
+        h~      = W_proj [h + eps_x, h_pre]                 (+ b_proj when config bias = true)
+        o       = core(h~)
+        g       = sigmoid( f_g([LN_a(h), LN_b(h_pre)]) / tau + eps_g )
+        h_new   = g * h + (1 - g) * o
+
+    eps_x ~ N(0, sigma_x^2), eps_g ~ N(0, sigma_g^2) per element per step, in training mode only
+    (module.training; none drawn when the sigma is 0). h is the clean previous state everywhere
+    except inside W_proj."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, kind, eps = cfg["d_model"], cfg["norm"], cfg["norm_eps"]
+        self.sigma_x, self.sigma_g, self.tau = cfg["gate_sigma_x"], cfg["gate_sigma_g"], cfg["gate_tau"]
+        self.proj = nn.Linear(2 * d, d, bias=cfg["bias"])
+        self.norm_a = Norm(d, kind, eps)  # on h^(r-1)
+        self.norm_b = Norm(d, kind, eps)  # on h_pre
+        self.gate = GateMLP(d)
+
+    def init_state(self, h_pre):
+        return h_pre
+
+    def readout(self, h):
+        return h
+
+    def noise(self, like, sigma):
+        if self.training and sigma > 0:
+            return sigma * torch.randn_like(like)
+        return torch.zeros_like(like)
+
+    def gate_values(self, h, h_pre):
+        """g = sigmoid(f_g([LN_a(h), LN_b(h_pre)]) / tau + eps_g)."""
+        a = self.gate(torch.cat([self.norm_a(h), self.norm_b(h_pre)], dim=-1)) / self.tau
+        return torch.sigmoid(a + self.noise(a, self.sigma_g))
+
+    def step(self, h, h_pre, core, r):
+        h_tilde = self.proj(torch.cat([h + self.noise(h, self.sigma_x), h_pre], dim=-1))
+        o = core(h_tilde)
+        g = self.gate_values(h, h_pre)
+        return g * h + (1 - g) * o
+
+    @torch.no_grad()
+    def reset_parameters(self, cfg):
+        """W_proj, fc1, fc2 weights N(0, init_std); proj and fc1 biases 0, fc2 bias gate_bias_init;
+        norms weight 1, bias 0."""
+        std = cfg["init_std"]
+        for lin in (self.proj, self.gate.fc1, self.gate.fc2):
+            lin.weight.normal_(0.0, std)
+            if lin.bias is not None:
+                lin.bias.zero_()
+        self.gate.fc2.bias.fill_(cfg["gate_bias_init"])
+        for norm in (self.norm_a, self.norm_b):
+            norm.weight.fill_(1.0)
+            if norm.kind == "layernorm":
+                norm.bias.zero_()
+
+
+class StreamMap(nn.Module):
+    """One hyper-connection map: alpha * (W z) + b, W [m, n*d] (no bias of its own), alpha [1],
+    b of shape bias_shape (flattened row-major to m values)."""
+
+    def __init__(self, m, nd, bias_shape):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(m, nd))
+        self.alpha = nn.Parameter(torch.empty(1))
+        self.bias = nn.Parameter(torch.empty(bias_shape))
+
+    def forward(self, z):
+        return self.alpha * F.linear(z, self.weight) + self.bias.reshape(-1)
+
+
+class HyperMaps(nn.Module):
+    """The maps of one loop l: pre, res, post (names loop.{l}.pre.* etc.)."""
+
+    def __init__(self, n, d, sinkhorn):
+        super().__init__()
+        self.pre = StreamMap(n, n * d, (n,))
+        self.res = StreamMap(n * n, n * d, (n, n)) if sinkhorn else StreamMap(n, n * d, (n,))
+        self.post = StreamMap(n, n * d, (n,))
+
+
+def sinkhorn(L, iters):
+    """Sinkhorn-Knopp on [.., n, n] logits: M = exp(L - max L); iters x (rows to sum 1, then columns).
+    The max is a constant shift (the result does not depend on it), so it carries no gradient."""
+    M = torch.exp(L - L.amax(dim=(-2, -1), keepdim=True).detach())
+    for _ in range(iters):
+        M = M / M.sum(dim=-1, keepdim=True)  # every row sums to 1
+        M = M / M.sum(dim=-2, keepdim=True)  # every column sums to 1
+    return M
+
+
+class HyperLoop(nn.Module):
+    """hyper (Hyperloop, SPEC §2.5; mHC with hyper_res = sinkhorn). State Y: n streams stored as
+    [.., n*d] (stream s = features s*d .. (s+1)*d - 1); Y^(0) = n copies of h_pre; readout = mean
+    of the streams. Step r uses the maps and embedding of loop l = min(r, R) - 1:
+
+        z      = Y / sqrt(mean(Y^2) + 1e-20)                          (over all n*d features)
+        H_pre  = sigmoid(alpha_pre (W_pre z) + b_pre)                  [n]
+        x      = core(sum_s H_pre[s] Y_s) + loop_emb[l]
+        H_post = 2 sigmoid(alpha_post (W_post z) + b_post)             [n]
+        diag:      H_res = sigmoid(alpha_res (W_res z) + b_res)  [n];   Y_s <- H_res[s] Y_s + H_post[s] x
+        sinkhorn:  H_res = Sinkhorn(alpha_res (W_res z) + b_res as n x n, row-major);
+                   Y_s <- sum_t H_res[s, t] Y_t + H_post[s] x
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.n, self.d, self.R = cfg["hyper_streams"], cfg["d_model"], cfg["R"]
+        self.use_sinkhorn, self.iters = cfg["hyper_res"] == "sinkhorn", cfg["sinkhorn_iters"]
+        for l in range(self.R):
+            self.add_module(str(l), HyperMaps(self.n, self.d, self.use_sinkhorn))
+        self.emb = nn.Embedding(self.R, self.d)
+
+    def maps(self, l):
+        return self._modules[str(l)]
+
+    def loop_index(self, r):
+        return min(r, self.R) - 1
+
+    def streams(self, Y):
+        return Y.reshape(*Y.shape[:-1], self.n, self.d)  # [.., n, d]
+
+    def init_state(self, h_pre):
+        return torch.cat([h_pre] * self.n, dim=-1)
+
+    def readout(self, Y):
+        return self.streams(Y).mean(dim=-2)
+
+    def coefficients(self, Y, l):
+        """H_pre [.., n], H_res ([.., n] or [.., n, n]), H_post [.., n] of loop l from the state Y."""
+        maps = self.maps(l)
+        z = Y / torch.sqrt(Y.pow(2).mean(dim=-1, keepdim=True) + 1e-20)
+        H_pre = torch.sigmoid(maps.pre(z))
+        H_post = 2 * torch.sigmoid(maps.post(z))
+        if self.use_sinkhorn:
+            L = maps.res(z).reshape(*z.shape[:-1], self.n, self.n)  # L[s, t] = element s*n + t
+            H_res = sinkhorn(L, self.iters)
+        else:
+            H_res = torch.sigmoid(maps.res(z))
+        return H_pre, H_res, H_post
+
+    def step(self, Y, h_pre, core, r):
+        l = self.loop_index(r)
+        H_pre, H_res, H_post = self.coefficients(Y, l)
+        Ys = self.streams(Y)
+        x = core((H_pre[..., None] * Ys).sum(dim=-2))
+        x = x + self.emb.weight[l]
+        if self.use_sinkhorn:
+            mixed = H_res @ Ys  # [.., n, n] @ [.., n, d]: sum_t H_res[s, t] Y_t
+        else:
+            mixed = H_res[..., None] * Ys
+        Y_new = mixed + H_post[..., None] * x[..., None, :]
+        return Y_new.reshape(Y.shape)
+
+    @torch.no_grad()
+    def reset_parameters(self, cfg):
+        """Every W ~ U(+-1/sqrt(n*d)) (PyTorch's default Linear bound); every alpha 0.01;
+        b_pre 1/n; b_res 1 (diag) or the identity (sinkhorn); b_post 0; loop_emb N(0, init_std)."""
+        n, bound = self.n, 1.0 / math.sqrt(self.n * self.d)
+        for l in range(self.R):
+            maps = self.maps(l)
+            for m in (maps.pre, maps.res, maps.post):
+                m.weight.uniform_(-bound, bound)
+                m.alpha.fill_(0.01)
+            maps.pre.bias.fill_(1.0 / n)
+            if self.use_sinkhorn:
+                maps.res.bias.copy_(torch.eye(n, dtype=maps.res.bias.dtype))
+            else:
+                maps.res.bias.fill_(1.0)
+            maps.post.bias.zero_()
+        self.emb.weight.normal_(0.0, cfg["init_std"])
+
+
+LOOP_RULES = {"residual": ResidualLoop, "gated": GatedLoop, "hyper": HyperLoop}
+
+
 # ----------------------------------------------------------------------------- the model
 
 class LoopLM(nn.Module):
@@ -168,6 +424,7 @@ class LoopLM(nn.Module):
         self.prelude = nn.ModuleList(Block(cfg, alpha) for _ in range(cfg["n_prelude"]))
         self.core = nn.ModuleList(Block(cfg, alpha) for _ in range(cfg["n_core"]))
         self.coda = nn.ModuleList(Block(cfg, alpha) for _ in range(cfg["n_coda"]))
+        self.loop = LOOP_RULES[cfg["loop_rule"]](cfg)  # parameters "loop.*" (none for residual)
         self.norm_f = Norm(d, cfg["norm"], cfg["norm_eps"])
         if not cfg["tie_embeddings"]:
             self.lm_head = nn.Linear(d, V, bias=cfg["bias"])
@@ -176,10 +433,13 @@ class LoopLM(nn.Module):
     @torch.no_grad()
     def reset_parameters(self):
         """N(0, init_std) for matrices/embeddings; attn.o and mlp.down scaled by 1/sqrt(2N);
-        with deeploop_p > 0 instead attn.v, attn.o and every MLP matrix scaled by beta = (8N)^(-p)."""
+        with deeploop_p > 0 instead attn.v, attn.o and every MLP matrix scaled by beta = (8N)^(-p).
+        The loop rule's own parameters ("loop.*") are drawn afterwards by the rule."""
         cfg = self.cfg
         N, p, std = unrolled_depth(cfg), cfg["deeploop_p"], cfg["init_std"]
         for name, w in self.named_parameters():
+            if name.startswith("loop."):
+                continue
             if name.endswith(".bias"):
                 w.zero_()
             elif w.ndim == 1:  # norm weights
@@ -191,6 +451,7 @@ class LoopLM(nn.Module):
                         w.mul_((8 * N) ** (-p))
                 elif any(s in name for s in (".attn.o.", ".mlp.down.")):
                     w.mul_(1.0 / math.sqrt(2 * N))
+        self.loop.reset_parameters(cfg)
 
     # --- pieces
     def embed(self, tokens):
@@ -201,11 +462,15 @@ class LoopLM(nn.Module):
             h = blk(h)
         return h  # h_pre = h^(0)
 
-    def loop_step(self, h, h_pre, r):
-        """residual rule: h^(r) = core(h^(r-1)); h_pre and r are unused."""
+    def apply_core(self, x):
+        """One application of the core: all n_core blocks in order."""
         for blk in self.core:
-            h = blk(h)
-        return h
+            x = blk(x)
+        return x
+
+    def loop_step(self, state, h_pre, r):
+        """Loop step r = 1, 2, ... of the configured rule (state -> state)."""
+        return self.loop.step(state, h_pre, self.apply_core, r)
 
     def exit_logits(self, h):
         """Loop state -> coda -> norm_f -> lm_head."""
@@ -217,24 +482,27 @@ class LoopLM(nn.Module):
         return self.lm_head(h)
 
     def loop_states(self, tokens, R=None, grad_steps=None):
-        """[h^(0), h^(1), ..., h^(R)]. grad_steps = k: truncated back-propagation, only the last k
-        loop steps keep gradients (the earlier ones run under no_grad, their output detached)."""
+        """[h^(0), h^(1), ..., h^(R)], h^(r) = readout(state after step r) (h^(0) = h_pre).
+        grad_steps = k: truncated back-propagation, only the last k loop steps keep gradients (the
+        earlier ones run under no_grad, their output detached; h_pre keeps its gradient in the
+        steps that read it)."""
         R = self.cfg["R"] if R is None else R
-        h_pre = h = self.embed(tokens)
-        states = [h]
+        h_pre = self.embed(tokens)
+        state = self.loop.init_state(h_pre)
+        states = [self.loop.readout(state)]
         for r in range(1, R + 1):
             if grad_steps is not None and r <= R - grad_steps:
                 with torch.no_grad():
-                    h = self.loop_step(h, h_pre, r).detach()
+                    state = self.loop_step(state, h_pre, r).detach()
             else:
-                h = self.loop_step(h, h_pre, r)
-            states.append(h)
+                state = self.loop_step(state, h_pre, r)
+            states.append(self.loop.readout(state))
         return states
 
     # --- public API
-    def forward(self, tokens, R=None):
-        """Logits [B, T, V] at depth R (default: the configured R)."""
-        return self.exit_logits(self.loop_states(tokens, R)[-1])
+    def forward(self, tokens, R=None, grad_steps=None):
+        """Logits [B, T, V] at depth R (default: the configured R); grad_steps as in loop_states."""
+        return self.exit_logits(self.loop_states(tokens, R, grad_steps)[-1])
 
     @staticmethod
     def loss(logits, targets):

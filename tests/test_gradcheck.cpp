@@ -1,7 +1,5 @@
 // Finite-difference checks in double precision for every op's backward kernel, on odd sizes.
-// For a random upstream gradient G, the scalar L = Σ G ∘ f(inputs) has ∂L/∂input = backward(G);
-// central differences with h = 1e-6 have truncation error O(h²·f''') ~ 1e-12 and roundoff
-// ~ 1e-16/h = 1e-10, so analytic and numeric gradients must agree to 1e-7 relative.
+// (gradcheck_util.h: L = sum of G times f(inputs), central differences, 1e-7 relative.)
 // Also checks the accumulate flag (the second write adds) and the float kernels against double.
 #include <gtest/gtest.h>
 
@@ -16,45 +14,10 @@
 #include "ops/kernels_pointwise.h"
 #include "model/rope.h"
 #include "ops/ops.h"
+#include "gradcheck_util.h"
 
 using namespace looplm;
-using Vec = std::vector<double>;
-
-namespace {
-
-Vec randn(size_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> nd(0, scale);
-  Vec v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
-
-double dotv(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Compare analytic gradient `grad` of L(x) = Σ G∘f(x) with central differences on input x.
-void fd_check(const std::string& what, Vec& x, const Vec& grad, const std::function<double()>& L) {
-  const double h = 1e-6;
-  double worst = 0, scale = 1e-3;
-  for (double gv : grad) scale = std::max(scale, std::fabs(gv));
-  for (size_t i = 0; i < x.size(); ++i) {
-    double keep = x[i];
-    x[i] = keep + h;
-    double lp = L();
-    x[i] = keep - h;
-    double lm = L();
-    x[i] = keep;
-    double num = (lp - lm) / (2 * h);
-    worst = std::max(worst, std::fabs(num - grad[i]) / scale);
-  }
-  EXPECT_LT(worst, 1e-7) << what;
-}
-
-}  // namespace
+using namespace looplm::test;
 
 TEST(GradCheck, Linear) {
   const int N = 7, in = 5, out = 9;

@@ -1,6 +1,7 @@
 // The C++ engine against the PyTorch reference (reference/export_fixtures.py) on the same weights:
 // logits, loss, the loss at every exit, every loop state, every parameter gradient and three
-// clipped AdamW steps, for the dense, looped, sandwich and parallel fixtures.
+// clipped AdamW steps, for the dense, looped, sandwich and parallel fixtures and the loop rules'
+// (gated: RecurrentGPT; hyper and mhc: Hyperloop with diagonal and Sinkhorn H_res).
 //
 // Tolerances. The fixtures are computed in float64; the engine runs float32 (unit roundoff
 // 6e-8). Through ~10 block applications with sums of ≤ 72 terms the forward drifts ~1e-6 relative,
@@ -133,12 +134,13 @@ void check_fixture(const std::string& name) {
 }  // namespace
 
 // Init: the engine's draws against the reference's own (reference/export_fixtures.py, d = 128), per
-// parameter: constants exactly; normal draws by mean and standard deviation. Both are samples of n
-// values, so their stds differ by ~√2/√(2n) = 1/√n relatively; 6/√n (≤ 4.7% at n ≥ 16384, 9.4% for
-// the 4096 learned positions) is > 5σ, while the scales being checked (1/√(2N) = 0.22,
-// β = (8N)^-1/2 = 0.14) are far outside it.
+// parameter. Deterministic inits (constants, mHC's identity bias) must give the same mean, std, min
+// and max. Random draws are compared by standard deviation and mean: both sides are samples of n
+// values, so their stds differ by ~1/√n relatively and their means by ~std·√(2/n); 6/√n (≤ 4.7% at
+// n ≥ 16384, 31% for a 384-value loop embedding) is > 5σ, while the scales being checked
+// (1/√(2N) = 0.22, β = (8N)^-1/2 = 0.14, U(±1/√(n·d)) against N(0, 0.02)) are far outside it.
 TEST(Reference, InitStatistics) {
-  for (const char* name : {"init/init_looped", "init/init_deeploop"}) {
+  for (const char* name : {"init/init_looped", "init/init_deeploop", "init/init_gated", "init/init_hyper"}) {
     auto f = io::SafetensorsFile::open(fixture(name));
     Config c = Config::from_json_text(f.metadata().at("config"), name);
     Model m(c);
@@ -157,13 +159,21 @@ TEST(Reference, InitStatistics) {
       mean /= p.numel;
       for (size_t j = 0; j < p.numel; ++j) sq += (w[j] - mean) * (w[j] - mean);
       const double std = std::sqrt(sq / p.numel);
-      if (ref[2] == ref[3]) {  // a constant
+      const bool fixed = p.init.kind == Init::Kind::Constant || p.init.kind == Init::Kind::Eye;
+      EXPECT_EQ(fixed, ref[2] == ref[3] || p.init.kind == Init::Kind::Eye) << name << " " << p.name;
+      if (fixed) {
         EXPECT_EQ(lo, ref[2]) << name << " " << p.name;
         EXPECT_EQ(hi, ref[3]) << name << " " << p.name;
+        EXPECT_NEAR(mean, ref[0], 1e-6) << name << " " << p.name;
+        EXPECT_NEAR(std, ref[1], 1e-6) << name << " " << p.name;
       } else {
         const double tol = 6.0 / std::sqrt((double)p.numel);  // > 5σ of the two samples' ratio
         EXPECT_NEAR(std / ref[1], 1.0, tol) << name << " " << p.name << " std " << std << " vs " << ref[1];
-        EXPECT_LT(std::fabs(mean), 0.05 * ref[1]) << name << " " << p.name;
+        EXPECT_LT(std::fabs(mean - ref[0]), tol * ref[1]) << name << " " << p.name;
+        if (p.init.kind == Init::Kind::Uniform) {  // the same bound on both sides
+          EXPECT_LE(hi, p.init.a) << name << " " << p.name;
+          EXPECT_NEAR(ref[3], p.init.a, 0.05 * p.init.a) << name << " " << p.name;
+        }
       }
     }
   }
@@ -173,3 +183,6 @@ TEST(Reference, Dense) { check_fixture("dense"); }
 TEST(Reference, Looped) { check_fixture("looped"); }
 TEST(Reference, Sandwich) { check_fixture("sandwich"); }
 TEST(Reference, Parallel) { check_fixture("parallel"); }
+TEST(Reference, Gated) { check_fixture("gated"); }
+TEST(Reference, Hyper) { check_fixture("hyper"); }
+TEST(Reference, Mhc) { check_fixture("mhc"); }

@@ -16,6 +16,7 @@ std::string Init::describe() const {
   switch (kind) {
     case Kind::Normal: std::snprintf(b, sizeof b, "N(0, %.4g)", a); break;
     case Kind::Uniform: std::snprintf(b, sizeof b, "U(±%.4g)", a); break;
+    case Kind::Eye: std::snprintf(b, sizeof b, "%.6g·I", a); break;
     default: std::snprintf(b, sizeof b, "%.6g", a);
   }
   return b;
@@ -74,6 +75,12 @@ void ParamStore::init(uint64_t seed) {
       case Init::Kind::Constant:
         std::fill(w, w + p.numel, (float)p.init.a);
         break;
+      case Init::Kind::Eye: {
+        LOOPLM_ASSERT(p.shape.size() == 2 && p.shape[0] == p.shape[1], "Init::eye of a param that is not square");
+        std::fill(w, w + p.numel, 0.0f);
+        for (int64_t j = 0; j < p.shape[0]; ++j) w[j * p.shape[0] + j] = (float)p.init.a;
+        break;
+      }
     }
   }
 }
@@ -100,6 +107,20 @@ Node* ParamStore::view(int i) {
   const auto& s = infos_[i].shape;
   int64_t rows = s.size() >= 2 ? s[0] : 1;
   return view(i, i, rows, (int64_t)infos_[i].numel / rows);
+}
+
+Node* ParamStore::row(int i, int64_t r) {
+  LOOPLM_ASSERT(values_, "ParamStore::row before the values exist");
+  const auto& s = infos_[i].shape;
+  LOOPLM_ASSERT(s.size() == 2 && r >= 0 && r < s[0], "ParamStore::row out of range");
+  Node& node = nodes_.emplace_back();
+  node.v = value(i) + r * s[1];
+  node.g = grads_ ? grad(i) + r * s[1] : nullptr;
+  node.rows = 1;
+  node.cols = s[1];
+  node.requires_grad = grads_ != nullptr;
+  node.is_param = true;
+  return &node;
 }
 
 WeightMatrix* ParamStore::matrix(int first, int last, int64_t rows, int64_t cols) {

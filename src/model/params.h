@@ -23,14 +23,17 @@
 namespace looplm {
 
 struct Init {
-  enum class Kind { Constant, Normal, Uniform };
+  enum class Kind { Constant, Normal, Uniform, Eye };
   Kind kind = Kind::Constant;
-  double a = 0;  // Constant: the value; Normal: the standard deviation; Uniform: the bound (±a)
+  // Constant: the value; Normal: the standard deviation; Uniform: the bound (±a); Eye: the value
+  // on the diagonal of a square [n, n] param, 0 off it (e.g. mHC's H_res bias).
+  double a = 0;
   static Init zeros() { return {Kind::Constant, 0.0}; }
   static Init ones() { return {Kind::Constant, 1.0}; }
   static Init constant(double v) { return {Kind::Constant, v}; }
   static Init normal(double std) { return {Kind::Normal, std}; }
   static Init uniform(double bound) { return {Kind::Uniform, bound}; }
+  static Init eye(double diagonal) { return {Kind::Eye, diagonal}; }
   std::string describe() const;  // "N(0, 0.02)", "U(±0.05)", "1"
 };
 
@@ -77,6 +80,9 @@ class ParamStore {
   // A persistent graph node over params first..last (consecutive), viewed as [rows, cols].
   Node* view(int first, int last, int64_t rows, int64_t cols);
   Node* view(int i);  // one param: [shape[0], prod(rest)] (vectors are [1, n])
+  // Row r of a 2-D param as a [1, cols] node (its gradient lands in that row), e.g. one loop's
+  // embedding.
+  Node* row(int i, int64_t r);
   // A weight matrix for products (linear layers, the lm_head): a view that pack() also covers.
   WeightMatrix* matrix(int first, int last, int64_t rows, int64_t cols);
   WeightMatrix* matrix(int i);

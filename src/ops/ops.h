@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/weight_format.h"
+#include "core/rng.h"
 #include "ops/graph.h"
 
 namespace looplm {
@@ -44,6 +45,23 @@ Node* axpby(Graph& g, float alpha, Node* a, Node* b);                // α a + b
 inline Node* add(Graph& g, Node* a, Node* b) { return axpby(g, 1.0f, a, b); }
 Node* concat(Graph& g, Node* a, Node* b);                            // along columns
 Node* slice_cols(Graph& g, Node* x, int c0, int n);                  // columns c0..c0+n-1
+// ---- the loop rules' ops (ops_loop.cpp, kernels_loop.h)
+Node* sigmoid(Graph& g, Node* x, float in_scale = 1.0f, float out_scale = 1.0f);  // o · σ(s · x)
+Node* silu(Graph& g, Node* x);                                        // x σ(x)
+Node* gate_mix(Graph& g, Node* gate, Node* a, Node* b);              // gate ⊙ a + (1 − gate) ⊙ b
+// s · x + b: s a [1, 1] scalar (null: 1), b a [1, cols] row added to every row (null: none).
+Node* scale_shift(Graph& g, Node* x, Node* s, Node* b);
+Node* rms_normalize(Graph& g, Node* x, double eps);                  // x / √(mean(x²) + eps), no gain
+// n streams Y [N, n·d]: x = Σ_s w_s Y_s with w [N, n]
+Node* stream_mix(Graph& g, Node* Y, Node* w, int n);
+// Y'_s = Σ_t H[s,t] Y_t + P_s x (full: H [N, n·n]) or H_s Y_s + P_s x (H [N, n]); P [N, n], x [N, d]
+Node* stream_update(Graph& g, Node* Y, Node* H, Node* P, Node* x, int n, bool full);
+// Each row of L [N, n·n] -> doubly stochastic by `iters` Sinkhorn–Knopp rounds on exp(L − max).
+Node* sinkhorn(Graph& g, Node* L, int n, int iters);
+// A constant [rows, cols] of N(0, std²) draws from `rng` (element i from counters 2⌊i/2⌋, +1: the
+// same numbers whatever the thread count). No gradient.
+Node* gaussian(Graph& g, int64_t rows, int64_t cols, double std, const Rng& rng);
+
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);
 

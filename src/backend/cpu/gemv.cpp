@@ -314,7 +314,10 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
     if ((int)xbuf.size() < 2 * half) xbuf.resize(2 * half);
     float *xe = xbuf.data(), *xo = xe + half;
     std::fill(xe, xe + 2 * half, 0.0f);
-    for (int i = 0; i < K; ++i) (i % 2 ? xo : xe)[i / 2] = x[i];
+    for (int i = 0; i < K; ++i) {
+      if (i % 2) xo[i / 2] = x[i];
+      else xe[i / 2] = x[i];
+    }
     for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx512(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
     return;
   }
