@@ -122,6 +122,19 @@ CONFIGS = {
     "dense": dict(n_prelude=0, n_core=6, n_coda=0, loops=1, d=384, heads=6, ctx=256, batch=8, vocab=65),
     "looped": dict(n_prelude=1, n_core=2, n_coda=1, loops=4, d=384, heads=6, ctx=256, batch=8, vocab=65),
 }
+# The looped systems of SPEC §2: bench-looped's shape (1 + 2x4 + 1, d 384, ...) with another loop rule
+# or block kind (looplm presets bench-<name>).
+_LOOPED = CONFIGS["looped"]
+CONFIGS.update({
+    "recurrent_gpt": dict(_LOOPED, rule="gated", gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0,
+                          gate_bias_init=4.0),
+    "deeploop": dict(_LOOPED, block="sandwich", norm="rmsnorm", deeploop_p=0.5),
+    "hyperloop": dict(_LOOPED, rule="hyper", streams=4, hyper_res="diag"),
+    "mhc": dict(_LOOPED, rule="hyper", streams=4, hyper_res="sinkhorn", sinkhorn_iters=20),
+})
+# Defaults of the keys the four above set: the plain pre-norm LayerNorm model with the residual rule.
+MODEL_DEFAULTS = dict(block="pre_norm", norm="layernorm", rule="residual", deeploop_p=0.0)
+DEFAULT_STEPS = {"tiny": 20, "dense": 8}  # timed training steps; 6 for the looped shapes
 
 # OpenBLAS core types the probe may force, each with the /proc/cpuinfo flag it needs. Debian's
 # OpenBLAS 0.3.21 (DYNAMIC_ARCH) has kernels for SkylakeX, Cooperlake, Zen, Haswell, Sandybridge
@@ -339,8 +352,27 @@ def lin(layer, x):
     """layer(x); for a single token (decode) as a matrix-vector product: OpenBLAS 0.3.21 sends a
     1-row sgemm through its full GEMM path (packing the whole weight), up to 4x slower than sgemv."""
     if DECODE_MV and x.shape[0] * x.shape[1] == 1 and not torch.is_autocast_cpu_enabled():
-        return torch.mv(layer.weight, x.reshape(-1)).view(1, 1, -1)
+        v = x.reshape(-1)
+        if layer.bias is None:
+            return torch.mv(layer.weight, v).view(1, 1, -1)
+        return torch.addmv(layer.bias, layer.weight, v).view(1, 1, -1)
     return layer(x)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight (torch 1.13 has no nn.RMSNorm)."""
+
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(c, d):
+    return RMSNorm(d, eps=1e-5) if c.get("norm") == "rmsnorm" else nn.LayerNorm(d, eps=1e-5)
 
 
 class Attention(nn.Module):
@@ -374,11 +406,14 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads):
+    """pre_norm: x = x + attn(n1(x)); x = x + mlp(n2(x))."""
+
+    def __init__(self, d, heads, c=None):
         super().__init__()
-        self.ln1 = nn.LayerNorm(d, eps=1e-5)
+        c = c or {}
+        self.ln1 = make_norm(c, d)
         self.attn = Attention(d, heads)
-        self.ln2 = nn.LayerNorm(d, eps=1e-5)
+        self.ln2 = make_norm(c, d)
         self.fc = nn.Linear(d, 4 * d, bias=False)
         self.proj = nn.Linear(4 * d, d, bias=False)
 
@@ -386,6 +421,23 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x), cache)
         x = x + lin(self.proj, F.gelu(lin(self.fc, self.ln2(x))))  # exact (erf) GELU
         return x
+
+
+class SandwichBlock(Block):
+    """sandwich (post-norm, DeepLoop): x = n2(α·x + attn(n1(x))); x = n4(α·x + mlp(n3(x))),
+    α = (2N)^p, N = the unrolled depth n_prelude + n_core·R + n_coda. Here ln1, ln2 are n1, n3 (the
+    pre-norms of Block) and ln_post1, ln_post2 are n2, n4."""
+
+    def __init__(self, d, heads, c, alpha):
+        super().__init__(d, heads, c)
+        self.ln_post1 = make_norm(c, d)
+        self.ln_post2 = make_norm(c, d)
+        self.alpha = alpha
+
+    def forward(self, x, cache=None):
+        x = self.ln_post1(torch.add(self.attn(self.ln1(x), cache), x, alpha=self.alpha))
+        return self.ln_post2(torch.add(lin(self.proj, F.gelu(lin(self.fc, self.ln2(x)))), x,
+                                       alpha=self.alpha))
 
 
 class KVCache:
@@ -402,29 +454,182 @@ class KVCache:
         return self.k[:, :, :self.n], self.v[:, :, :self.n]
 
 
+# Loop rules (SPEC §1, §2): state = init_state(h_pre); for l in 0..R-1: state = step(state, h_pre,
+# l, core); h = readout(state). `core(x)` runs the core blocks once (with the next KV caches).
+
+class ResidualRule(nn.Module):
+    """h(r) = core(h(r-1)), no parameters (tiny, dense, looped, deeploop)."""
+
+    def init_state(self, h_pre):
+        return h_pre
+
+    def step(self, h, h_pre, l, core):
+        return core(h)
+
+    def readout(self, h):
+        return h
+
+
+class GatedRule(nn.Module):
+    """RecurrentGPT (SPEC §2.1): h~ = W_proj [h + ε_x, h_pre]; o = core(h~);
+    g = σ(f_g([LN_a(h), LN_b(h_pre)]) / τ + ε_g), f_g = Linear(2d→d) → SiLU → Linear(d→d);
+    h ← g ⊙ h + (1 − g) ⊙ o. The noise ε_x ~ N(0, σ_x²), ε_g ~ N(0, σ_g²) is drawn per element and
+    step in training mode only (model.train()); generation runs in eval mode, without it."""
+
+    def __init__(self, c):
+        super().__init__()
+        d = c["d"]
+        self.sigma_x, self.sigma_g, self.tau = c["gate_sigma_x"], c["gate_sigma_g"], c["gate_tau"]
+        self.bias_init = c["gate_bias_init"]
+        self.proj = nn.Linear(2 * d, d, bias=c.get("bias", False))  # W_proj
+        self.norm_a = make_norm(c, d)  # on h(r-1)
+        self.norm_b = make_norm(c, d)  # on h_pre
+        self.fc1 = nn.Linear(2 * d, d)
+        self.fc2 = nn.Linear(d, d)
+
+    def reset_parameters(self):
+        for m in (self.proj, self.fc1, self.fc2):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        nn.init.constant_(self.fc2.bias, self.bias_init)  # g ≈ σ(4) ≈ 0.98 at init: copy first
+
+    def init_state(self, h_pre):
+        return h_pre
+
+    def step(self, h, h_pre, l, core):
+        hx = h
+        if self.training and self.sigma_x > 0:
+            hx = h + self.sigma_x * torch.randn_like(h)
+        o = core(lin(self.proj, torch.cat([hx, h_pre], dim=-1)))
+        f = lin(self.fc2, F.silu(lin(self.fc1, torch.cat([self.norm_a(h), self.norm_b(h_pre)],
+                                                          dim=-1))))
+        if self.tau != 1.0:
+            f = f / self.tau
+        if self.training and self.sigma_g > 0:
+            f = f + self.sigma_g * torch.randn_like(f)
+        return torch.lerp(o, h, torch.sigmoid(f))  # o + g (h − o) = g h + (1 − g) o
+
+    def readout(self, h):
+        return h
+
+
+def sinkhorn(L, iters):
+    """Sinkhorn–Knopp on exp(L − max L) over the last two dims: `iters` rounds of {rows to sum 1,
+    then columns}; autograd runs back through the unrolled rounds. The max shift does not change
+    the result, so it is taken without gradient."""
+    M = torch.exp(L - L.detach().amax(dim=(-2, -1), keepdim=True))
+    for _ in range(iters):
+        M = M / M.sum(dim=-1, keepdim=True)
+        M = M / M.sum(dim=-2, keepdim=True)
+    return M
+
+
+class HyperRule(nn.Module):
+    """Hyperloop (SPEC §2.5; mHC with hyper_res = sinkhorn). State Y [B, T, n, d], n streams, each
+    starting as h_pre. Loop l has its own maps: z = flatten(Y) / rms(flatten(Y)) (over n·d, eps
+    1e-20); H_pre = σ(α_pre φ_pre(z) + b_pre) [n]; x = core(Σ_s H_pre[s] Y_s) + loop_emb[l];
+    H_post = 2σ(α_post φ_post(z) + b_post) [n]; diag: H_res = σ(α_res φ_res(z) + b_res) [n],
+    Y_s ← H_res[s] Y_s + H_post[s] x; sinkhorn: H_res = Sinkhorn(α_res φ_res(z) + b_res) [n, n] (in
+    fp32), Y_s ← Σ_t H_res[s, t] Y_t + H_post[s] x. Readout: mean_s Y_s. The three φ of a loop (no
+    bias) are one stacked Linear [n + n_res + n, n·d] ([pre | res | post], as looplm stores them
+    back to back: one GEMM instead of three, the same parameters); α (3 per loop) and b are
+    learned."""
+
+    def __init__(self, c):
+        super().__init__()
+        n, d, R = c["streams"], c["d"], c["loops"]
+        self.n, self.R = n, R
+        self.full = c["hyper_res"] == "sinkhorn"
+        self.iters = c.get("sinkhorn_iters", 20)
+        self.nres = n * n if self.full else n
+        self.phi = nn.ModuleList(nn.Linear(n * d, 2 * n + self.nres, bias=False) for _ in range(R))
+        self.alpha = nn.Parameter(torch.full((R, 3), 0.01))  # α_pre, α_res, α_post per loop
+        self.b_pre = nn.Parameter(torch.full((R, n), 1.0 / n))
+        self.b_res = nn.Parameter(torch.eye(n).repeat(R, 1, 1) if self.full else torch.ones(R, n))
+        self.b_post = nn.Parameter(torch.zeros(R, n))
+        self.emb = nn.Parameter(torch.empty(R, d))  # loop position embedding
+
+    def reset_parameters(self):
+        for m in self.phi:
+            m.reset_parameters()  # PyTorch's Linear default: U(±1/sqrt(n·d)), as SPEC §6
+        nn.init.normal_(self.emb, 0.0, 0.02)
+
+    def init_state(self, h_pre):
+        return h_pre.unsqueeze(-2).expand(*h_pre.shape[:-1], self.n, h_pre.shape[-1])
+
+    def step(self, Y, h_pre, l, core):
+        l = min(l, self.R - 1)  # more loops than R reuse the last loop's maps
+        n, nres = self.n, self.nres
+        B, T = Y.shape[0], Y.shape[1]
+        Yf = Y.reshape(B, T, -1)
+        z = Yf * torch.rsqrt(Yf.pow(2).mean(-1, keepdim=True) + 1e-20)
+        p = lin(self.phi[l], z)  # [B, T, n + n_res + n]
+        a = self.alpha[l]
+        H_pre = torch.sigmoid(p[..., :n] * a[0] + self.b_pre[l])
+        x = core((H_pre.unsqueeze(-1) * Y).sum(-2)) + self.emb[l]
+        H_post = 2.0 * torch.sigmoid(p[..., n + nres:] * a[2] + self.b_post[l])
+        r = p[..., n:n + nres] * a[1]
+        if self.full:
+            H_res = sinkhorn(r.float().view(B, T, n, n) + self.b_res[l], self.iters)
+            mixed = torch.matmul(H_res.to(Y.dtype), Y)
+        else:
+            mixed = torch.sigmoid(r + self.b_res[l]).unsqueeze(-1) * Y
+        return torch.addcmul(mixed, H_post.unsqueeze(-1), x.unsqueeze(-2))
+
+    def readout(self, Y):
+        return Y.mean(-2)
+
+
+LOOP_RULES = {"residual": ResidualRule, "gated": GatedRule, "hyper": HyperRule}
+
+
 class GPT(nn.Module):
     def __init__(self, c):
         super().__init__()
+        c = dict(MODEL_DEFAULTS, **c)
         self.c = c
         d = c["d"]
         self.wte = nn.Embedding(c["vocab"], d)
         self.wpe = nn.Embedding(c["ctx"], d)
-        self.prelude = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["n_prelude"]))
-        self.core = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["n_core"]))
-        self.coda = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["n_coda"]))
-        self.ln_f = nn.LayerNorm(d, eps=1e-5)
+        n_unrolled = c["n_prelude"] + c["n_core"] * c["loops"] + c["n_coda"]
+        if c["block"] == "sandwich":
+            alpha = (2.0 * n_unrolled) ** c["deeploop_p"] if c["deeploop_p"] > 0 else 1.0
+            blk = lambda: SandwichBlock(d, c["heads"], c, alpha)
+        else:
+            blk = lambda: Block(d, c["heads"], c)
+        self.prelude = nn.ModuleList(blk() for _ in range(c["n_prelude"]))
+        self.core = nn.ModuleList(blk() for _ in range(c["n_core"]))
+        self.coda = nn.ModuleList(blk() for _ in range(c["n_coda"]))
+        self.rule = LOOP_RULES[c["rule"]](c)
+        self.ln_f = make_norm(c, d)
         self.apply(self._init)
+        if hasattr(self.rule, "reset_parameters"):
+            self.rule.reset_parameters()  # the rule's own init (SPEC §2.1, §6)
+        if c["block"] == "sandwich" and c["deeploop_p"] > 0:
+            # DeepLoop: β = (8N)^(-p) scales attn.v, attn.o and the MLP matrices at init.
+            beta = (8.0 * n_unrolled) ** -c["deeploop_p"]
+            with torch.no_grad():
+                for b in self.schedule_unique():
+                    b.attn.qkv.weight[2 * d:].mul_(beta)
+                    for w in (b.attn.o.weight, b.fc.weight, b.proj.weight):
+                        w.mul_(beta)
 
     @staticmethod
     def _init(m):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, 0.0, 0.02)
 
+    def schedule_unique(self):
+        return list(self.prelude) + list(self.core) + list(self.coda)
+
     def schedule(self):
         """The blocks in application order (core blocks repeated `loops` times)."""
         return list(self.prelude) + list(self.core) * self.c["loops"] + list(self.coda)
 
     def new_caches(self, B):
+        """One KV cache per block application, in schedule() order: each loop step of a core
+        block has its own (its inputs differ)."""
         c = self.c
         return [KVCache(B, c["heads"], c["d"] // c["heads"], c["ctx"]) for _ in self.schedule()]
 
@@ -432,8 +637,22 @@ class GPT(nn.Module):
         T = idx.shape[1]
         pos = torch.arange(pos0, pos0 + T)
         x = self.wte(idx) + self.wpe(pos)
-        for i, blk in enumerate(self.schedule()):
-            x = blk(x, None if caches is None else caches[i])
+        cache_it = iter(caches) if caches is not None else None
+        nxt = (lambda: None) if caches is None else (lambda: next(cache_it))
+
+        def core(h):
+            for blk in self.core:
+                h = blk(h, nxt())
+            return h
+
+        for blk in self.prelude:
+            x = blk(x, nxt())
+        state = self.rule.init_state(x)
+        for l in range(self.c["loops"]):
+            state = self.rule.step(state, x, l, core)
+        x = self.rule.readout(state)
+        for blk in self.coda:
+            x = blk(x, nxt())
         x = self.ln_f(x)
         return x @ self.wte.weight.t()  # tied lm_head
 
@@ -444,6 +663,7 @@ def rss_mib():
 
 def bench_train(model, c, steps, warmup, bf16, foreach):
     B, T, V = c["batch"], c["ctx"], c["vocab"]
+    model.train()  # training-only terms on (the gated rule's noise)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=foreach)
     g = torch.Generator().manual_seed(0)
     times = []
@@ -485,6 +705,7 @@ def generate(model, c, prompt, n_new, bf16):
 def bench_generate(model, c, n_prompt, n_new, repeats, bf16, omp_threads):
     train_threads = torch.get_num_threads()
     torch.set_num_threads(omp_threads)
+    model.eval()  # no training noise in generation
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, c["vocab"], (1, n_prompt), generator=g)
     generate(model, c, prompt, min(n_new, 32), bf16)  # warm-up
@@ -494,6 +715,7 @@ def bench_generate(model, c, n_prompt, n_new, repeats, bf16, omp_threads):
         generate(model, c, prompt, n_new, bf16)
         rates.append(n_new / (time.perf_counter() - t0))
     torch.set_num_threads(train_threads)
+    model.train()
     return statistics.median(rates), rates
 
 
@@ -502,6 +724,7 @@ def check_generate(model, c):
     g = torch.Generator().manual_seed(2)
     n = min(40, c["ctx"])
     idx = torch.randint(0, c["vocab"], (1, n), generator=g)
+    model.eval()
     with torch.inference_mode():
         full = model(idx)
         caches = model.new_caches(1)
@@ -509,6 +732,7 @@ def check_generate(model, c):
         for t in range(16, n):
             outs.append(model(idx[:, t:t + 1], caches, t))
         inc = torch.cat(outs, dim=1)
+    model.train()
     err = (full - inc).abs().max().item()
     assert err < 1e-4, f"KV-cache decode differs from full forward: {err}"
     return err
@@ -587,7 +811,7 @@ def main():
     torch.manual_seed(0)
     model = GPT(c)
     n_params = sum(p.numel() for p in model.parameters())
-    steps = a.steps if a.steps is not None else {"tiny": 20, "dense": 8, "looped": 6}[a.config]
+    steps = a.steps if a.steps is not None else DEFAULT_STEPS.get(a.config, 6)
 
     res = {"config": a.config, "threads": a.threads, "train_tokens_per_s": None,
            "generate_tokens_per_s": None, "peak_rss_mib": None, "gemm_peak_gflops": None}

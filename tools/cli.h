@@ -9,4 +9,5 @@ int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_data(int argc, char** argv);
+int cmd_info(int argc, char** argv);
 }  // namespace looplm::cli

@@ -72,6 +72,8 @@ int cmd_eval(int argc, char** argv) {
   if (as_json) {
     nlohmann::json j = {{"loss", e.loss}, {"loss_by_depth", e.loss_by_depth}, {"diagnostics", e.diagnostics},
                         {"tokens", e.tokens}, {"windows", e.windows}, {"R", R}, {"depth", ran}};
+    if (!e.difficulty_first.empty())
+      j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -87,6 +89,12 @@ int cmd_eval(int argc, char** argv) {
     std::printf("| %d | %.4f |", i + 1, e.loss_by_depth[i]);
     for (auto& [name, v] : e.diagnostics) std::printf(" %.4g |", v[i]);
     std::printf("\n");
+  }
+  if (!e.difficulty_first.empty()) {
+    std::printf("\nloss by token difficulty (deciles of the exit-1 loss; 1 = easiest):\n| decile | exit 1 | exit %d | gain |\n|---|---|---|---|\n", ran);
+    for (size_t q = 0; q < e.difficulty_first.size(); ++q)
+      std::printf("| %zu | %.4f | %.4f | %+.4f |\n", q + 1, e.difficulty_first[q], e.difficulty_last[q],
+                  e.difficulty_first[q] - e.difficulty_last[q]);
   }
   return 0;
 }

@@ -17,7 +17,8 @@ const char* kUsage =
     "  eval       loss at every exit r = 1..R of a checkpoint on a data file\n"
     "  generate   sample text from a checkpoint (KV cache per block and loop step)\n"
     "  bench      training and generation speed against the machine's GEMM peak\n"
-    "  data       tokenise text / JSONL into an llm.c shard\n";
+    "  data       tokenise text / JSONL into an llm.c shard\n"
+    "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n";
 
 }  // namespace
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
     if (cmd == "data") return cmd_data(argc - 1, argv + 1);
+    if (cmd == "info") return cmd_info(argc - 1, argv + 1);
     std::fprintf(stderr, "looplm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const looplm::Error& e) {

@@ -60,6 +60,9 @@ struct EvalResult {
   // successive exit states h^(r), h^(r-1)) for every rule, and the mean of each tensor a loop rule
   // or block names as a diagnostic (e.g. a gate).
   std::map<std::string, std::vector<double>> diagnostics;
+  // Tokens sorted into deciles of their loss at exit 1 (decile 0: the easiest tenth): the mean
+  // loss of each decile at exit 1 and at the last exit (depth >= 1; "hard tokens gain most").
+  std::vector<double> difficulty_first, difficulty_last;
   int64_t tokens = 0, windows = 0;
 };
 struct EvalOptions {

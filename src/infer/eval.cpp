@@ -1,5 +1,6 @@
 #include "infer/eval.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/threads.h"
@@ -7,6 +8,25 @@
 #include "ops/ops.h"
 
 namespace looplm {
+
+namespace {
+
+// Per-token cross-entropy of logits [rows, V] (appended to out), in double.
+void token_losses(const Node* logits, const int32_t* targets, std::vector<float>& out) {
+  const int64_t rows = logits->rows, V = logits->cols;
+  const size_t base = out.size();
+  out.resize(base + rows);
+#pragma omp parallel for if (rows * V > (1 << 16))
+  for (int64_t n = 0; n < rows; ++n) {
+    const float* z = logits->v + n * V;
+    double m = z[0], s = 0;
+    for (int64_t v = 1; v < V; ++v) m = std::max(m, (double)z[v]);
+    for (int64_t v = 0; v < V; ++v) s += std::exp((double)z[v] - m);
+    out[base + n] = (float)(m + std::log(s) - z[targets[n]]);
+  }
+}
+
+}  // namespace
 
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress) {
@@ -22,6 +42,7 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   std::map<std::string, std::vector<std::pair<double, double>>> diag;
   std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
   std::vector<float> prev;  // h^(r-1) of the current batch (its memory is reused by step r)
+  std::vector<float> first_loss, last_loss;  // per-token losses at exit 1 and at exit depth
   Graph g;
   Graph::NoGrad ng(g);
   g.set_observer(
@@ -44,8 +65,11 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
     for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x.data() + (size_t)b * T, y.data() + (size_t)b * T);
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
       if (step > 0 || depth == 0) {
-        Node* l = op::cross_entropy(g, m.head(g, h, B, T, o), y.data());
+        Node* logits = m.head(g, h, B, T, o);
+        Node* l = op::cross_entropy(g, logits, y.data());
         loss[step] += l->v[0] * (double)rows;
+        if (step == 1) token_losses(logits, y.data(), first_loss);
+        if (step == depth && depth > 0) token_losses(logits, y.data(), last_loss);
       }
       if (step > 0) {
         double cs = 0;
@@ -72,6 +96,21 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   for (auto& [name, v] : diag) {
     auto& out = r.diagnostics[name];
     for (int s = 1; s <= depth; ++s) out.push_back(v[s].second > 0 ? v[s].first / v[s].second : std::nan(""));
+  }
+  // Hard tokens gain most from depth? Tokens in deciles of their exit-1 loss (the difficulty), and
+  // each decile's mean loss at the first and the last exit.
+  if (depth > 0 && !first_loss.empty()) {
+    const size_t n = first_loss.size();
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return first_loss[a] < first_loss[b]; });
+    for (int q = 0; q < 10; ++q) {
+      const size_t lo = n * q / 10, hi = n * (q + 1) / 10;
+      double f = 0, l = 0;
+      for (size_t i = lo; i < hi; ++i) { f += first_loss[order[i]]; l += last_loss[order[i]]; }
+      r.difficulty_first.push_back(hi > lo ? f / (double)(hi - lo) : std::nan(""));
+      r.difficulty_last.push_back(hi > lo ? l / (double)(hi - lo) : std::nan(""));
+    }
   }
   r.loss = depth == 0 ? loss[0] / (double)r.tokens : r.loss_by_depth[std::min(depth, c.R) - 1];
   return r;

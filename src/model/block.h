@@ -15,6 +15,9 @@ class Block {
   virtual ~Block() = default;
   virtual void bind(ParamStore& ps) = 0;  // create graph views once the values exist
   virtual Node* forward(Graph& g, Node* x, const BlockCtx& ctx) const = 0;
+  // Forward FLOPs of one application per token with T tokens of context (matrix products and
+  // attention at its causal average, T/2 keys per query; norms and pointwise work not counted).
+  virtual double flops_per_token(int T) const = 0;
 };
 
 // prefix: the block's parameter name stem, e.g. "core.0".

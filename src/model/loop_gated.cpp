@@ -22,7 +22,7 @@ enum : uint64_t { kNoiseState = 1, kNoiseGate = 2 };  // LoopCtx::rng purposes
 class GatedRule : public LoopRule {
  public:
   GatedRule(ParamStore& ps, const Config& c)
-      : sigma_x_(c.get_float("gate_sigma_x")), sigma_g_(c.get_float("gate_sigma_g")), tau_(c.get_float("gate_tau")) {
+      : d_(c.d_model), sigma_x_(c.get_float("gate_sigma_x")), sigma_g_(c.get_float("gate_sigma_g")), tau_(c.get_float("gate_tau")) {
     const int64_t d = c.d_model;
     proj_w_ = ps.add("loop.proj.weight", {d, 2 * d}, matrix_init(c));
     if (c.bias) proj_b_ = ps.add("loop.proj.bias", {d}, Init::zeros());
@@ -61,8 +61,11 @@ class GatedRule : public LoopRule {
     return op::gate_mix(g, gate, h, o);
   }
 
+  // W_proj (2d → d), f_g (2d → d, d → d): SPEC §2.1's R·10d².
+  double flops_per_token() const override { return 10.0 * d_ * d_; }
+
  private:
-  double sigma_x_, sigma_g_, tau_;
+  double d_, sigma_x_, sigma_g_, tau_;
   int proj_w_ = -1, proj_b_ = -1, fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
   Norm norm_a_, norm_b_;
   WeightMatrix *Wproj_ = nullptr, *W1_ = nullptr, *W2_ = nullptr;

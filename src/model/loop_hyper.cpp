@@ -93,6 +93,13 @@ class HyperRule : public LoopRule {
     return op::stream_update(g, Y, H_res, H_post, x, n_, full_);
   }
 
+  // φ (n·d → 2n + n_res), the H_pre mix (n·d), the update (diag: 2n·d; full: n²·d + n·d), and
+  // Sinkhorn's 2 normalisations of n² per round.
+  double flops_per_token() const override {
+    const double n = n_, d = d_, nres = full_ ? n * n : n;
+    return 2 * n * d * (2 * n + nres) + 2 * n * d + (full_ ? 2 * (n * n * d + n * d) + 4.0 * iters_ * n * n : 4 * n * d);
+  }
+
   Node* readout(Graph& g, Node* Y) const override {
     Node* ones = g.node(Y->rows, n_, false);
     std::fill(ones->v, ones->v + ones->numel(), 1.0f / (float)n_);

@@ -44,6 +44,9 @@ class LoopRule {
   virtual Node* step(Graph& g, Node* state, Node* h_pre, int r, const CoreFn& core, const LoopCtx& ctx) const = 0;
   // The exit's hidden state h^(r) [N, d] (-> coda -> norm_f -> lm_head). Default: the state itself.
   virtual Node* readout(Graph& g, Node* state) const { return state; }
+  // Forward FLOPs per token of one step besides the core's (the rule's own maps; counted like
+  // Block::flops_per_token). Default: none.
+  virtual double flops_per_token() const { return 0; }
 };
 
 using LoopRuleFactory = std::function<std::unique_ptr<LoopRule>(ParamStore&, const Config&)>;

@@ -166,11 +166,25 @@ Node* Model::head(Graph& g, Node* h, int B, int T, const RunOptions& o) const {
   return linear(g, x, *Wlm_, blm_);
 }
 
+Model::FlopParts Model::flop_parts() const {
+  FlopParts f;
+  const int T = cfg_.context;
+  for (auto& b : prelude_) f.prelude += b->flops_per_token(T);
+  for (auto& b : core_) f.core += b->flops_per_token(T);
+  for (auto& b : coda_) f.coda += b->flops_per_token(T);
+  f.rule = rule_->flops_per_token();
+  f.head = head_flops_per_token();
+  return f;
+}
+
 double Model::flops_per_token(int depth) const {
-  const double d = cfg_.d_model, f = cfg_.ff_dim(), V = cfg_.vocab_size, T = cfg_.context;
-  const double mlp = cfg_.mlp == "swiglu" ? 3 * d * f : 2 * d * f;
-  const double block = 2 * (4 * d * d + mlp) + 2 * T * d;  // matmuls + causal QK^T and PV (avg T/2 keys)
-  return (cfg_.n_prelude + cfg_.n_core * depth + cfg_.n_coda) * block + 2 * d * V;
+  const FlopParts f = flop_parts();
+  return f.prelude + depth * (f.core + f.rule) + f.coda + f.head;
+}
+
+std::unique_ptr<Model> Model::skeleton(const Config& c) {
+  c.validate();
+  return std::unique_ptr<Model>(new Model(c, ParamStorage{}, /*layout_only=*/0));
 }
 
 }  // namespace looplm

@@ -65,8 +65,17 @@ class Model {
     return head(g, trunk(g, tokens, B, T, o), B, T, o);
   }
 
-  // Forward FLOPs per token at depth r (matmuls + attention scores, causal average), for bench.
+  // Forward FLOPs per token at depth r: every block application, the loop rule's own maps at
+  // every step and the lm_head (matrix products and attention at its causal average; each
+  // component counts its own: Block / LoopRule::flops_per_token).
   double flops_per_token(int depth) const;
+  double head_flops_per_token() const { return 2.0 * cfg_.d_model * cfg_.vocab_size; }
+  // The parts: one application of each section's blocks (summed over the section) and one step
+  // of the loop rule.
+  struct FlopParts { double prelude = 0, core = 0, coda = 0, rule = 0, head = 0; };
+  FlopParts flop_parts() const;
+  // The components of a config without any values (layout, FLOPs; `looplm info`).
+  static std::unique_ptr<Model> skeleton(const Config& c);
 
  private:
   Model(const Config& c, ParamStorage storage, int layout_only);  // components only, no values
