@@ -460,6 +460,9 @@ class KVCache:
 class ResidualRule(nn.Module):
     """h(r) = core(h(r-1)), no parameters (tiny, dense, looped, deeploop)."""
 
+    def __init__(self, c=None):
+        super().__init__()
+
     def init_state(self, h_pre):
         return h_pre
 

@@ -561,3 +561,40 @@ TEST_F(Cli, BenchFormats) {
   EXPECT_TRUE(j.contains("train_tokens_per_s_stddev"));
   EXPECT_EQ(run(args + " --json --csv").code, 2);
 }
+
+// looplm info: the layout, parameter and FLOP counts as the components declare them, and the
+// dense controls of a looped config (RecurrentGPT's 4 unique blocks at R = 4 cost about what 12
+// dense blocks do: SPEC §2.1's iso-FLOP pairing at ~1/3 of the parameters).
+TEST_F(Cli, InfoReportsLayoutFlopsAndDenseControls) {
+  CmdResult r = run("info --preset recurrent_gpt --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  const Config c = load_preset("recurrent_gpt");
+  int64_t params = 0;
+  for (const ParamInfo& p : Model::layout(c)) params += (int64_t)p.numel;
+  EXPECT_EQ(j["params"].get<int64_t>(), params);
+  EXPECT_EQ(j["params_non_embedding"].get<int64_t>() + j["params_embedding"].get<int64_t>(), params);
+  EXPECT_EQ(j["unrolled_depth"].get<int>(), 10);
+  const double d = c.d_model;
+  const auto& f = j["flops_per_token_parts"];
+  EXPECT_DOUBLE_EQ(f["rule_per_step"].get<double>(), 10 * d * d);  // W_proj and f_g: SPEC §2.1's 10d²
+  // one pre_norm block: 2·(4d² + 8d²) multiply-adds plus attention over T/2 keys
+  EXPECT_DOUBLE_EQ(f["prelude"].get<double>(), 24 * d * d + 2.0 * c.context * d);
+  const double infer = f["prelude"].get<double>() + c.R * (f["core_per_step"].get<double>() + f["rule_per_step"].get<double>()) +
+                       f["coda"].get<double>() + f["head"].get<double>();
+  EXPECT_DOUBLE_EQ(j["infer_flops_per_token"].get<double>(), infer);
+  EXPECT_DOUBLE_EQ(j["train_flops_per_token"].get<double>(), 3 * infer);
+  EXPECT_EQ(j["iso_flop_dense"]["n_core"].get<int>(), 12);
+  EXPECT_EQ(j["iso_param_dense"]["n_core"].get<int>(), 4);
+  EXPECT_NEAR((double)j["params_non_embedding"].get<int64_t>() / j["iso_flop_dense"]["params_non_embedding"].get<int64_t>(), 0.37, 0.02);
+  EXPECT_GT(j["activation_bytes_per_token"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["kv_cache_bytes_per_token"].get<double>(), 2 * d * 4 * 10);
+
+  r = run("info --checkpoint " + ckpt());  // a checkpoint's config, as text
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("layout: 0 + 1 x 3 + 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("iso-FLOP:  n_core = 3"), std::string::npos) << r.out;
+  EXPECT_EQ(run("info --preset nope").code, 2);
+  EXPECT_EQ(run("info --preset gpt --checkpoint " + ckpt()).code, 2);
+  EXPECT_EQ(run("info --checkpoint " + dir + "/missing.safetensors").code, 1);
+}

@@ -111,10 +111,17 @@ TEST(Train, BitExactAcrossThreadCounts) {
 
 TEST(Generate, GreedyWithCacheEqualsFullForward) {
   TempDir d("gen");
-  for (const char* pos : {"rope", "learned"}) {
+  // Every loop rule (the state of gated and hyper is per token, so the per-(block, step) cache
+  // stays exact), with both position kinds.
+  struct Variant { const char *pos, *rule, *res; };
+  for (Variant v : {Variant{"rope", "residual", ""}, Variant{"learned", "residual", ""}, Variant{"learned", "gated", ""},
+                    Variant{"rope", "hyper", "diag"}, Variant{"learned", "hyper", "sinkhorn"}}) {
+    const std::string pos = v.pos;
     Config c = tiny_config(d);
     c.pos = pos;
-    c.bias = std::string(pos) == "learned";
+    c.bias = pos == "learned";
+    c.loop_rule = v.rule;
+    if (*v.res) c.set("hyper_res", v.res);
     Model m(c);
     m.init_weights(7);
     // Sharpen the random model so greedy choices are not near-ties.
@@ -134,7 +141,7 @@ TEST(Generate, GreedyWithCacheEqualsFullForward) {
         std::vector<float> z = lm.forward_logits(seq, depth);
         const float* last = z.data() + (seq.size() - 1) * c.vocab_size;
         int32_t best = (int32_t)(std::max_element(last, last + c.vocab_size) - last);
-        EXPECT_EQ(out[i], best) << pos << " depth " << depth << " token " << i;
+        EXPECT_EQ(out[i], best) << pos << " " << v.rule << " " << v.res << " depth " << depth << " token " << i;
         seq.push_back(out[i]);
       }
     }

@@ -61,7 +61,7 @@ class SandwichBlock : public AttnMlpBlock {
       : AttnMlpBlock(ps, p, c),
         attn_post_norm(ps, p + ".attn_post_norm", c),
         mlp_post_norm(ps, p + ".mlp_post_norm", c),
-        alpha_(c.deeploop_p > 0 ? (float)std::pow(2.0 * c.n_unrolled(), c.deeploop_p) : 1.0f) {}
+        alpha_((float)deeploop_alpha(c)) {}
   void bind(ParamStore& ps) override {
     AttnMlpBlock::bind(ps);
     attn_post_norm.bind(ps);

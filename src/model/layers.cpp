@@ -5,6 +5,7 @@
 namespace looplm {
 
 double deeploop_beta(const Config& c) { return std::pow(8.0 * c.n_unrolled(), -c.deeploop_p); }
+double deeploop_alpha(const Config& c) { return c.deeploop_p > 0 ? std::pow(2.0 * c.n_unrolled(), c.deeploop_p) : 1.0; }
 Init matrix_init(const Config& c) { return Init::normal(c.init_std); }
 Init value_init(const Config& c) {
   return Init::normal(c.deeploop_p > 0 ? c.init_std * deeploop_beta(c) : c.init_std);

@@ -24,6 +24,7 @@ struct BlockCtx {
 //  * with DeepLoop (deeploop_p > 0), β = (8N)^-p instead scales attn.v, attn.o and every MLP
 //    matrix (β replaces the 1/√(2N), it does not compound).
 double deeploop_beta(const Config& c);
+double deeploop_alpha(const Config& c);  // (2N)^p, 1 when p = 0: the sandwich skip scale
 Init matrix_init(const Config& c);  // attn.q, attn.k, embeddings
 Init value_init(const Config& c);   // attn.v, mlp.gate, mlp.up
 Init output_init(const Config& c);  // attn.o, mlp.down

@@ -1,0 +1,188 @@
+// The looped systems (SPEC §2.1 RecurrentGPT, §2.2 DeepLoop / DeepNorm, §2.5 Hyperloop / mHC)
+// beyond the reference fixtures (test_reference.cpp): the values the papers' inits promise, the
+// DeepLoop identities, training noise (training only, keyed per micro-batch), and every preset
+// training, evaluating and generating.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "infer/eval.h"
+#include "io/atomic_file.h"
+#include "looplm/looplm.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+using namespace looplm;
+using namespace looplm::test;
+
+namespace {
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+Config small(const std::string& rule) {
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 16;
+  c.n_prelude = 1;
+  c.n_core = 2;
+  c.n_coda = 1;
+  c.R = 3;
+  c.loop_rule = rule;
+  return c;
+}
+
+std::vector<int32_t> some_tokens(int n) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + 11) % 256;
+  return t;
+}
+
+// Eval's diagnostics at init (depth R + 2: the maps of loops beyond R are the last loop's).
+std::map<std::string, std::vector<double>> init_diagnostics(const Config& c) {
+  Model m(c);
+  m.init_weights(c.seed);
+  return evaluate_tokens(m, some_tokens(4 * c.context + 1), c.R + 2, 2).diagnostics;
+}
+
+}  // namespace
+
+// RecurrentGPT's gate starts at σ(gate_bias_init / τ) (the f_g weights are N(0, 0.02): their
+// contribution to a pre-activation is ~0.02·√d·|h|, small): the state is copied at first.
+TEST(LoopedSystems, GatedInitCopiesTheState) {
+  for (double tau : {1.0, 0.5}) {
+    Config c = small("gated");
+    c.set("gate_tau", std::to_string(tau));
+    auto d = init_diagnostics(c);
+    ASSERT_EQ(d["gate"].size(), (size_t)c.R + 2);
+    for (double g : d["gate"]) EXPECT_NEAR(g, sigmoid(4.0 / tau), 2e-3) << "tau " << tau;
+  }
+}
+
+// Hyperloop at init: H_pre = σ(1/n), H_res = σ(1), H_post = 2σ(0) = 1 (α = 0.01 keeps φ's share
+// ~0.01); mHC's H_res keeps e/(e + n − 1) of each stream on its diagonal.
+TEST(LoopedSystems, HyperInitMaps) {
+  for (int n : {4, 3}) {
+    Config c = small("hyper");
+    c.set("hyper_streams", std::to_string(n));
+    auto d = init_diagnostics(c);
+    for (int r = 0; r < c.R + 2; ++r) {
+      EXPECT_NEAR(d["hyper.pre"][r], sigmoid(1.0 / n), 3e-3) << n << " step " << r + 1;
+      EXPECT_NEAR(d["hyper.res"][r], sigmoid(1.0), 3e-3) << n << " step " << r + 1;
+      EXPECT_NEAR(d["hyper.post"][r], 1.0, 6e-3) << n << " step " << r + 1;
+    }
+    c.set("hyper_res", "sinkhorn");
+    d = init_diagnostics(c);
+    for (int r = 0; r < c.R + 2; ++r)
+      EXPECT_NEAR(d["hyper.res"][r], std::exp(1.0) / (std::exp(1.0) + n - 1), 3e-3) << n << " sinkhorn step " << r + 1;
+  }
+}
+
+// SPEC §2.2: α = (2N)^p, β = (8N)^-p, so β/α = (16N²)^-p; for p = 1/2 and a plain looped model
+// (N = K·R), M·R·(β/α)² = 1/(8K) with M = 2N. The sandwich blocks and the init use these values.
+TEST(LoopedSystems, DeepLoopScaling) {
+  for (double p : {0.5, 0.25, 0.6}) {
+    for (auto [K, R] : {std::pair{2, 3}, std::pair{4, 1}, std::pair{1, 8}}) {
+      Config c;
+      c.block = "sandwich";
+      c.n_core = K;
+      c.R = R;
+      c.deeploop_p = p;
+      const double N = K * R, a = deeploop_alpha(c), b = deeploop_beta(c);
+      EXPECT_NEAR(a, std::pow(2 * N, p), 1e-12);
+      EXPECT_NEAR(b / a, std::pow(16 * N * N, -p), 1e-12);
+      if (p == 0.5) {
+        EXPECT_NEAR(2 * N * R * (b / a) * (b / a), 1.0 / (8 * K), 1e-12);
+      }
+      Model m(c);
+      for (const ParamInfo& pi : m.params().infos()) {
+        const bool scaled = pi.name.find(".attn.v.") != std::string::npos || pi.name.find(".attn.o.") != std::string::npos ||
+                            pi.name.find(".mlp.") != std::string::npos;
+        if (pi.shape.size() == 2 && pi.name.find("core.") == 0) {
+          EXPECT_DOUBLE_EQ(pi.init.a, c.init_std * (scaled ? b : 1.0)) << pi.name;
+        }
+      }
+    }
+  }
+  Config off;
+  off.block = "sandwich";
+  EXPECT_EQ(deeploop_alpha(off), 1.0);
+}
+
+// The gated rule's noise acts in training only, is a pure function of (seed, step, micro-batch),
+// and with σ = 0 training computes exactly what evaluation does.
+TEST(LoopedSystems, GatedNoiseOnlyInTrainingAndKeyed) {
+  Config c = small("gated");
+  Model m(c);
+  m.init_weights(1);
+  for (auto& w : m.params().values()) w *= 3.0f;  // gates away from saturation
+  const auto tok = some_tokens(2 * c.context);
+  auto logits = [&](bool training, uint64_t step, int micro) {
+    Graph g;
+    Graph::NoGrad ng(g);
+    RunOptions o;
+    o.training = training;
+    o.step = step;
+    o.micro = micro;
+    Node* z = m.logits(g, tok.data(), 2, c.context, o);
+    return std::vector<float>(z->v, z->v + z->numel());
+  };
+  const auto eval = logits(false, 0, 0), a = logits(true, 5, 0);
+  EXPECT_EQ(eval, logits(false, 9, 1));  // no noise outside training
+  EXPECT_NE(a, eval);
+  EXPECT_EQ(a, logits(true, 5, 0));  // the same key, the same noise
+  EXPECT_NE(a, logits(true, 6, 0));
+  EXPECT_NE(a, logits(true, 5, 1));  // another micro-batch of the same step
+
+  Config quiet = c;
+  quiet.set("gate_sigma_x", "0");
+  quiet.set("gate_sigma_g", "0");
+  Model q(quiet);
+  std::copy(m.params().values().begin(), m.params().values().end(), q.params().values().begin());
+  Graph g;
+  Graph::NoGrad ng(g);
+  RunOptions o;
+  o.training = true;
+  Node* z = q.logits(g, tok.data(), 2, c.context, o);
+  EXPECT_EQ(std::vector<float>(z->v, z->v + z->numel()), eval);
+}
+
+// "Done when every preset trains, evaluates and generates": each byte-level preset, shrunk to a
+// tiny width and a few steps on a small corpus, through the library calls the CLI makes.
+TEST(Presets, EveryPresetTrainsEvaluatesAndGenerates) {
+  TempDir d("presets");
+  const std::string text = corpus(60);
+  io::write_file_atomic(d / "train.txt", text.data(), text.size());
+  for (const std::string& name : preset_names()) {
+    Config c = load_preset(name);
+    if (c.tokenizer != "byte") continue;  // the bench-* shapes (char alphabets) are built by Presets.EveryPresetBuildsAndGenerates
+    c.d_model = 16;
+    c.n_heads = 2;
+    c.context = 16;
+    c.batch_size = 2;
+    c.steps = 2;
+    c.warmup = 1;
+    c.eval_every = 2;
+    c.eval_batches = 1;
+    c.data_train = c.data_val = d / "train.txt";
+    TrainOptions o;
+    o.out_dir = d / name;
+    o.quiet = true;
+    TrainResult r = train(c, o);
+    ASSERT_EQ(r.steps_done, 2) << name;
+    EXPECT_TRUE(std::isfinite(r.val_loss)) << name;
+    LanguageModel lm = LanguageModel::load(d / name);
+    EvalOptions eo;
+    eo.depth = c.R + 1;
+    EvalResult e = lm.evaluate_file(d / "train.txt", eo);
+    EXPECT_EQ(e.loss_by_depth.size(), (size_t)c.R + 1) << name;
+    EXPECT_EQ(e.difficulty_first.size(), 10u) << name;
+    GenerateOptions g;
+    g.max_new = 3;
+    g.seed = 2;
+    EXPECT_EQ(lm.generate(lm.encode("And"), g).size(), 3u) << name;
+  }
+}
