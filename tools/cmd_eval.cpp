@@ -70,7 +70,7 @@ int cmd_eval(int argc, char** argv) {
   }
   const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
   if (as_json) {
-    nlohmann::json j = {{"loss", e.loss}, {"loss_by_depth", e.loss_by_depth}, {"diagnostics", e.diagnostics},
+    nlohmann::json j = {{"loss", e.loss}, {"loss_by_depth", e.loss_by_depth}, {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
                         {"tokens", e.tokens}, {"windows", e.windows}, {"R", R}, {"depth", ran}};
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
@@ -80,13 +80,13 @@ int cmd_eval(int argc, char** argv) {
   std::printf("%lld tokens in %lld windows of %d\nloss %.4f (depth %d)\n", (long long)e.tokens, (long long)e.windows,
               lm.config().context, e.loss, ran == 0 ? 0 : std::min(R, ran));
   if (ran == 0) return 0;
-  std::printf("\n| r | loss |");
+  std::printf("\n| r | loss | accuracy |");
   for (auto& [name, v] : e.diagnostics) std::printf(" %s |", name.c_str());
-  std::printf("\n|---|---|");
+  std::printf("\n|---|---|---|");
   for (size_t i = 0; i < e.diagnostics.size(); ++i) std::printf("---|");
   std::printf("\n");
   for (int i = 0; i < ran; ++i) {
-    std::printf("| %d | %.4f |", i + 1, e.loss_by_depth[i]);
+    std::printf("| %d | %.4f | %.4f |", i + 1, e.loss_by_depth[i], e.accuracy_by_depth[i]);
     for (auto& [name, v] : e.diagnostics) std::printf(" %.4g |", v[i]);
     std::printf("\n");
   }

@@ -56,6 +56,7 @@ const std::vector<std::string>& resume_safe_keys();
 struct EvalResult {
   double loss = 0;                    // mean token loss at min(depth, R) (depth 0: at h_pre)
   std::vector<double> loss_by_depth;  // exits r = 1..depth
+  std::vector<double> accuracy_by_depth;  // next-token top-1 accuracy at exits r = 1..depth
   // Per-step diagnostics, name -> value at loop step r = 1..depth: "state_cosine" (mean cosine of
   // successive exit states h^(r), h^(r-1)) for every rule, and the mean of each tensor a loop rule
   // or block names as a diagnostic (e.g. a gate).

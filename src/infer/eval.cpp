@@ -11,6 +11,18 @@ namespace looplm {
 
 namespace {
 
+// Tokens whose target is the argmax of its logits [rows, V] (ties: the lowest id).
+int64_t correct_top1(const Node* logits, const int32_t* targets) {
+  const int64_t rows = logits->rows, V = logits->cols;
+  int64_t hits = 0;
+#pragma omp parallel for reduction(+ : hits) if (rows * V > (1 << 16))
+  for (int64_t n = 0; n < rows; ++n) {
+    const float* z = logits->v + n * V;
+    hits += (int64_t)(std::max_element(z, z + V) - z) == targets[n];
+  }
+  return hits;
+}
+
 // Per-token cross-entropy of logits [rows, V] (appended to out), in double.
 void token_losses(const Node* logits, const int32_t* targets, std::vector<float>& out) {
   const int64_t rows = logits->rows, V = logits->cols;
@@ -38,6 +50,7 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   EvalResult r;
   r.windows = n_win;
   std::vector<double> loss(depth + 1, 0.0), cosine(depth + 1, 0.0);
+  std::vector<int64_t> correct(depth + 1, 0);
   // Diagnostics: per name and step, the sum of the tensor's elements and their count.
   std::map<std::string, std::vector<std::pair<double, double>>> diag;
   std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
@@ -68,6 +81,7 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
         Node* logits = m.head(g, h, B, T, o);
         Node* l = op::cross_entropy(g, logits, y.data());
         loss[step] += l->v[0] * (double)rows;
+        correct[step] += correct_top1(logits, y.data());
         if (step == 1) token_losses(logits, y.data(), first_loss);
         if (step == depth && depth > 0) token_losses(logits, y.data(), last_loss);
       }
@@ -88,7 +102,10 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
     g.reset();
     if (progress) progress(w0 + B, n_win);
   }
-  for (int s = 1; s <= depth; ++s) r.loss_by_depth.push_back(loss[s] / (double)r.tokens);
+  for (int s = 1; s <= depth; ++s) {
+    r.loss_by_depth.push_back(loss[s] / (double)r.tokens);
+    r.accuracy_by_depth.push_back((double)correct[s] / (double)r.tokens);
+  }
   if (depth > 0) {
     auto& cs = r.diagnostics["state_cosine"];
     for (int s = 1; s <= depth; ++s) cs.push_back(cosine[s] / (double)r.tokens);

@@ -1,0 +1,155 @@
+"""Shared driver of looplm's replication experiments (experiments/*.py): train runs through the
+`looplm` binary, evaluate them, summarise over seeds, write a markdown + JSON table and plots.
+
+Only the standard library and the CLI: every number in a table comes from `looplm train` /
+`looplm eval --json` / `looplm info --json` / `looplm bench --json`, so a user can rerun any cell
+by hand. Runs live in runs/experiments/<name>/<arm>_s<seed> and are resumed, not redone: rerunning
+a script after an interruption (or to add seeds) trains only what is missing.
+
+--quick: the same pipeline on a few steps and a small validation slice (about a minute): checks
+the script end to end (tests run it); its numbers mean nothing.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "looplm")
+
+
+def mean_std(xs):
+    """Mean and sample standard deviation (n − 1; 0 for one value)."""
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return float("nan"), float("nan")
+    m = sum(xs) / len(xs)
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+    return m, s
+
+
+def fmt(m, s, digits=4):
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+class Experiment:
+    def __init__(self, name, description, default_seeds=3):
+        ap = argparse.ArgumentParser(description=description)
+        ap.add_argument("--quick", action="store_true", help="a ~1 minute end-to-end check (numbers mean nothing)")
+        ap.add_argument("--seeds", type=int, default=None, help=f"seeds per arm (default {default_seeds}; --quick: 2)")
+        ap.add_argument("--out", default=None, help="results directory (default experiments/results/NAME, --quick: runs/experiments/quick/NAME)")
+        ap.add_argument("--runs", default=None, help="run directories (default runs/experiments/NAME)")
+        ap.add_argument("--threads", type=int, default=0, help="looplm --threads (0: adapt)")
+        self.args = ap.parse_args()
+        self.name = name
+        self.quick = self.args.quick
+        self.seeds = list(range(1, 1 + (self.args.seeds or (2 if self.quick else default_seeds))))
+        sub = os.path.join("quick", name) if self.quick else name
+        self.out = os.path.abspath(self.args.out or os.path.join(ROOT, "experiments", "results", name))
+        if self.quick and not self.args.out:
+            self.out = os.path.join(ROOT, "runs", "experiments", "quick", name, "results")
+        self.runs = os.path.abspath(self.args.runs or os.path.join(ROOT, "runs", "experiments", sub))
+        os.makedirs(self.out, exist_ok=True)
+        os.makedirs(self.runs, exist_ok=True)
+        self.t0 = time.time()
+        if not os.access(BIN, os.X_OK):
+            sys.exit(f"{name}: {BIN} is missing: build first (cmake -S . -B build && cmake --build build)")
+        self.train_file, self.val_file = self._data()
+
+    # ------------------------------------------------------------------ data
+    def _data(self):
+        train = os.path.join(ROOT, "data", "kjv", "train.txt")
+        val = os.path.join(ROOT, "data", "kjv", "val.txt")
+        if not (os.path.exists(train) and os.path.exists(val)):
+            self.log("preparing the KJV corpus (scripts/prepare_kjv.sh)")
+            subprocess.run([os.path.join(ROOT, "scripts", "prepare_kjv.sh")], check=True, cwd=ROOT)
+        if self.quick:  # a small validation slice keeps the quick mode quick
+            small = os.path.join(self.runs, "val_small.txt")
+            with open(val, "rb") as f:
+                data = f.read(24000)
+            with open(small, "wb") as f:
+                f.write(data)
+            val = small
+        return train, val
+
+    def log(self, msg):
+        print(f"[{self.name} {time.time() - self.t0:6.0f}s] {msg}", flush=True)
+
+    # ------------------------------------------------------------------ the binary
+    def looplm(self, *args, capture=True):
+        cmd = [BIN, *map(str, args)]
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=capture, text=True)
+        if p.returncode != 0:
+            sys.exit(f"{self.name}: command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+        return p.stdout
+
+    def train(self, arm, preset, sets, seed, steps):
+        """Train (or resume, or reuse) one run; returns its directory."""
+        d = os.path.join(self.runs, f"{arm}_s{seed}")
+        sets = dict(sets)
+        sets.update(seed=seed, steps=steps, data_train=self.train_file, data_val=self.val_file)
+        if self.quick:
+            sets.update(warmup=2, eval_every=steps, eval_batches=1)
+        args = ["train", "--preset", preset, "--out", d, "--quiet", "--sample-len", "0", "--threads", self.args.threads]
+        for k, v in sets.items():
+            args += ["--set", f"{k}={v}"]
+        if os.path.exists(os.path.join(d, "model.safetensors")):
+            args.append("--resume")  # finished: reused; interrupted: continued
+        elif os.path.exists(d):
+            shutil.rmtree(d)  # a run that never wrote a checkpoint
+        t = time.time()
+        self.looplm(*args)
+        self.log(f"trained {arm} seed {seed} ({time.time() - t:.0f}s)")
+        return d
+
+    def evaluate(self, run_dir, depth):
+        cache = os.path.join(run_dir, f"eval_depth{depth}.json")
+        ckpt = os.path.join(run_dir, "model.safetensors")
+        if os.path.exists(cache) and os.path.getmtime(cache) >= os.path.getmtime(ckpt):
+            with open(cache) as f:
+                return json.load(f)
+        out = self.looplm("eval", "--checkpoint", run_dir, "--data", self.val_file, "--depth", depth, "--json",
+                          "--progress", "off", "--threads", self.args.threads)
+        j = json.loads(out)
+        with open(cache, "w") as f:
+            json.dump(j, f)
+        return j
+
+    def info(self, preset, sets=None):
+        args = ["info", "--preset", preset, "--json", "--no-measure"]
+        for k, v in (sets or {}).items():
+            args += ["--set", f"{k}={v}"]
+        return json.loads(self.looplm(*args))
+
+    # ------------------------------------------------------------------ outputs
+    def write(self, results, markdown):
+        results = dict(results)
+        results.update(experiment=self.name, quick=self.quick, seeds=self.seeds,
+                       minutes=round((time.time() - self.t0) / 60, 1))
+        with open(os.path.join(self.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        with open(os.path.join(self.out, "results.md"), "w") as f:
+            f.write(markdown.rstrip() + "\n")
+        self.log(f"wrote {self.out}/results.md and results.json")
+
+    def plot(self, png, script, series):
+        """gnuplot `script` with each series written to a data file: series = {name: [rows]}; the
+        script refers to them as '$name' (replaced by the file path). Skipped without gnuplot."""
+        if not shutil.which("gnuplot"):
+            self.log("gnuplot not installed (apt-get install gnuplot-nox): no plot")
+            return
+        tmp = os.path.join(self.runs, "plot")
+        os.makedirs(tmp, exist_ok=True)
+        for name, rows in series.items():
+            path = os.path.join(tmp, name + ".tsv")
+            with open(path, "w") as f:
+                for r in rows:
+                    f.write("\t".join(str(x) for x in r) + "\n")
+            script = script.replace("$" + name, path)
+        full = f"set terminal pngcairo size 1000,620 noenhanced font ',11'\nset output '{os.path.join(self.out, png)}'\n" + script
+        subprocess.run(["gnuplot"], input=full, text=True, check=True)
+        self.log(f"wrote {self.out}/{png}")
