@@ -504,14 +504,16 @@ class GatedRule(nn.Module):
         hx = h
         if self.training and self.sigma_x > 0:
             hx = h + self.sigma_x * torch.randn_like(h)
-        o = core(lin(self.proj, torch.cat([hx, h_pre], dim=-1)))
+        # (.to(h.dtype): under bf16 autocast the Linear outputs are bf16; the state stays fp32 as in
+        # the other models, where the residual adds promote it. No-ops in fp32.)
+        o = core(lin(self.proj, torch.cat([hx, h_pre], dim=-1)).to(h.dtype))
         f = lin(self.fc2, F.silu(lin(self.fc1, torch.cat([self.norm_a(h), self.norm_b(h_pre)],
                                                           dim=-1))))
         if self.tau != 1.0:
             f = f / self.tau
         if self.training and self.sigma_g > 0:
             f = f + self.sigma_g * torch.randn_like(f)
-        return torch.lerp(o, h, torch.sigmoid(f))  # o + g (h − o) = g h + (1 − g) o
+        return torch.lerp(o.to(h.dtype), h, torch.sigmoid(f).to(h.dtype))  # g h + (1 − g) o
 
     def readout(self, h):
         return h
@@ -572,12 +574,12 @@ class HyperRule(nn.Module):
         H_pre = torch.sigmoid(p[..., :n] * a[0] + self.b_pre[l])
         x = core((H_pre.unsqueeze(-1) * Y).sum(-2)) + self.emb[l]
         H_post = 2.0 * torch.sigmoid(p[..., n + nres:] * a[2] + self.b_post[l])
-        r = p[..., n:n + nres] * a[1]
-        if self.full:
-            H_res = sinkhorn(r.float().view(B, T, n, n) + self.b_res[l], self.iters)
-            mixed = torch.matmul(H_res.to(Y.dtype), Y)
+        r = p[..., n:n + nres]
+        if self.full:  # Sinkhorn in fp32 (also under bf16 autocast)
+            L = (r.float() * a[1]).view(B, T, n, n) + self.b_res[l]
+            mixed = torch.matmul(sinkhorn(L, self.iters).to(Y.dtype), Y)
         else:
-            mixed = torch.sigmoid(r + self.b_res[l]).unsqueeze(-1) * Y
+            mixed = torch.sigmoid(r * a[1] + self.b_res[l]).unsqueeze(-1) * Y
         return torch.addcmul(mixed, H_post.unsqueeze(-1), x.unsqueeze(-2))
 
     def readout(self, Y):

@@ -20,6 +20,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "looplm")
+# --quick shrinks every model (same layouts, smaller width and context) so the whole pipeline runs
+# in about a minute.
+QUICK = dict(d_model=32, n_heads=2, context=32, batch_size=4)
 
 
 def mean_std(xs):
@@ -93,7 +96,7 @@ class Experiment:
         sets = dict(sets)
         sets.update(seed=seed, steps=steps, data_train=self.train_file, data_val=self.val_file)
         if self.quick:
-            sets.update(warmup=2, eval_every=steps, eval_batches=1)
+            sets.update(QUICK, warmup=2, eval_every=steps, eval_batches=1)
         args = ["train", "--preset", preset, "--out", d, "--quiet", "--sample-len", "0", "--threads", self.args.threads]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
@@ -121,7 +124,7 @@ class Experiment:
 
     def info(self, preset, sets=None):
         args = ["info", "--preset", preset, "--json", "--no-measure"]
-        for k, v in (sets or {}).items():
+        for k, v in dict(sets or {}, **(QUICK if self.quick else {})).items():
             args += ["--set", f"{k}={v}"]
         return json.loads(self.looplm(*args))
 

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Experiment, fmt, mean_std  # noqa: E402
 
 ex = Experiment("recurrent_gpt", __doc__)
-STEPS = 12 if ex.quick else 1000
+STEPS = 8 if ex.quick else 1000
 GPT2 = dict(norm="layernorm", pos="learned", bias="true", mlp="gelu", lr=2e-3, warmup=100, batch_size=16,
             depth_sampler="fixed")
 R = 4
