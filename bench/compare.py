@@ -1,21 +1,29 @@
 #!/usr/bin/env python3
 """looplm vs PyTorch on the bench presets: interleaved, repeated runs, medians, a markdown table.
 
-    python3 bench/compare.py [--looplm build/looplm] [--threads 2] [--configs tiny,dense,looped]
+    python3 bench/compare.py [--looplm build/looplm] [--threads 2] [--configs tiny,dense,looped,...]
                              [--repeats 3] [--bf16]
+
+Configs (default: all seven): tiny, dense, looped, and the looped systems on bench-looped's shape
+(1 + 2x4 + 1, d 384): recurrent_gpt (gated loop rule), deeploop (sandwich blocks, RMSNorm, α =
+√(2N)), hyperloop (hyper rule, 4 streams, diagonal H_res), mhc (hyper rule, Sinkhorn H_res).
 
 For each repeat and each config it runs, back to back,
     LOOPLM bench --preset bench-<config> --threads N --json
     /usr/bin/python3 bench/torch_peer.py --config <config> --threads N --json
 (the order alternates between repeats), takes the last JSON object each prints, and reports the
-median of each metric over the repeats. Before the runs, the peer's OpenBLAS core-type probe runs
+median of each metric over the repeats. A looplm binary built before a preset existed does not know
+it ("unknown preset"): then the run is repeated with --config configs/bench-<config>.json (the same
+file the preset is built from) and the table says so. Before the runs, the peer's OpenBLAS core-type probe runs
 once per set of GEMM shapes (`torch_peer.py --probe-only`: dense and looped share theirs) and every
 peer run gets the winner as --coretype NAME, instead of probing again; --peer-args with --coretype,
 --keep-coretype or --out-of-the-box skips the probe. Under the table: both sides' measured fp32
 GEMM rate on the training shapes (`gemm_peak_gflops`) and the peer's core type, so a starved
 OpenBLAS shows at a glance. Ratios are looplm / PyTorch: above 1 means looplm is faster
 (tokens/s) or uses more memory (peak RSS). The machine is shared: compare ratios measured in one
-run, not absolute numbers across runs. Only the standard library is needed here; the peer needs
+run, not absolute numbers across runs. With looped in the run, the looplm training overhead of each
+looped system over plain looping, 1 − (its train tok/s) / (looped's train tok/s), is printed
+under the tables (from the same run's medians, with the per-repeat range), and the peer's beside it. Only the standard library is needed here; the peer needs
 Debian's PyTorch (/usr/bin/python3, torch 1.13.1), see --python.
 
 A missing looplm binary is reported and the PyTorch side is still measured (its columns only).
@@ -31,6 +39,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# torch_peer.py's configs; looplm's preset for each is bench-<name>.
+CONFIGS = ("tiny", "dense", "looped", "recurrent_gpt", "deeploop", "hyperloop", "mhc")
+# Looped systems on bench-looped's shape whose training overhead over plain looping is reported.
+OVERHEAD_OF = ("hyperloop", "mhc", "recurrent_gpt", "deeploop")
 METRICS = ("train_tokens_per_s", "generate_tokens_per_s", "generate_bf16_tokens_per_s", "peak_rss_mib", "gflops",
            "peak_fraction", "gemm_peak_gflops")
 
@@ -79,12 +91,44 @@ def ratio(a, b):
     return f"{a / b:.2f}×" if a is not None and b else "—"
 
 
+def print_overheads(configs, runs, repeats):
+    """Training overhead of each looped system over plain looping (bench-looped), looplm's from the
+    same run's medians, 1 − system / looped train tok/s, with the range over the repeats (repeat i
+    of the system against repeat i of looped); the peer's the same way, for comparison."""
+    shown = [c for c in OVERHEAD_OF if c in configs]
+    if not shown:
+        return
+    if "looped" not in configs:
+        print(f"\n(Training overhead over plain looping: needs looped in --configs, beside "
+              f"{', '.join(shown)}.)")
+        return
+    print("\nTraining overhead over plain looping (bench-looped), 1 − (system train tok/s) / (looped "
+          "train tok/s), from this run:\n")
+    print("| system | looplm overhead | looplm per repeat | PyTorch overhead | PyTorch per repeat |")
+    print("|---|---:|---|---:|---|")
+    for c in shown:
+        cells = []
+        for who in ("looplm", "torch"):
+            base, sys_ = median(runs["looped"][who], "train_tokens_per_s"), median(runs[c][who], "train_tokens_per_s")
+            med = f"{100 * (1 - sys_ / base):.1f}%" if base and sys_ else "—"
+            pairs = [1 - s_["train_tokens_per_s"] / b["train_tokens_per_s"]
+                     for s_, b in zip(runs[c][who], runs["looped"][who])
+                     if s_.get("train_tokens_per_s") and b.get("train_tokens_per_s")]
+            per = ", ".join(f"{100 * v:.1f}%" for v in pairs) if pairs else "—"
+            cells += [med, f"[{per}]"]
+        print(f"| {c} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
+    print("\n(Negative: faster than plain looping. Each value compares medians (or single runs) taken "
+          "minutes apart on a shared machine; the per-repeat spread shows how far to trust it.)")
+
+
 def main():
     ap = argparse.ArgumentParser(description="looplm vs PyTorch benchmark (markdown table)")
     ap.add_argument("--looplm", default=os.path.join(ROOT, "build", "looplm"),
                     help="looplm binary (default: build/looplm)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--configs", default="tiny,dense,looped")
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help="comma-separated, from " + ", ".join(CONFIGS) + " (default: all); e.g. "
+                         "looped,hyperloop,mhc for a short run with the overhead lines")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bf16", action="store_true", help="pass --bf16 to the PyTorch peer")
     ap.add_argument("--python", default="/usr/bin/python3", help="python with torch, for the peer")
@@ -95,6 +139,10 @@ def main():
     a = ap.parse_args()
 
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown or not configs:
+        ap.error(f"--configs: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                 + ", ".join(CONFIGS))
     looplm = os.path.abspath(a.looplm)
     have_looplm = os.path.isfile(looplm) and os.access(looplm, os.X_OK)
     if not have_looplm:
@@ -125,19 +173,28 @@ def main():
 
     runs = {c: {"looplm": [], "torch": []} for c in configs}
     errors = []
+    # How looplm is told the config: its preset, or the preset's file when the binary predates it.
+    looplm_cfg = {c: ["--preset", f"bench-{c}"] for c in configs}
+    cfg_file = {c: os.path.join(ROOT, "configs", f"bench-{c}.json") for c in configs}
     for rep in range(a.repeats):
         for c in configs:
             cmds = []
             if have_looplm:
-                cmds.append(("looplm", [looplm, "bench", "--preset", f"bench-{c}", "--repetitions", "1", "--threads",
-                                        str(a.threads), "--json"] + a.looplm_args.split()))
-            cmds.append(("torch", [a.python, peer, "--config", c, "--threads", str(a.threads),
-                                   "--json"] + (["--bf16"] if a.bf16 else [])
+                cmds.append(("looplm", lambda c=c: [looplm, "bench"] + looplm_cfg[c] + [
+                    "--repetitions", "1", "--threads", str(a.threads), "--json"] + a.looplm_args.split()))
+            cmds.append(("torch", lambda c=c: [a.python, peer, "--config", c, "--threads", str(a.threads),
+                                               "--json"] + (["--bf16"] if a.bf16 else [])
                          + (["--coretype", coretype[c]] if c in coretype else []) + peer_extra))
             if rep % 2 == 1:
                 cmds.reverse()  # alternate who goes first
-            for who, cmd in cmds:
-                d, err = run_one(cmd, a.timeout)
+            for who, make_cmd in cmds:
+                d, err = run_one(make_cmd(), a.timeout)
+                if (who == "looplm" and err and "unknown preset" in err and looplm_cfg[c][0] == "--preset"
+                        and os.path.isfile(cfg_file[c])):
+                    looplm_cfg[c] = ["--config", cfg_file[c]]  # binary older than the preset
+                    print(f"[{c} looplm] this looplm has no preset bench-{c}; using --config "
+                          f"{os.path.relpath(cfg_file[c], ROOT)}", file=sys.stderr)
+                    d, err = run_one(make_cmd(), a.timeout)
                 if err:
                     errors.append(err)
                     print(f"[{c} {who} #{rep + 1}] {err}", file=sys.stderr)
@@ -220,6 +277,11 @@ def main():
                 if gp is not None:
                     extra = f"; measured GEMM peak {fmt(gp, 1)} GFLOP/s"
             print(f"- {c} {who}: train [{tr}], gen [{ge}]{extra}")
+    print_overheads(configs, runs, a.repeats)
+    via_file = [c for c in configs if looplm_cfg[c][0] == "--config"]
+    if via_file:
+        print(f"\n(looplm ran {', '.join(via_file)} from configs/bench-<config>.json: this binary has "
+              "no such preset yet.)")
     if errors:
         print(f"\n{len(errors)} run(s) failed; see stderr.")
     return 1 if errors else 0
