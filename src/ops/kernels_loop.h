@@ -13,9 +13,38 @@
 #include <omp.h>
 #include <vector>
 
+#include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels.h"
 
 namespace looplm::k {
+
+// Row primitives: the templates are the double reference; the float overloads are ISA-cloned with
+// 16 partial sums (backend/cpu: dot, axpy_row, scale_row), so the stream ops' per-row dot products
+// run vector-wide instead of on one dependent chain of adds. Per row, so results do not depend
+// on the thread count.
+template <class T>
+inline T row_dot(const T* a, const T* b, int n) {
+  T s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+inline float row_dot(const float* a, const float* b, int n) { return looplm::dot(a, b, n); }
+template <class T>
+inline void row_axpy(T a, const T* x, T* y, int n) {  // y += a x
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+inline void row_axpy(float a, const float* x, float* y, int n) { axpy_row(a, x, y, n); }
+template <class T>
+inline void row_scale(T a, const T* x, T* y, int n) {  // y = a x
+  for (int i = 0; i < n; ++i) y[i] = a * x[i];
+}
+inline void row_scale(float a, const float* x, float* y, int n) { scale_row(a, x, y, n); }
+// y = a x (overwrite) or y += a x (acc)
+template <class T>
+inline void row_store(T a, const T* x, T* y, int n, bool acc) {
+  if (acc) row_axpy(a, x, y, n);
+  else row_scale(a, x, y, n);
+}
 
 // ---------------------------------------------------------------- sigmoid: y = o · σ(s · x)
 template <class T>
@@ -110,11 +139,9 @@ void rms_normalize_fwd(const T* x, T* y, T* rstd, int N, int D, double eps) {
 #pragma omp parallel for if ((int64_t)N * D > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* xn = x + (int64_t)n * D;
-    T ss = 0;
-    for (int i = 0; i < D; ++i) ss += xn[i] * xn[i];
-    const T r = T(1) / std::sqrt(ss / T(D) + T(eps));
+    const T r = T(1) / std::sqrt(row_dot(xn, xn, D) / T(D) + T(eps));
     rstd[n] = r;
-    for (int i = 0; i < D; ++i) y[(int64_t)n * D + i] = xn[i] * r;
+    row_scale(r, xn, y + (int64_t)n * D, D);
   }
 }
 // dx = r dy − r³/D · x Σ(dy x)
@@ -124,11 +151,11 @@ void rms_normalize_bwd(const T* x, const T* rstd, const T* dy, T* dx, bool acc, 
   for (int n = 0; n < N; ++n) {
     const T* xn = x + (int64_t)n * D;
     const T* gn = dy + (int64_t)n * D;
+    T* o = dx + (int64_t)n * D;
     const T r = rstd[n];
-    T dot = 0;
-    for (int i = 0; i < D; ++i) dot += gn[i] * xn[i];
-    const T c = r * r * r * dot / T(D);
-    for (int i = 0; i < D; ++i) store(dx + (int64_t)n * D + i, r * gn[i] - c * xn[i], acc);
+    const T c = r * r * r * row_dot(gn, xn, D) / T(D);
+    row_store(r, gn, o, D, acc);
+    row_axpy(-c, xn, o, D);
   }
 }
 
@@ -141,9 +168,8 @@ void stream_mix_fwd(const T* Y, const T* w, T* x, int N, int n, int d) {
     const T* Yr = Y + (int64_t)r * n * d;
     const T* wr = w + (int64_t)r * n;
     T* xr = x + (int64_t)r * d;
-    for (int i = 0; i < d; ++i) xr[i] = wr[0] * Yr[i];
-    for (int s = 1; s < n; ++s)
-      for (int i = 0; i < d; ++i) xr[i] += wr[s] * Yr[(int64_t)s * d + i];
+    row_scale(wr[0], Yr, xr, d);
+    for (int s = 1; s < n; ++s) row_axpy(wr[s], Yr + (int64_t)s * d, xr, d);
   }
 }
 // dY_s = w_s dx;  dw_s = <dx, Y_s>
@@ -155,16 +181,8 @@ void stream_mix_bwd(const T* Y, const T* w, const T* dx, T* dY, bool acc_Y, T* d
     const T* wr = w + (int64_t)r * n;
     const T* gr = dx + (int64_t)r * d;
     for (int s = 0; s < n; ++s) {
-      const T* Ys = Yr + (int64_t)s * d;
-      if (dY) {
-        T* o = dY + ((int64_t)r * n + s) * d;
-        for (int i = 0; i < d; ++i) store(o + i, wr[s] * gr[i], acc_Y);
-      }
-      if (dw) {
-        T dot = 0;
-        for (int i = 0; i < d; ++i) dot += gr[i] * Ys[i];
-        store(dw + (int64_t)r * n + s, dot, acc_w);
-      }
+      if (dY) row_store(wr[s], gr, dY + ((int64_t)r * n + s) * d, d, acc_Y);
+      if (dw) store(dw + (int64_t)r * n + s, row_dot(gr, Yr + (int64_t)s * d, d), acc_w);
     }
   }
 }
@@ -181,15 +199,12 @@ void stream_update_fwd(const T* Y, const T* H, const T* P, const T* x, T* Yo, in
     const T* xr = x + (int64_t)r * d;
     for (int s = 0; s < n; ++s) {
       T* o = Yo + ((int64_t)r * n + s) * d;
-      const T p = P[(int64_t)r * n + s];
+      row_scale(P[(int64_t)r * n + s], xr, o, d);
       if (full) {
         const T* Hs = H + ((int64_t)r * n + s) * n;
-        for (int i = 0; i < d; ++i) o[i] = p * xr[i];
-        for (int t = 0; t < n; ++t)
-          for (int i = 0; i < d; ++i) o[i] += Hs[t] * Yr[(int64_t)t * d + i];
+        for (int t = 0; t < n; ++t) row_axpy(Hs[t], Yr + (int64_t)t * d, o, d);
       } else {
-        const T h = H[(int64_t)r * n + s];
-        for (int i = 0; i < d; ++i) o[i] = h * Yr[(int64_t)s * d + i] + p * xr[i];
+        row_axpy(H[(int64_t)r * n + s], Yr + (int64_t)s * d, o, d);
       }
     }
   }
@@ -211,31 +226,22 @@ void stream_update_bwd(const T* Y, const T* H, const T* P, const T* x, const T* 
       for (int t = 0; t < n; ++t) {
         T* o = dY + ((int64_t)r * n + t) * d;
         if (full) {
-          for (int i = 0; i < d; ++i) store(o + i, Hr[t] * Gr[i], acc_Y);  // s = 0
-          for (int s = 1; s < n; ++s)
-            for (int i = 0; i < d; ++i) o[i] += Hr[(int64_t)s * n + t] * Gr[(int64_t)s * d + i];
+          row_store(Hr[t], Gr, o, d, acc_Y);  // s = 0
+          for (int s = 1; s < n; ++s) row_axpy(Hr[(int64_t)s * n + t], Gr + (int64_t)s * d, o, d);
         } else {
-          for (int i = 0; i < d; ++i) store(o + i, Hr[t] * Gr[(int64_t)t * d + i], acc_Y);
+          row_store(Hr[t], Gr + (int64_t)t * d, o, d, acc_Y);
         }
       }
     if (dH)
       for (int s = 0; s < n; ++s)
-        for (int t = full ? 0 : s; t < (full ? n : s + 1); ++t) {
-          T dot = 0;
-          for (int i = 0; i < d; ++i) dot += Gr[(int64_t)s * d + i] * Yr[(int64_t)t * d + i];
-          store(dH + (int64_t)r * nh + (full ? s * n + t : s), dot, acc_H);
-        }
+        for (int t = full ? 0 : s; t < (full ? n : s + 1); ++t)
+          store(dH + (int64_t)r * nh + (full ? s * n + t : s), row_dot(Gr + (int64_t)s * d, Yr + (int64_t)t * d, d), acc_H);
     if (dP)
-      for (int s = 0; s < n; ++s) {
-        T dot = 0;
-        for (int i = 0; i < d; ++i) dot += Gr[(int64_t)s * d + i] * xr[i];
-        store(dP + (int64_t)r * n + s, dot, acc_P);
-      }
+      for (int s = 0; s < n; ++s) store(dP + (int64_t)r * n + s, row_dot(Gr + (int64_t)s * d, xr, d), acc_P);
     if (dx) {
       T* o = dx + (int64_t)r * d;
-      for (int i = 0; i < d; ++i) store(o + i, Pr[0] * Gr[i], acc_x);
-      for (int s = 1; s < n; ++s)
-        for (int i = 0; i < d; ++i) o[i] += Pr[s] * Gr[(int64_t)s * d + i];
+      row_store(Pr[0], Gr, o, d, acc_x);
+      for (int s = 1; s < n; ++s) row_axpy(Pr[s], Gr + (int64_t)s * d, o, d);
     }
   }
 }

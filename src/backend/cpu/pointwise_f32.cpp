@@ -182,4 +182,11 @@ LOOPLM_ISA_CLONES static void weighted_rows_sum(const float* p, const float* V, 
   }
 }
 
+LOOPLM_ISA_CLONES void axpy_row(float a, const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+LOOPLM_ISA_CLONES void scale_row(float a, const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] = a * x[i];
+}
+
 }  // namespace looplm::k

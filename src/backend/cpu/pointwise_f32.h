@@ -24,6 +24,10 @@ void layernorm_row_fwd(const float* x, const float* w, const float* b, float* y,
 void layernorm_row_bwd(const float* x, const float* w, float mean, float rstd, const float* dy, float* dx, bool acc,
                        float* pw, float* pb, int d);
 
+// Row helpers of the loop rules' stream ops (kernels_loop.h): y += a·x and y = a·x over n floats.
+void axpy_row(float a, const float* x, float* y, int n);
+void scale_row(float a, const float* x, float* y, int n);
+
 // Decode attention for one query row against n cached keys/values (rows of stride ld):
 // out[hd] = softmax(scale · K q) V, with s[n] as scratch for the scores.
 void attend_cached_row(const float* q, const float* K, const float* V, int ld, int n, int hd, float scale, float* s,
