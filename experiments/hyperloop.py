@@ -46,21 +46,23 @@ cos = {a: [mean_std([runs[a][s]["diagnostics"]["state_cosine"][r] for s in ex.se
 maps = {a: {m: [mean_std([runs[a][s]["diagnostics"][f"hyper.{m}"][r] for s in ex.seeds]) for r in range(R)]
             for m in ("pre", "res", "post")} for a in ("hyperloop", "mhc")}
 
-# Training speed in looplm, same run: the d 384 bench presets (bench-looped's layout for all three).
-speed = {}
-for name in ("bench-looped", "bench-hyperloop", "bench-mhc"):
-    args = ["bench", "--preset", name, "--json", "-n", "0", "-r", "1" if ex.quick else "3",
-            "--steps", "1" if ex.quick else "6", "--threads", ex.args.threads]
-    j = json.loads(ex.looplm(*args))
-    speed[name] = j
-    ex.log(f"bench {name}")
+# Training speed in looplm, same run: the d 384 bench presets (bench-looped's layout for all three),
+# interleaved rounds (a shared machine drifts), the median of each.
+speed = {n: [] for n in ("bench-looped", "bench-hyperloop", "bench-mhc")}
+for rnd in range(1 if ex.quick else 5):
+    for name in speed:
+        j = json.loads(ex.looplm("bench", "--preset", name, "--json", "-n", "0", "-r", "1", "--steps",
+                                 "1" if ex.quick else "12", "--threads", ex.args.threads or 2))
+        speed[name].append(j["train_tokens_per_s"])
+    ex.log(f"bench round {rnd + 1}")
 
 
-def train_tps(j):
-    return j["train_tokens_per_s"], j.get("train_tokens_per_s_stddev", 0.0)
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
-tps = {n: train_tps(j) for n, j in speed.items()}
+tps = {n: (median(v), mean_std(v)[1]) for n, v in speed.items()}
 overhead = {n: 1 - tps[n][0] / tps["bench-looped"][0] for n in ("bench-hyperloop", "bench-mhc")}
 
 
@@ -103,12 +105,14 @@ md += ["", f"* Claim: loop representations are less similar than with plain loop
 for r in range(R):
     md.append(f"| {r + 1} | " + " | ".join(f"{maps[a][m][r][0]:.3f}" for a in ("hyperloop", "mhc") for m in ("pre", "res", "post")) + " |")
 md += ["", "## Training speed in looplm (d 384 bench presets, 1 + 2x4 + 1, batch 8 x 256; `looplm bench`, this run)", "",
+       "Median of interleaved rounds (± the spread of the rounds), 2 threads.", "",
        "| preset | training tokens/s | overhead over plain looping |", "|---|---|---|",
        f"| bench-looped | {tps['bench-looped'][0]:,.0f} ± {tps['bench-looped'][1]:,.0f} | — |"]
 for n in ("bench-hyperloop", "bench-mhc"):
     md.append(f"| {n} | {tps[n][0]:,.0f} ± {tps[n][1]:,.0f} | {100 * overhead[n]:.1f}% |")
-md += ["", f"* Claim: the training-speed overhead of Hyperloop is at most ~5% (the paper, on GPUs; looplm's target: 8%): "
-       f"{100 * overhead['bench-hyperloop']:.1f}%: **{verdict(overhead['bench-hyperloop'] <= 0.08)}**."]
+md += ["", f"* Claim (the paper, on GPUs): the training-speed overhead of Hyperloop is at most ~5%. Here "
+       f"{100 * overhead['bench-hyperloop']:.1f}%: **{verdict(overhead['bench-hyperloop'] <= 0.05)}**; looplm's own target "
+       f"(at most 8%) is {'met' if overhead['bench-hyperloop'] <= 0.08 else 'NOT met'}. mHC: {100 * overhead['bench-mhc']:.1f}%."]
 ex.write({"arms": {a: {"label": ARMS[a][2], "val_loss": loss[a], "params_non_embedding": info[a]["params_non_embedding"],
                        "infer_flops_per_token": info[a]["infer_flops_per_token"],
                        "per_seed": {s: runs[a][s]["loss"] for s in ex.seeds}} for a in ARMS},
