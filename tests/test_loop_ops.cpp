@@ -55,7 +55,8 @@ TEST(GradCheck, ScaleShift) {
       db(C, 0.0);
   auto L = [&] { k::scale_shift_fwd(x.data(), s.data(), b.data(), y.data(), N, C); return dotv(G, y); };
   L();
-  k::scale_shift_bwd(x.data(), s.data(), G.data(), dx.data(), false, ds.data(), db.data(), N, C);
+  Vec part(k::row_chunks(N));
+  k::scale_shift_bwd(x.data(), s.data(), G.data(), dx.data(), false, ds.data(), db.data(), part.data(), N, C);
   fd_check("scale_shift dx", x, dx, L);
   fd_check("scale_shift ds", s, ds, L);
   fd_check("scale_shift db", b, db, L);

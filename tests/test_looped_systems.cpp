@@ -186,3 +186,59 @@ TEST(Presets, EveryPresetTrainsEvaluatesAndGenerates) {
     EXPECT_EQ(lm.generate(lm.encode("And"), g).size(), 3u) << name;
   }
 }
+
+// A shared block's gradient is the sum over its visits: a 1 + 2x3 + 1 looped model is the dense
+// model of 8 blocks [prelude, c0, c1, c0, c1, c0, c1, coda] with the visits' weights tied, so
+// each core parameter's gradient must equal the sum of its three copies' gradients there.
+TEST(LoopedSystems, SharedGradientsAreTheSumOverVisits) {
+  Config lc = small("residual");
+  lc.n_core = 2;
+  lc.R = 3;
+  Config dc = lc;
+  dc.n_prelude = dc.n_coda = 0;
+  dc.n_core = 8;
+  dc.R = 1;
+  Model looped(lc), dense(dc);
+  looped.init_weights(4);
+  // The dense copy: tok_emb, norm_f as they are; block i of the unrolled order from its source.
+  auto source = [&](const std::string& name) -> std::string {  // dense name -> looped name
+    if (name.rfind("core.", 0) != 0) return name;
+    const size_t dot = name.find('.', 5);
+    const int i = std::stoi(name.substr(5, dot - 5));
+    const std::string rest = name.substr(dot);
+    if (i == 0) return "prelude.0" + rest;
+    if (i == 7) return "coda.0" + rest;
+    return "core." + std::to_string((i - 1) % 2) + rest;
+  };
+  for (size_t i = 0; i < dense.params().infos().size(); ++i) {
+    const ParamInfo& p = dense.params().infos()[i];
+    const int j = looped.params().find(source(p.name));
+    ASSERT_GE(j, 0) << p.name;
+    std::copy(looped.params().value(j), looped.params().value(j) + p.numel, dense.params().value((int)i));
+  }
+  const auto tok = some_tokens(2 * lc.context), tgt = some_tokens(2 * lc.context + 1);
+  auto run = [&](Model& m) {
+    Graph g;
+    Node* loss = op::cross_entropy(g, m.logits(g, tok.data(), 2, lc.context, RunOptions{}), tgt.data() + 1);
+    g.backward(loss);
+    return (double)loss->v[0];
+  };
+  EXPECT_NEAR(run(looped), run(dense), 1e-6);
+  for (size_t j = 0; j < looped.params().infos().size(); ++j) {
+    const ParamInfo& p = looped.params().infos()[j];
+    std::vector<double> sum(p.numel, 0.0);
+    int copies = 0;
+    for (size_t i = 0; i < dense.params().infos().size(); ++i)
+      if (source(dense.params().infos()[i].name) == p.name) {
+        ++copies;
+        for (size_t e = 0; e < p.numel; ++e) sum[e] += dense.params().grad((int)i)[e];
+      }
+    EXPECT_EQ(copies, p.name.rfind("core.", 0) == 0 ? 3 : 1) << p.name;
+    double scale = 1e-6, err = 0;
+    for (size_t e = 0; e < p.numel; ++e) {
+      scale = std::max(scale, std::fabs(sum[e]));
+      err = std::max(err, std::fabs(sum[e] - looped.params().grad((int)j)[e]));
+    }
+    EXPECT_LT(err / scale, 1e-5) << p.name;
+  }
+}

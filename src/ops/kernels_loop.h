@@ -102,12 +102,13 @@ void scale_shift_fwd(const T* x, const T* s, const T* b, T* y, int N, int C) {
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) y[(int64_t)n * C + c] = sc * x[(int64_t)n * C + c] + (b ? b[c] : T(0));
 }
-// dx = s dy;  ds += Σ dy ⊙ x (fixed row chunks, added in order);  db[c] += Σ_n dy[n, c]
+// dx = s dy;  ds += Σ dy ⊙ x (fixed row chunks, added in order; part: row_chunks(N) scratch);
+// db[c] += Σ_n dy[n, c]
 template <class T>
-void scale_shift_bwd(const T* x, const T* s, const T* dy, T* dx, bool acc, T* ds, T* db, int N, int C) {
+void scale_shift_bwd(const T* x, const T* s, const T* dy, T* dx, bool acc, T* ds, T* db, T* part, int N, int C) {
   const T sc = s ? s[0] : T(1);
   const int nch = row_chunks(N);
-  std::vector<T> part(ds ? nch : 0, T(0));
+  if (ds) std::fill(part, part + nch, T(0));
 #pragma omp parallel for schedule(static) if ((int64_t)N * C > kParallelMin)
   for (int ch = 0; ch < nch; ++ch)
     for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n) {

@@ -60,7 +60,8 @@ Node* scale_shift(Graph& g, Node* x, Node* s, Node* b) {
       // A scale or shift that is not a parameter starts from zero (a parameter's always adds).
       if (ds && !as) ds[0] = 0;
       if (db && !abb) std::fill(db, db + C, 0.0f);
-      k::scale_shift_bwd(x->v, s ? s->v : nullptr, y->g, dx, ax, ds, db, N, C);
+      float* part = ds ? g.shared_scratch((size_t)k::row_chunks(N)) : nullptr;
+      k::scale_shift_bwd(x->v, s ? s->v : nullptr, y->g, dx, ax, ds, db, part, N, C);
     });
   return y;
 }
