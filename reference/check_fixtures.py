@@ -11,7 +11,10 @@
 4. Independent checks: cross-entropy by hand; RoPE scores depend only on relative position;
    loop rules: the gated rule's gates at init (sigmoid(gate_bias_init / tau)), noise only in
    training; the hyper rule's coefficients at init (H_pre ~ sigmoid(1/n), H_post ~ 1,
-   H_res ~ sigmoid(1)), Sinkhorn rows and columns summing to 1 on the mhc fixture's logits.
+   H_res ~ sigmoid(1)), Sinkhorn rows and columns summing to 1 on the mhc fixture's logits;
+   the energy block (NRGPT): its analytic updates against autograd (F = -grad_g E_FF,
+   A = -grad of E_AT w.r.t. the query copy only), against a loop-by-loop rewrite of SPEC §2.3,
+   and a float64 gradcheck through the analytic gradients (GELU''); the fixtures' energy.{r}.
 5. Init statistics (tests/fixtures/init/*) against the spec's init written out.
 """
 import glob
@@ -30,11 +33,12 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from looplm_ref import LoopLM, apply_rope, resolve_config, rope_cos_sin, sinkhorn  # noqa: E402
+from looplm_ref import EnergyBlock  # noqa: E402
 from safetensors_io import load_file, save_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXDIR = os.path.join(HERE, "..", "tests", "fixtures")
-PREFIXES = ("input.", "out.", "state.", "grad.", "bptt.", "train.", "after.")
+PREFIXES = ("input.", "out.", "state.", "grad.", "bptt.", "train.", "after.", "energy.")
 failures = []
 
 
@@ -121,6 +125,14 @@ def check_fixture(path):
         for r, h in enumerate(model.loop_states(tokens, R + 2)):  # two exits beyond R
             close(f"{name}: state.{r}", h, ts[f"state.{r}"])
         close(f"{name}: out.loss_by_depth [{R + 2}]", model.loss_by_depth(tokens, targets, R + 2), ts["out.loss_by_depth"])
+        stored = sorted(k for k in ts if k.startswith("energy."))
+        if cfg["block"] == "energy":  # energy.{r} = E(h^(r-1)), r = 1..R+3
+            want = sorted(f"energy.{r}" for r in range(1, R + 4))
+            check(stored == want, f"{name}: energy.1..energy.{R + 3} present")
+            for r, e in enumerate(model.energies(tokens, R + 2), start=1):
+                close(f"{name}: energy.{r} (at state.{r - 1})", e.reshape(-1), ts[f"energy.{r}"])
+        else:
+            check(not stored, f"{name}: no energy.* tensors")
     states = model.loop_states(tokens)
     logits = model.exit_logits(states[-1])
     close(f"{name}: out.logits", logits.detach(), ts["out.logits"])
@@ -158,6 +170,8 @@ def check_fixture(path):
     picks += [n for n in grads if ".attn.q." in n][:1] + [n for n in grads if "norm" in n][-2:]
     picks += [n for n in grads if n.endswith(".bias")][:1] + [n for n in grads if ".mlp.down." in n][-1:]
     picks += [n for n in grads if n.startswith("loop.")]  # every loop-rule parameter
+    if cfg["block"] == "energy":  # every energy-block parameter (gradients through GELU'')
+        picks += [n for n in grads if n.startswith(("prelude.", "core.", "coda."))]
     params = dict(model.named_parameters())
     for n in dict.fromkeys(picks):
         idx = grads[n].abs().flatten().argmax().item()
@@ -213,7 +227,11 @@ def expected_init(n, cfg):
         assert n.endswith(".res.bias"), n
         return ("eye", k) if cfg["hyper_res"] == "sinkhorn" else ("const", 1.0)
     if n.endswith(".bias"):
-        return "const", 0.0
+        return "const", 0.0  # also the energy block's attn_norm.bias and mlp biases
+    if n.endswith((".ff_scale", ".step.gamma")):  # energy block: s_ff and gamma start at 1
+        return "const", 1.0
+    if n.endswith(".step.weight"):  # energy block: P, an output projection
+        return "normal", std / math.sqrt(2 * N)
     if "norm" in n and n.endswith(".weight"):
         return "const", 1.0
     if p > 0 and any(x in n for x in (".attn.v.", ".attn.o.", ".mlp.")):
@@ -328,6 +346,123 @@ def check_hyper_rule(fixdir):
           f"max |column sum - 1| {col_err:.1e}")
 
 
+ENERGY_SMALL = dict(vocab_size=37, d_model=8, n_heads=2, context=7, n_core=1, R=2, block="energy", pos="learned")
+
+
+def random_energy_block(cfg, gen):
+    """An EnergyBlock (float64) with every parameter drawn O(1) (scores ~ N(0, 1), u ~ N(0, 1))."""
+    blk = EnergyBlock(resolve_config(cfg)).double()
+    d, f = blk.attn_norm.bias.numel(), blk.mlp.up.weight.shape[0]
+    with torch.no_grad():
+        for n, p in blk.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+            scale = {"attn.H.weight": 1 / d, "mlp.up.weight": d ** -0.5, "mlp.down.weight": f ** -0.5,
+                     "step.weight": 0.3 * d ** -0.5}.get(n, 0.3)
+            p.copy_(1 + r * scale if n in ("ff_scale", "step.gamma") else r * scale)
+    return blk
+
+
+def naive_energy_block(blk, x):
+    """SPEC §2.3 written out token by token and head by head, from the weights only (no code shared
+    with EnergyBlock). Returns (x_new, A, F, E) for one sequence x [T, d]."""
+    T, d = x.shape
+    nh = blk.attn.n_heads
+    H = [blk.attn.H.weight[h * d:(h + 1) * d] for h in range(nh)]
+    W1, b1 = blk.mlp.up.weight, blk.mlp.up.bias
+    Phi = lambda u: 0.5 * (1 + torch.erf(u / math.sqrt(2)))
+    gelu = lambda u: u * Phi(u)
+    dgelu = lambda u: Phi(u) + u * torch.exp(-u * u / 2) / math.sqrt(2 * math.pi)
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    g = (x - mu) / torch.sqrt(var + blk.attn_norm.eps) + blk.attn_norm.bias
+    A = torch.zeros(T, d, dtype=x.dtype)
+    E = torch.zeros(T, dtype=x.dtype)
+    F_ = torch.zeros(T, d, dtype=x.dtype)
+    for i in range(T):
+        keys = range(i) if blk.strict else range(i + 1)
+        for h in range(nh):
+            if not keys:
+                continue
+            s = torch.stack([g[i] @ H[h] @ g[j] for j in keys])
+            a = torch.exp(s - s.max())
+            a = a / a.sum()
+            A[i] += sum(a[k] * (H[h] @ g[j]) for k, j in enumerate(keys))
+            E[i] -= s.max() + torch.log(torch.exp(s - s.max()).sum())
+        u = W1 @ g[i] + b1
+        if blk.mlp.kind == "ff1":
+            E[i] -= (gelu(u) ** 2).sum()
+            F_[i] = 2 * W1.t() @ (gelu(u) * dgelu(u))
+        else:
+            W2, b2 = blk.mlp.down.weight, blk.mlp.down.bias
+            m = W2 @ gelu(u) + b2
+            E[i] -= g[i] @ m
+            F_[i] = m + W1.t() @ (dgelu(u) * (W2.t() @ g[i]))
+    v = A + blk.ff_scale * F_
+    if isinstance(blk.step, torch.nn.Linear):
+        Pv = torch.stack([blk.step.weight @ v[i] for i in range(T)])
+    else:
+        Pv = blk.step.c * blk.step.gamma * v
+    return x + Pv, A, F_, E
+
+
+def check_energy_block():
+    """The energy block's analytic updates, for every (energy_ff, energy_P, energy_strict):
+    F = -autograd grad_g E_FF; A = -autograd grad of E_AT w.r.t. the query copy g_i only (keys
+    detached), and that this differs from the full gradient (so the check can tell them apart);
+    forward, A, F and energy() = a loop-by-loop rewrite of SPEC §2.3; strict: position 0 gets
+    A = 0 and no attention energy; gradcheck (float64) of the block output w.r.t. x and every
+    parameter, which differentiates through GELU' (GELU'')."""
+    gen = torch.Generator().manual_seed(7)
+    B, T = 2, 7
+    for ff in ("ff1", "ff2w"):
+        for P in ("matrix", "diag"):
+            for strict in (False, True):
+                tag = f"energy block {ff}/{P}/{'strict' if strict else 'causal'}"
+                blk = random_energy_block(dict(ENERGY_SMALL, energy_ff=ff, energy_P=P, energy_strict=strict,
+                                               d_ff=12, energy_c=0.3), gen)
+                x = torch.randn(B, T, 8, generator=gen, dtype=torch.float64)
+                g = blk.attn_norm(x).detach().requires_grad_(True)
+                F_an = blk.ff_update(g)
+                (F_ag,) = torch.autograd.grad(blk.ff_energy(g).sum(), g)
+                e_F = (F_an + F_ag).abs().max().item()
+                A_an = blk.attn_update(g)
+                gq = g.detach().clone().requires_grad_(True)
+                (A_ag,) = torch.autograd.grad(blk.attn_energy(gq, keys=g.detach()).sum(), gq)
+                e_A = (A_an + A_ag).abs().max().item()
+                (full,) = torch.autograd.grad(blk.attn_energy(g).sum(), g)  # queries and keys
+                gap = (A_an + full).abs().max().item()
+                with torch.no_grad():
+                    y = blk(x)
+                    E = blk.energy(x)
+                    e_n = 0.0
+                    for b in range(B):
+                        y_n, A_n, F_n, E_n = naive_energy_block(blk, x[b])
+                        e_n = max(e_n, (y[b] - y_n).abs().max().item(), (A_an[b] - A_n).abs().max().item(),
+                                  (F_an[b] - F_n).abs().max().item(), (E[b] - E_n).abs().max().item())
+                scale = max(F_an.abs().max().item(), A_an.abs().max().item())
+                ok = e_F < 1e-12 * scale + 1e-13 and e_A < 1e-12 * scale + 1e-13 and e_n < 1e-11 and gap > 1e-3
+                msg = (f"{tag}: |F + autograd grad E_FF| {e_F:.1e}, |A + autograd grad_query E_AT| {e_A:.1e} "
+                       f"(|A|,|F| max {scale:.2f}; full-gradient gap {gap:.2f}), vs loop-by-loop SPEC {e_n:.1e}")
+                if strict:
+                    zero = A_an[:, 0].abs().max().item() + blk.attn_energy(g)[:, 0].abs().max().item()
+                    ok = ok and zero == 0.0
+                    msg += f", position 0: |A| + |E_AT| = {zero:.1e}"
+                check(ok, msg)
+                # gradcheck through the analytic gradients, on a shorter sequence
+                names = [n for n, _ in blk.named_parameters()]
+                xs = x[:1, :4].clone().requires_grad_(True)
+                ps = tuple(p.detach().clone().requires_grad_(True) for p in blk.parameters())
+                ok = torch.autograd.gradcheck(lambda xv, *pv: _functional_block(blk, names, pv, xv), (xs, *ps),
+                                              eps=1e-6, atol=1e-7, rtol=1e-5, raise_exception=False)
+                check(ok, f"{tag}: gradcheck, float64 (x and all {len(names)} parameters, through A and F)")
+
+
+def _functional_block(blk, names, values, x):
+    """blk(x) with its parameters replaced by `values` (differentiable), via torch.nn.utils.stateless."""
+    from torch.nn.utils import stateless
+    return stateless.functional_call(blk, dict(zip(names, values)), (x,))
+
+
 def check_rope():
     hd, T = 6, 9
     cos, sin = rope_cos_sin(T, hd, 10000.0, torch.float64)
@@ -353,5 +488,6 @@ if __name__ == "__main__":
     for path in paths:
         check_fixture(path)
     check_hyper_rule(FIXDIR)
+    check_energy_block()
     print(f"\n{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)

@@ -6,7 +6,8 @@ For every preset (configs/*.json, or the names given; byte-level and the char-le
 
 1. `looplm train --preset NAME` for 2 steps at a shrunk size (d_model 32, 2 heads, context 32,
    batch 2; SHRINK below) on a small text file written here. Every other key of the preset is kept
-   (layout, R, block, norm, mlp, pos, bias, loop rule and its keys, deeploop_p, tokenizer), so each
+   (layout, R, block and the energy block's keys, norm, mlp, pos, bias, loop rule and its keys,
+   deeploop_p, tokenizer), so each
    loop rule / block kind / norm / position kind the presets use is exercised; the script checks
    that the checkpoint's config holds the preset's values. lr is raised to 0.05 (a training key, not
    a model key) so that the two Adam steps move every weight by ~0.1, several times its init std:
@@ -69,7 +70,8 @@ SHRINK = {  # size and schedule only; every model key not listed here keeps the 
 MODEL_KEYS = ("vocab_size", "n_prelude", "n_core", "n_coda", "R", "d_ff", "block", "norm", "mlp", "pos",
               "rope_base", "bias", "tie_embeddings", "loop_rule", "deeploop_p", "init_std", "norm_eps",
               "gate_sigma_x", "gate_sigma_g", "gate_tau", "gate_bias_init", "hyper_streams", "hyper_res",
-              "sinkhorn_iters", "tokenizer", "tokenizer_chars")
+              "sinkhorn_iters", "energy_ff", "energy_P", "energy_c", "energy_strict", "tokenizer",
+              "tokenizer_chars")
 
 # Genesis 1 (KJV, public domain). Only characters of the bench-* alphabet
 # ("\n !$&',-.3:;?A-Za-z"), so the same text serves the char-level presets.
@@ -195,7 +197,9 @@ def check_preset(name, binary, work):
     from_uniform = min(abs(r - math.log(config["vocab_size"])) for r in ref) / math.log(config["vocab_size"])
     return dict(name=name, rule=config["loop_rule"]
                 + (f"/{config['hyper_res']}" if config["loop_rule"] == "hyper" else ""),
-                block=config["block"] + (f" p={config['deeploop_p']:g}" if config["deeploop_p"] else ""),
+                block=config["block"] + (f" p={config['deeploop_p']:g}" if config.get("deeploop_p") else "")
+                + (f" {config.get('energy_ff', 'ff2w')}/{config.get('energy_P', 'matrix')}"
+                   if config["block"] == "energy" else ""),
                 exits=f"1..{depth} (R={R})", max_rel=max_rel, spread=spread, from_uniform=from_uniform, ok=not problems,
                 problems=problems, engine=engine, ref=ref)
 
@@ -230,10 +234,10 @@ def main():
                 for i, (e, f) in enumerate(zip(r["engine"], r["ref"])):
                     print(f"  {name} exit {i + 1}: engine {e:.9f}  reference {f:.9f}  rel {abs(e - f) / abs(f):.2e}")
     w = max(len(r["name"]) for r in results)
-    print(f"\n| {'preset':<{w}} | loop rule      | block           | exits checked | max rel diff | exit spread | vs ln V | result |")
-    print(f"|{'-' * (w + 2)}|----------------|-----------------|---------------|--------------|-------------|---------|--------|")
+    print(f"\n| {'preset':<{w}} | loop rule      | block              | exits checked | max rel diff | exit spread | vs ln V | result |")
+    print(f"|{'-' * (w + 2)}|----------------|--------------------|---------------|--------------|-------------|---------|--------|")
     for r in results:
-        print(f"| {r['name']:<{w}} | {r['rule']:<14} | {r['block']:<15} | {r['exits']:<13} | {r['max_rel']:12.2e} "
+        print(f"| {r['name']:<{w}} | {r['rule']:<14} | {r['block']:<18} | {r['exits']:<13} | {r['max_rel']:12.2e} "
               f"| {r['spread']:11.1e} | {r['from_uniform']:7.1e} | {'pass' if r['ok'] else 'FAIL':<6} |")
     failed = [r for r in results if not r["ok"]]
     for r in failed:

@@ -1,13 +1,15 @@
-"""Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc}.safetensors (and the init
-statistics tests/fixtures/init/*.safetensors) from the PyTorch reference.
+"""Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc,energy,energy_ff1}.safetensors
+(and the init statistics tests/fixtures/init/*.safetensors) from the PyTorch reference.
 
-    /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures]
+    /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures] [NAME ...]
+
+NAME (a fixture such as energy, or an init set such as init_energy) writes only those files.
 
 Every fixture is computed in float64 from float32 weights (the stored ones), so the stored outputs
 are exact up to their float32 rounding. Tensors (F32 unless noted):
     <param name>            initial weights (norm weights/biases and linear biases perturbed,
                             attn.q/k and mlp.gate/up redrawn N(0, 1/d), loop-rule params
-                            perturbed per rule; see perturb())
+                            perturbed per rule, energy blocks per perturb_energy(); see perturb())
     input.tokens [B,T] I32, input.targets [B,T] I32
     out.logits [B,T,V]      at depth R
     out.loss [1]            mean CE at depth R;  out.loss_by_depth [R+2]: loss at exits r = 1..R+2
@@ -20,6 +22,9 @@ are exact up to their float32 rounding. Tensors (F32 unless noted):
     train.loss [K]          loss before each of K AdamW steps (same batch, depth R)
     train.grad_norm [K]     total grad L2 norm before clipping, per step
     after.{param}           params after K steps
+    energy.{r} [B*T]        (energy blocks only) per-token energy of step r's input state h^(r-1),
+                            r = 1..R+3 (every dumped state: energy.{R+1} is the trained depth's
+                            final state, energy.{R+3} that of state.{R+2}); LoopLM.energies
 """
 import argparse
 import copy
@@ -63,6 +68,17 @@ FIXTURES = {
     "mhc": dict(n_prelude=1, n_core=1, R=3, n_coda=1, d_ff=28, block="pre_norm", norm="rmsnorm",
                 mlp="swiglu", pos="rope", bias=False, tie_embeddings=True, loop_rule="hyper",
                 hyper_streams=4, hyper_res="sinkhorn", sinkhorn_iters=20),
+    # NRGPT (one `block` key covers every section, so no pre_norm prelude here). d 16, 2 heads:
+    # attn.H.weight is [2*16, 16]. `bias` and `mlp` do not apply to energy blocks (their mlp
+    # biases always exist); `norm` is norm_f's only. energy_ff1 uses rmsnorm for norm_f (so an
+    # energy block that followed `norm` instead of its own gainless LayerNorm shows), bias false
+    # (the block's biases must exist anyway), an untied head without bias and d_ff 40 (not 4d).
+    "energy": dict(d_model=16, n_heads=2, n_core=1, R=3, d_ff=0, block="energy", energy_ff="ff2w",
+                   energy_P="matrix", energy_strict=False, norm="layernorm", pos="learned",
+                   bias=True, tie_embeddings=True),
+    "energy_ff1": dict(d_model=16, n_heads=2, n_core=1, R=2, d_ff=40, block="energy", energy_ff="ff1",
+                       energy_P="diag", energy_c=0.1, energy_strict=True, norm="rmsnorm", pos="learned",
+                       bias=False, tie_embeddings=False),
 }
 
 
@@ -76,17 +92,54 @@ def perturb(model, gen):
     gradients are meaningful; attn.q/k and mlp.gate/up are redrawn from N(0, 1/d_model) so that
     attention scores and MLP pre-activations are O(1) (at init_std 0.02 they are ~1e-3 and RoPE,
     the softmax scale or erf-vs-tanh GELU would barely show in the outputs). The loop rule's own
-    parameters ("loop.*") are perturbed by perturb_loop()."""
+    parameters ("loop.*") are perturbed by perturb_loop(), energy blocks' by perturb_energy()."""
     d = model.cfg["d_model"]
+    energy = model.cfg["block"] == "energy"
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.startswith("loop."):
                 perturb_loop(model.cfg, n, p, gen)
+            elif energy and n.startswith(("prelude.", "core.", "coda.")):
+                perturb_energy(model.cfg, n, p, gen)
             elif p.ndim == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
             elif any(s in n for s in (".attn.q.", ".attn.k.", ".mlp.gate.", ".mlp.up.")):
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / d ** 0.5)
 
+
+
+def perturb_energy(cfg, name, p, gen):
+    """Energy block (NRGPT). At init (init_std 0.02) the scores g_i^T H_h g_j are ~0.01 (uniform
+    attention), F is ~1e-3 and P ~ 0.02/sqrt(2N): the state would hardly move. Redrawn so that
+    everything is O(1) and nothing degenerate (|g|^2 ~ d):
+      attn.H.weight  N(0, 1/d^2)     scores ~ N(0, 1): attention neither uniform nor one-hot
+      mlp.up.weight  N(0, 1/d)       u = W g + b ~ N(0, 1): GELU, GELU' and GELU'' all in play
+      mlp.up.bias    N(0, 0.3^2)     (init 0)
+      mlp.down.weight N(0, 1/f)      W2 GELU(u) and W2^T g O(1)          (ff2w)
+      mlp.down.bias  N(0, 0.3^2)     (init 0)                            (ff2w)
+      attn_norm.bias N(0, 0.3^2)     (init 0)
+      ff_scale       U(0.5, 1.5)     (init 1)
+      step.weight    N(0, 0.3^2/d)   P v ~ 0.3 |v| / sqrt(d) per element: the state moves O(0.3)
+                                     per step, while the embeddings are ~0.02 (init std)
+      step.gamma     U(0.5, 1.5)     (init 1; P = c diag(gamma), c = energy_c)"""
+    d, f = cfg["d_model"], cfg["d_ff"]
+    rnd = lambda: torch.randn(p.shape, generator=gen, dtype=p.dtype)
+    uni = lambda: 0.5 + torch.rand(p.shape, generator=gen, dtype=p.dtype)
+    leaf = name.split(".", 2)[2]  # after "{section}.{i}."
+    if leaf == "attn.H.weight":
+        p.copy_(rnd() / d)
+    elif leaf == "mlp.up.weight":
+        p.copy_(rnd() / d ** 0.5)
+    elif leaf == "mlp.down.weight":
+        p.copy_(rnd() / f ** 0.5)
+    elif leaf in ("mlp.up.bias", "mlp.down.bias", "attn_norm.bias"):
+        p.copy_(0.3 * rnd())
+    elif leaf == "step.weight":
+        p.copy_(0.3 * rnd() / d ** 0.5)
+    elif leaf in ("ff_scale", "step.gamma"):
+        p.copy_(uni())
+    else:
+        raise AssertionError(f"no perturbation for {name}")
 
 
 def perturb_loop(cfg, name, p, gen):
@@ -171,6 +224,10 @@ def make_fixture(name, seed):
         out[f"state.{r}"] = h.detach().float()
     for n, p in params.items():
         out[f"grad.{n}"] = p.grad.float()
+    if cfg["block"] == "energy":
+        with torch.no_grad():
+            for r, e in enumerate(model.energies(tokens, R + BEYOND), start=1):  # E(h^(r-1))
+                out[f"energy.{r}"] = e.reshape(-1).float()
     if R > 1:
         model.zero_grad(set_to_none=True)
         cut = model.loss(model.exit_logits(model.loop_states(tokens, grad_steps=BPTT_K)[-1]), targets)
@@ -208,6 +265,9 @@ INIT_CONFIGS = {
     "init_hyper": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_prelude=1, n_core=2, R=3,
                        n_coda=1, block="pre_norm", norm="rmsnorm", mlp="swiglu", pos="rope",
                        loop_rule="hyper", hyper_streams=4, hyper_res="sinkhorn"),
+    "init_energy": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_core=1, R=4,
+                        block="energy", energy_ff="ff2w", energy_P="matrix", norm="layernorm",
+                        pos="learned"),
 }
 
 
@@ -226,9 +286,16 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "tests", "fixtures")))
+    ap.add_argument("names", nargs="*", help="only these fixtures / init sets (default: all)")
     args = ap.parse_args()
+    unknown = set(args.names) - set(FIXTURES) - set(INIT_CONFIGS)
+    if unknown:
+        ap.error(f"unknown names {sorted(unknown)}; choose from {list(FIXTURES) + list(INIT_CONFIGS)}")
+    wanted = lambda name: not args.names or name in args.names
     os.makedirs(args.out, exist_ok=True)
-    for i, name in enumerate(FIXTURES):
+    for i, name in enumerate(FIXTURES):  # seeds by position: adding a fixture at the end changes no other
+        if not wanted(name):
+            continue
         tensors, meta = make_fixture(name, seed=1000 + i)
         path = os.path.join(args.out, f"{name}.safetensors")
         save_file(tensors, path, meta)
@@ -238,10 +305,15 @@ def main():
         print(f"{path}: {os.path.getsize(path)} bytes, {n_params} params, R={cfg['R']}, "
               f"loss_by_depth {fmt(tensors['out.loss_by_depth'], 4)}, "
               f"train.loss {fmt(tensors['train.loss'], 4)}, grad_norm {fmt(tensors['train.grad_norm'], 3)}")
+        if cfg["block"] == "energy":
+            e = [tensors[f"energy.{r}"].mean().item() for r in range(1, cfg["R"] + BEYOND + 2)]
+            print(f"    mean energy of state.0..state.{cfg['R'] + BEYOND}: {[round(x, 4) for x in e]}")
 
     init_dir = os.path.join(args.out, "init")
     os.makedirs(init_dir, exist_ok=True)
     for i, name in enumerate(INIT_CONFIGS):
+        if not wanted(name):
+            continue
         tensors, meta = make_init_stats(name, seed=2000 + i)
         path = os.path.join(init_dir, f"{name}.safetensors")
         save_file(tensors, path, meta)

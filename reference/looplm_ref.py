@@ -1,6 +1,7 @@
 """looplm reference model in PyTorch (the ground truth for tests/fixtures).
 
-Covers pre_norm / parallel / sandwich blocks and three loop rules (SPEC §1, §2.1, §2.2, §2.5, §6):
+Covers pre_norm / parallel / sandwich / energy (NRGPT) blocks and three loop rules
+(SPEC §1, §2.1, §2.2, §2.3, §2.5, §6):
 
     tokens -> tok_emb (+ pos_emb) -> prelude -> h_pre
            -> state = init_state(h_pre); for r = 1..R: state = step(state, h_pre, core, r)
@@ -40,6 +41,13 @@ RULE_DEFAULTS = {
 }
 
 
+# Keys of a block kind and their defaults, like RULE_DEFAULTS: a resolved config holds them only when
+# `block` is that kind (one `block` key covers every section: prelude, core and coda).
+BLOCK_DEFAULTS = {
+    "energy": dict(energy_ff="ff2w", energy_P="matrix", energy_c=0.1, energy_strict=False),
+}
+
+
 def _integer(cfg, key, lo):
     """An integer config value (an integral float such as 4.0 is accepted), at least lo."""
     v = cfg[key]
@@ -66,10 +74,24 @@ def resolve_config(cfg):
         raise ValueError(f"config lacks {missing}")
     if not out["d_ff"]:
         out["d_ff"] = 4 * out["d_model"]
-    assert out["d_model"] % out["n_heads"] == 0
-    assert out["block"] in ("pre_norm", "parallel", "sandwich"), out["block"]
+    assert out["block"] in ("pre_norm", "parallel", "sandwich", "energy"), out["block"]
+    if out["block"] != "energy":  # energy heads are full d x d matrices: no head dim
+        assert out["d_model"] % out["n_heads"] == 0
     assert out["norm"] in ("rmsnorm", "layernorm") and out["mlp"] in ("gelu", "swiglu")
     assert out["pos"] in ("rope", "learned", "none")
+    if out["block"] == "energy":
+        out.update({k: cfg.get(k, v) for k, v in BLOCK_DEFAULTS["energy"].items()})
+        if out["pos"] == "rope":
+            raise ValueError("energy blocks do not use RoPE: set pos to 'learned' or 'none'")
+        if out["deeploop_p"] != 0:
+            raise ValueError("deeploop_p applies to sandwich blocks, not to energy blocks")
+        if out["energy_ff"] not in ("ff1", "ff2w"):
+            raise ValueError(f"config key 'energy_ff' must be 'ff1' or 'ff2w', got {out['energy_ff']!r}")
+        if out["energy_P"] not in ("matrix", "diag"):
+            raise ValueError(f"config key 'energy_P' must be 'matrix' or 'diag', got {out['energy_P']!r}")
+        _number(out, "energy_c", lambda v: v > 0, "a number > 0")
+        if not isinstance(out["energy_strict"], bool):
+            raise ValueError(f"config key 'energy_strict' must be true or false, got {out['energy_strict']!r}")
     rule = out["loop_rule"]
     if rule not in RULE_DEFAULTS:
         raise NotImplementedError(f"loop_rule {rule!r} is not in this reference")
@@ -193,6 +215,141 @@ class Block(nn.Module):
             x = self.attn_post_norm(a * x + self.attn(self.attn_norm(x)))
             x = self.mlp_post_norm(a * x + self.mlp(self.mlp_norm(x)))
         return x
+
+
+# ----------------------------------------------------------------------------- energy block (NRGPT)
+
+def gelu_prime(u):
+    """d/du GELU(u) for the exact erf GELU: Phi(u) + u * phi(u)."""
+    Phi = 0.5 * (1.0 + torch.erf(u / math.sqrt(2.0)))
+    phi = torch.exp(-0.5 * u * u) / math.sqrt(2.0 * math.pi)
+    return Phi + u * phi
+
+
+class GainlessLayerNorm(nn.Module):
+    """LayerNorm with the gain fixed to 1 and a trainable bias (name: attn_norm.bias)."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.eps = eps
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], None, self.bias, self.eps)
+
+
+class EnergyAttn(nn.Module):
+    """attn.H.weight [n_heads*d, d]: head h's matrix H_h = rows h*d .. (h+1)*d - 1."""
+
+    def __init__(self, d, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.H = nn.Linear(d, n_heads * d, bias=False)
+
+
+class EnergyFF(nn.Module):
+    """mlp.up = W (ff1) or W1 (ff2w), always with a bias; mlp.down = W2 with bias b2 (ff2w only)."""
+
+    def __init__(self, d, f, kind):
+        super().__init__()
+        self.kind = kind
+        self.up = nn.Linear(d, f, bias=True)
+        if kind == "ff2w":
+            self.down = nn.Linear(f, d, bias=True)
+
+
+class DiagStep(nn.Module):
+    """P = c * diag(gamma): step.gamma [d] (init 1), c fixed (config energy_c)."""
+
+    def __init__(self, d, c):
+        super().__init__()
+        self.c = c
+        self.gamma = nn.Parameter(torch.ones(d))
+
+    def forward(self, v):
+        return self.c * self.gamma * v
+
+
+class EnergyBlock(nn.Module):
+    """energy (NRGPT, SPEC §2.3): one descent step on E = E_AT(g) + E_FF(g), g = LN(x) (no gain, bias b):
+
+        s_ij^h = g_i^T H_h g_j                 (no scaling; keys j <= i, or j < i with energy_strict)
+        A_i    = sum_h sum_j softmax_j(s_ij^h) H_h g_j          (= -grad of E_AT w.r.t. the query g_i only;
+                                                                  a row with no allowed key gives 0)
+        ff1:   E_FF = -|GELU(u)|^2, u = W g + b;   F = 2 W^T (GELU(u) GELU'(u))
+        ff2w:  E_FF = -g^T (W2 GELU(u) + b2), u = W1 g + b1;
+               F = (W2 GELU(u) + b2) + W1^T (GELU'(u) * (W2^T g))  (= -grad_g E_FF)
+        x_new  = x + P (A + s_ff F)            P = step.weight (P v = v @ P^T) or c * diag(gamma)
+
+    A and F are written analytically (autograd back-propagates through them: GELU'' through GELU').
+    energy(x) gives the per-token energy E_i = -sum_h logsumexp_{j allowed} s_ij^h + E_FF,i at x."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d = cfg["d_model"]
+        self.strict = cfg["energy_strict"]
+        self.attn_norm = GainlessLayerNorm(d, cfg["norm_eps"])
+        self.attn = EnergyAttn(d, cfg["n_heads"])
+        self.mlp = EnergyFF(d, cfg["d_ff"], cfg["energy_ff"])
+        self.ff_scale = nn.Parameter(torch.ones(1))
+        if cfg["energy_P"] == "matrix":
+            self.step = nn.Linear(d, d, bias=False)
+        else:
+            self.step = DiagStep(d, cfg["energy_c"])
+
+    def scores(self, g, keys=None):
+        """(s [B, nh, T, T] with rows that have no allowed key set to 0, allowed [T, T], has_key [T, 1],
+        Hk [B, nh, T, d] = H_h k_j). keys (default g) are the g_j."""
+        keys = g if keys is None else keys
+        B, T, d = g.shape
+        nh = self.attn.n_heads
+        Hk = F.linear(keys, self.attn.H.weight).view(B, T, nh, d).transpose(1, 2)  # [B, nh, T, d]
+        s = g[:, None] @ Hk.transpose(-1, -2)  # s[b, h, i, j] = g_i . (H_h k_j)
+        allowed = torch.ones(T, T, dtype=torch.bool, device=g.device).tril(-1 if self.strict else 0)
+        has_key = allowed.any(dim=-1, keepdim=True)  # [T, 1]; False only for row 0 when strict
+        s = s.masked_fill(~allowed, float("-inf"))
+        s = torch.where(has_key, s, torch.zeros_like(s))  # keyless rows: finite, weighted by 0 below
+        return s, allowed, has_key, Hk
+
+    def attn_update(self, g):
+        """A [B, T, d] = sum_h sum_j softmax_j(s_ij^h) H_h g_j (0 for a row with no allowed key)."""
+        s, _, has_key, Hk = self.scores(g)
+        p = s.softmax(dim=-1) * has_key.to(s.dtype)
+        return (p @ Hk).sum(dim=1)
+
+    def attn_energy(self, g, keys=None):
+        """E_AT,i [B, T] = -sum_h logsumexp_{j allowed} s_ij^h (0 for a row with no allowed key)."""
+        s, _, has_key, _ = self.scores(g, keys)
+        lse = torch.logsumexp(s, dim=-1) * has_key[:, 0].to(s.dtype)  # [B, nh, T]
+        return -lse.sum(dim=1)
+
+    def ff_energy(self, g):
+        """E_FF [B, T]."""
+        u = self.mlp.up(g)
+        if self.mlp.kind == "ff1":
+            return -F.gelu(u).pow(2).sum(-1)
+        return -(g * self.mlp.down(F.gelu(u))).sum(-1)
+
+    def ff_update(self, g):
+        """F [B, T, d] = -grad_g E_FF, analytic."""
+        u = self.mlp.up(g)
+        if self.mlp.kind == "ff1":
+            return 2.0 * (F.gelu(u) * gelu_prime(u)) @ self.mlp.up.weight  # 2 W^T (GELU(u) GELU'(u))
+        W2 = self.mlp.down.weight  # [d, f]
+        return self.mlp.down(F.gelu(u)) + (gelu_prime(u) * (g @ W2)) @ self.mlp.up.weight
+
+    def energy(self, x):
+        """Per-token energy [B, T] at the state x."""
+        g = self.attn_norm(x)
+        return self.attn_energy(g) + self.ff_energy(g)
+
+    def forward(self, x):
+        g = self.attn_norm(x)
+        return x + self.step(self.attn_update(g) + self.ff_scale * self.ff_update(g))
+
+
+def make_block(cfg, alpha):
+    return EnergyBlock(cfg) if cfg["block"] == "energy" else Block(cfg, alpha)
 
 
 # ----------------------------------------------------------------------------- loop rules
@@ -421,9 +578,9 @@ class LoopLM(nn.Module):
         self.tok_emb = nn.Embedding(V, d)
         if cfg["pos"] == "learned":
             self.pos_emb = nn.Embedding(cfg["context"], d)
-        self.prelude = nn.ModuleList(Block(cfg, alpha) for _ in range(cfg["n_prelude"]))
-        self.core = nn.ModuleList(Block(cfg, alpha) for _ in range(cfg["n_core"]))
-        self.coda = nn.ModuleList(Block(cfg, alpha) for _ in range(cfg["n_coda"]))
+        self.prelude = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_prelude"]))
+        self.core = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_core"]))
+        self.coda = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_coda"]))
         self.loop = LOOP_RULES[cfg["loop_rule"]](cfg)  # parameters "loop.*" (none for residual)
         self.norm_f = Norm(d, cfg["norm"], cfg["norm_eps"])
         if not cfg["tie_embeddings"]:
@@ -432,7 +589,9 @@ class LoopLM(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """N(0, init_std) for matrices/embeddings; attn.o and mlp.down scaled by 1/sqrt(2N);
+        """N(0, init_std) for matrices/embeddings; attn.o and mlp.down (and the energy block's
+        step.weight) scaled by 1/sqrt(2N); 1-D non-bias params (norm weights, energy ff_scale and
+        step.gamma) 1; biases 0 (the energy block's attn_norm.bias and mlp biases too);
         with deeploop_p > 0 instead attn.v, attn.o and every MLP matrix scaled by beta = (8N)^(-p).
         The loop rule's own parameters ("loop.*") are drawn afterwards by the rule."""
         cfg = self.cfg
@@ -449,7 +608,7 @@ class LoopLM(nn.Module):
                 if p > 0:
                     if any(s in name for s in (".attn.v.", ".attn.o.", ".mlp.")):
                         w.mul_((8 * N) ** (-p))
-                elif any(s in name for s in (".attn.o.", ".mlp.down.")):
+                elif any(s in name for s in (".attn.o.", ".mlp.down.", ".step.weight")):
                     w.mul_(1.0 / math.sqrt(2 * N))
         self.loop.reset_parameters(cfg)
 
@@ -508,6 +667,13 @@ class LoopLM(nn.Module):
     def loss(logits, targets):
         """Mean token cross-entropy."""
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def energies(self, tokens, R=None):
+        """Energy block diagnostics: [E(h^(0)), ..., E(h^(R))], each [B, T] = the per-token energy of
+        the first core block (an energy block) at the loop state, i.e. E of step r's input for
+        r = 1..R and of the final state last (SPEC §6)."""
+        assert self.cfg["block"] == "energy", "energies() needs energy blocks"
+        return [self.core[0].energy(h) for h in self.loop_states(tokens, R)]
 
     def loss_by_depth(self, tokens, targets, R=None):
         """Loss at every exit r = 1..R (tensor [R])."""

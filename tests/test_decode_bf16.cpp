@@ -76,7 +76,7 @@ namespace {
 // product takes the decode path); returns all logits.
 std::vector<float> decode_logits(const Model& m, int steps) {
   const Config& c = m.config();
-  KVCache cache(c, 1, c.context, c.R);
+  KVCache cache(c, 1, c.context, c.R, m.kv_width());
   Graph g;
   Graph::NoGrad ng(g);
   RunOptions o;

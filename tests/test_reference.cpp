@@ -1,7 +1,9 @@
 // The C++ engine against the PyTorch reference (reference/export_fixtures.py) on the same weights:
 // logits, loss, the loss at every exit, every loop state, every parameter gradient and three
 // clipped AdamW steps, for the dense, looped, sandwich and parallel fixtures and the loop rules'
-// (gated: RecurrentGPT; hyper and mhc: Hyperloop with diagonal and Sinkhorn H_res).
+// (gated: RecurrentGPT; hyper and mhc: Hyperloop with diagonal and Sinkhorn H_res) and the energy
+// block (NRGPT: ff2w with a step matrix; ff1 with P = c·diag(γ) and the strict mask), whose per-token
+// energy at every step's input is checked too.
 //
 // Tolerances. The fixtures are computed in float64; the engine runs float32 (unit roundoff
 // 6e-8). Through ~10 block applications with sums of ≤ 72 terms the forward drifts ~1e-6 relative,
@@ -62,7 +64,13 @@ void check_fixture(const std::string& name) {
   {
     Graph::NoGrad ng(g);
     std::set<int> seen;
+    int energies = 0;
     g.set_observer([&](Graph&, const TapSite& t, Node* s) {
+      if (std::string(t.name) == "energy" && t.step >= 1) {  // NRGPT: the energy of state.{r-1}, per token
+        ++energies;
+        EXPECT_LT(rel_err(s->v, f, "energy." + std::to_string(t.step), (size_t)B * T), 2e-5) << name << " energy " << t.step;
+        return;
+      }
       if (std::string(t.name) != "state") return;
       seen.insert(t.step);
       EXPECT_LT(rel_err(s->v, f, "state." + std::to_string(t.step), (size_t)B * T * d), 2e-5) << name << " state " << t.step;
@@ -76,6 +84,7 @@ void check_fixture(const std::string& name) {
       EXPECT_NEAR(l->v[0], ref[r - 1], 2e-5 * ref[r - 1]) << name << " exit " << r;
     });
     EXPECT_EQ(seen.size(), (size_t)c.R + 3) << name;
+    if (f.has("energy.1")) EXPECT_EQ(energies, c.R + 2) << name;
     g.set_observer({});
     g.reset();
   }
@@ -161,7 +170,8 @@ void check_fixture(const std::string& name) {
 // n ≥ 16384, 31% for a 384-value loop embedding) is > 5σ, while the scales being checked
 // (1/√(2N) = 0.22, β = (8N)^-1/2 = 0.14, U(±1/√(n·d)) against N(0, 0.02)) are far outside it.
 TEST(Reference, InitStatistics) {
-  for (const char* name : {"init/init_looped", "init/init_deeploop", "init/init_gated", "init/init_hyper"}) {
+  for (const char* name : {"init/init_looped", "init/init_deeploop", "init/init_gated", "init/init_hyper",
+                           "init/init_energy"}) {
     auto f = io::SafetensorsFile::open(fixture(name));
     Config c = Config::from_json_text(f.metadata().at("config"), name);
     Model m(c);
@@ -207,3 +217,5 @@ TEST(Reference, Parallel) { check_fixture("parallel"); }
 TEST(Reference, Gated) { check_fixture("gated"); }
 TEST(Reference, Hyper) { check_fixture("hyper"); }
 TEST(Reference, Mhc) { check_fixture("mhc"); }
+TEST(Reference, Energy) { check_fixture("energy"); }
+TEST(Reference, EnergyFf1StrictDiag) { check_fixture("energy_ff1"); }

@@ -111,8 +111,9 @@ int cmd_info(int argc, char** argv) {
   const Model::FlopParts fp = skel->flop_parts();
   const double infer = skel->flops_per_token(c.R), train = 3 * infer;  // backward ≈ 2 × forward
   const int N = c.n_unrolled();
-  // The KV cache keeps keys and values per (block, loop step): 2d floats for each application.
-  const double kv_bytes = 2.0 * c.d_model * sizeof(float) * N;
+  // The KV cache keeps keys and values per (block, loop step): 2 · kv_width floats for each
+  // application (d_model; the energy block's keys are n_heads · d_model wide).
+  const double kv_bytes = 2.0 * (double)skel->kv_width() * sizeof(float) * N;
 
   // Activation memory per token, measured: one training forward and backward at batch 1, one
   // context, depth R with every step keeping gradients.

@@ -58,25 +58,46 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   std::vector<float> first_loss, last_loss;  // per-token losses at exit 1 and at exit depth
   Graph g;
   Graph::NoGrad ng(g);
+  // A block that diagnoses its input state (NRGPT's energy) sees the final state at one more step,
+  // run for its diagnostics only.
+  const int extra = depth > 0 && m.diagnoses_input() ? 1 : 0;
+  // Descent diagnostics (per-token [N, 1]): per (name, block), the last step's values of this
+  // batch, and per name and step the tokens whose value fell from step s to s + 1 and their count.
+  std::map<std::pair<std::string, int>, std::pair<int, std::vector<float>>> last_seen;
+  std::map<std::string, std::vector<std::pair<double, double>>> fell;
   g.set_observer(
       [&](Graph&, const TapSite& s, Node* t) {
-        if (!s.diagnostic || s.step < 1 || s.step > depth) return;
+        if (!s.diagnostic || s.step < 1 || s.step > depth + extra) return;
         auto& v = diag[s.name];
-        if (v.empty()) v.assign(depth + 1, {0.0, 0.0});
+        if (v.empty()) v.assign(depth + extra + 1, {0.0, 0.0});
         double sum = 0;
         for (int64_t i = 0; i < t->numel(); ++i) sum += t->v[i];
         v[s.step].first += sum;
         v[s.step].second += (double)t->numel();
+        if (!s.descent) return;
+        auto& [step, prev_v] = last_seen[{s.name, s.block}];
+        if (step == s.step - 1 && (int64_t)prev_v.size() == t->numel()) {
+          auto& f = fell[s.name];
+          if (f.empty()) f.assign(depth + 1, {0.0, 0.0});
+          int64_t down = 0;
+          for (int64_t i = 0; i < t->numel(); ++i) down += t->v[i] < prev_v[i];
+          f[s.step - 1].first += (double)down;
+          f[s.step - 1].second += (double)t->numel();
+        }
+        step = s.step;
+        prev_v.assign(t->v, t->v + t->numel());
       },
       /*diagnostics_only=*/true);
   RunOptions o;
-  o.depth = depth;
+  o.depth = depth + extra;
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
     adapt_threads();
     const int B = (int)std::min<int64_t>(batch, n_win - w0);
     const int64_t rows = (int64_t)B * T;
     for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x.data() + (size_t)b * T, y.data() + (size_t)b * T);
+    for (auto& [key, seen] : last_seen) seen.first = -1;  // a new batch: no previous step
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
+      if (step > depth) return;  // the extra step: diagnostics only
       if (step > 0 || depth == 0) {
         Node* logits = m.head(g, h, B, T, o);
         Node* l = op::cross_entropy(g, logits, y.data());
@@ -113,6 +134,11 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
   for (auto& [name, v] : diag) {
     auto& out = r.diagnostics[name];
     for (int s = 1; s <= depth; ++s) out.push_back(v[s].second > 0 ? v[s].first / v[s].second : std::nan(""));
+    if (extra && v[depth + 1].second > 0) r.diagnostics[name + "_final"] = {v[depth + 1].first / v[depth + 1].second};
+  }
+  for (auto& [name, f] : fell) {  // "<name>_fell" at step s: the fraction of tokens that step lowered
+    auto& out = r.diagnostics[name + "_fell"];
+    for (int s = 1; s <= depth; ++s) out.push_back(f[s].second > 0 ? f[s].first / f[s].second : std::nan(""));
   }
   // Hard tokens gain most from depth? Tokens in deciles of their exit-1 loss (the difficulty), and
   // each decile's mean loss at the first and the last exit.

@@ -102,7 +102,7 @@ std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_
     if (t < 0 || t >= V) throw UsageError("generate: prompt token " + std::to_string(t) + " is outside the vocabulary");
   // The cache holds what the window can hold: the prompt (at most a context) and the new tokens.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)std::min<int64_t>(prompt_in.size(), ctx) + opt.max_new);
-  KVCache cache(c, 1, capacity, depth);
+  KVCache cache(c, 1, capacity, depth, m.kv_width());
   Graph g;
   Graph::NoGrad ng(g);
   RunOptions o;

@@ -18,6 +18,11 @@ class Block {
   // Forward FLOPs of one application per token with T tokens of context (matrix products and
   // attention at its causal average, T/2 keys per query; norms and pointwise work not counted).
   virtual double flops_per_token(int T) const = 0;
+  // Floats per position of its KV cache (keys; values the same): d_model unless its attention is wider.
+  virtual int64_t kv_width(const Config& c) const { return c.d_model; }
+  // It reports a diagnostic of its input state (NRGPT's energy): the state after the last loop step
+  // is diagnosed by one more application, which evaluation runs and discards.
+  virtual bool diagnoses_input() const { return false; }
 };
 
 // prefix: the block's parameter name stem, e.g. "core.0".

@@ -4,10 +4,10 @@
 
 namespace looplm {
 
-KVCache::KVCache(const Config& c, int B, int capacity, int max_depth)
+KVCache::KVCache(const Config& c, int B, int capacity, int max_depth, int64_t width)
     : n_prelude_(c.n_prelude), n_core_(c.n_core), capacity_(capacity), max_depth_(max_depth) {
   const int n_slots = c.n_prelude + c.n_core * max_depth + c.n_coda;
-  const size_t per = (size_t)B * capacity * c.d_model;
+  const size_t per = (size_t)B * capacity * (width > 0 ? width : c.d_model);
   data_.assign(per * 2 * n_slots, 0.0f);
   slots_.resize(n_slots);
   for (int s = 0; s < n_slots; ++s) slots_[s] = {data_.data() + per * 2 * s, data_.data() + per * (2 * s + 1), capacity};

@@ -9,7 +9,7 @@
 
 namespace looplm {
 
-// One (block, loop step)'s cache: rotated keys and values, [B, capacity, d] each.
+// One (block, loop step)'s cache: rotated keys and values, [B, capacity, width] each.
 struct KVSlot {
   float* k = nullptr;
   float* v = nullptr;
@@ -18,8 +18,9 @@ struct KVSlot {
 
 class KVCache {
  public:
-  // B sequences, up to `capacity` positions, core loop steps up to max_depth.
-  KVCache(const Config& c, int B, int capacity, int max_depth);
+  // B sequences, up to `capacity` positions, core loop steps up to max_depth; `width` floats per
+  // position for keys and for values (0: d_model; Model::kv_width for blocks with wider attention).
+  KVCache(const Config& c, int B, int capacity, int max_depth, int64_t width = 0);
   // block: index over prelude, core, coda in order; step: loop step (0-based) for core blocks, 0 otherwise.
   const KVSlot* slot(int block, int step) const;
   int capacity() const { return capacity_; }

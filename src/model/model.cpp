@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -175,6 +176,20 @@ Model::FlopParts Model::flop_parts() const {
   f.rule = rule_->flops_per_token();
   f.head = head_flops_per_token();
   return f;
+}
+
+int64_t Model::kv_width() const {
+  int64_t w = cfg_.d_model;
+  for (auto* sec : {&prelude_, &core_, &coda_})
+    for (auto& b : *sec) w = std::max(w, b->kv_width(cfg_));
+  return w;
+}
+
+bool Model::diagnoses_input() const {
+  for (auto* sec : {&prelude_, &core_, &coda_})
+    for (auto& b : *sec)
+      if (b->diagnoses_input()) return true;
+  return false;
 }
 
 double Model::flops_per_token(int depth) const {

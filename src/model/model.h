@@ -74,6 +74,10 @@ class Model {
   // of the loop rule.
   struct FlopParts { double prelude = 0, core = 0, coda = 0, rule = 0, head = 0; };
   FlopParts flop_parts() const;
+  // Floats per position of the widest block's KV cache, and whether a block diagnoses its input
+  // state (Block::kv_width, Block::diagnoses_input).
+  int64_t kv_width() const;
+  bool diagnoses_input() const;
   // The components of a config without any values (layout, FLOPs; `looplm info`).
   static std::unique_ptr<Model> skeleton(const Config& c);
 

@@ -39,6 +39,7 @@ struct TapSite {
   const char* name;
   int block, step;
   bool diagnostic;  // a value eval reports (its mean per loop step) under "diagnostics"
+  bool descent = false;  // a per-token value [N, 1] whose fall from step to step eval counts (energy)
 };
 
 class Graph {
@@ -113,9 +114,10 @@ class Graph {
   void tap(const char* name, Node* x) {
     if (taps_) observer_(*this, {name, block_, step_, false}, x);
   }
-  void diagnostic(const char* name, Node* x) {
-    if (observer_) observer_(*this, {name, block_, step_, true}, x);
+  void diagnostic(const char* name, Node* x, bool descent = false) {
+    if (observer_) observer_(*this, {name, block_, step_, true, descent}, x);
   }
+  bool diagnosing() const { return (bool)observer_; }  // someone sees diagnostic(): worth computing one
   class At {  // RAII: taps inside come from this (block, loop step)
    public:
     At(Graph& g, int block, int step) : g_(g), b_(g.block_), s_(g.step_) { g.block_ = block; g.step_ = step; }

@@ -241,6 +241,8 @@ void rope_bwd(const T* dy, int ldy, T* dx, int ldx, const float* cos_t, const fl
 // Causal blocking: query rows go in blocks of kAttnBlock and a block only multiplies against the
 // keys it can see (0..end of block), so the masked upper triangle is never computed; entries of a
 // block's rows past the diagonal are set to 0 so the GEMMs over the block's key range stay exact.
+// scale: of the scores (0: 1/√hd). strict: query i sees keys j < i only (NRGPT's option), and a
+// row with no key (i = 0) gives 0 with log-sum-exp 0.
 // scratch: per thread (2*T*T + 4*T*hd) elements.
 inline constexpr int kAttnBlock = 64;
 
@@ -266,9 +268,9 @@ void softmax_bwd_row(T* p, T* g, int n, T lse) {
 
 template <class T>
 void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, const float* cos_t,
-                   const float* sin_t, T* scratch) {
-  const int d = H * hd, ld = 3 * d;
-  const T scale = T(1) / std::sqrt(T(hd));
+                   const float* sin_t, T* scratch, double scale_ = 0, bool strict = false) {
+  const int d = H * hd, ld = 3 * d, shift = strict ? 1 : 0;
+  const T scale = scale_ > 0 ? T(scale_) : T(1) / std::sqrt(T(hd));
   const int64_t per_thread = 2 * (int64_t)Tn * Tn + 4 * (int64_t)Tn * hd;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int bh = 0; bh < B * H; ++bh) {
@@ -293,8 +295,9 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
       gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), S + (int64_t)i0 * Tn, Tn);
       for (int i = i0; i < i1; ++i) {
         T* s = S + (int64_t)i * Tn;
-        L[i] = softmax_row(s, i + 1);
-        std::fill(s + i + 1, s + i1, T(0));
+        const int n = i + 1 - shift;  // visible keys
+        L[i] = n > 0 ? softmax_row(s, n) : T(0);
+        std::fill(s + n, s + i1, T(0));
       }
       gemm(false, false, m, hd, i1, T(1), S + (int64_t)i0 * Tn, Tn, V, ld, T(0), Y + (int64_t)i0 * d, d);
     }
@@ -306,9 +309,9 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
 // (dK, dV) by key block over the queries that see them.
 template <class T>
 void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, int B, int Tn, int H, int hd,
-                   const float* cos_t, const float* sin_t, T* scratch) {
-  const int d = H * hd, ld = 3 * d;
-  const T scale = T(1) / std::sqrt(T(hd));
+                   const float* cos_t, const float* sin_t, T* scratch, double scale_ = 0, bool strict = false) {
+  const int d = H * hd, ld = 3 * d, shift = strict ? 1 : 0;
+  const T scale = scale_ > 0 ? T(scale_) : T(1) / std::sqrt(T(hd));
   const int64_t per_thread = 2 * (int64_t)Tn * Tn + 4 * (int64_t)Tn * hd;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int bh = 0; bh < B * H; ++bh) {
@@ -346,9 +349,10 @@ void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, i
       for (int i = i0; i < i1; ++i) {
         T* p = P + (int64_t)i * Tn;
         T* g = dP + (int64_t)i * Tn;
-        softmax_bwd_row(p, g, i + 1, L[i]);
-        std::fill(p + i + 1, p + i1, T(0));
-        std::fill(g + i + 1, g + i1, T(0));
+        const int n = i + 1 - shift;
+        softmax_bwd_row(p, g, n, L[i]);
+        std::fill(p + n, p + i1, T(0));
+        std::fill(g + n, g + i1, T(0));
       }
       gemm(false, false, m, hd, i1, scale, dP + (int64_t)i0 * Tn, Tn, kk, ldk, beta_g, gq + (int64_t)i0 * ldg, ldg);
     }

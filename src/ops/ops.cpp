@@ -95,7 +95,7 @@ Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps) {
 
 static size_t attention_scratch(int T, int hd) { return (size_t)n_threads() * (2 * (size_t)T * T + 4 * (size_t)T * hd); }
 
-Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope) {
+Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const AttnOptions& ao) {
   const int d = (int)qkv->cols / 3, hd = d / H;
   LOOPLM_ASSERT(qkv->rows == (int64_t)B * T && d * 3 == qkv->cols, "attention: qkv must be [B*T, 3d]");
   Node* y = g.output((int64_t)B * T, d, qkv);
@@ -103,25 +103,29 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope) {
   LOOPLM_ASSERT(!rope || T <= rope.positions, "attention: positions beyond the RoPE table");
   const float* cs = rope.cos;
   const float* sn = rope.sin;
-  k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)));
+  const double scale = ao.scale;
+  const bool strict = ao.strict;
+  k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)), scale, strict);
+  if (ao.lse) *ao.lse = lse;
   if (y->requires_grad)
-    g.record(y, [&g, qkv, y, lse, B, T, H, hd, cs, sn] {
+    g.record(y, [&g, qkv, y, lse, B, T, H, hd, cs, sn, scale, strict] {
       bool acc = false;
       float* dqkv = g.grad_of(qkv, acc);
       if (dqkv)
         k::attention_bwd(qkv->v, lse, y->g, dqkv, acc, B, T, H, hd, cs, sn,
-                         g.shared_scratch(attention_scratch(T, hd)));
+                         g.shared_scratch(attention_scratch(T, hd)), scale, strict);
     });
   return y;
 }
 
 Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, float* kc, float* vc, int capacity,
-                       int pos0) {
+                       int pos0, const AttnOptions& ao) {
   const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, Tk = pos0 + T;
   LOOPLM_ASSERT(Tk <= capacity, "attention_cached: KV cache capacity exceeded");
   LOOPLM_ASSERT(!rope || Tk <= rope.positions, "attention_cached: position beyond the RoPE table");
   Node* y = g.node((int64_t)B * T, d, false);
-  const float scale = 1.0f / std::sqrt((float)hd);
+  const float scale = ao.scale > 0 ? (float)ao.scale : 1.0f / std::sqrt((float)hd);
+  const int shift = ao.strict ? 1 : 0;
   const int half = hd / 2;
   float* scores = g.shared_scratch((size_t)n_threads() * Tk);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -142,10 +146,15 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
       std::memcpy(Vc + (int64_t)(pos0 + t) * d, vn, sizeof(float) * hd);
     }
     for (int t = 0; t < T; ++t) {
-      const int p = pos0 + t, n = p + 1;  // keys 0..pos0+t
+      const int p = pos0 + t, n = p + 1 - shift;  // keys 0..pos0+t (strict: ..pos0+t-1)
+      float* out = y->v + ((int64_t)b * T + t) * d + h * hd;
+      if (n == 0) {
+        std::fill(out, out + hd, 0.0f);
+        continue;
+      }
       if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
       else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
-      k::attend_cached_row(q, Kc, Vc, d, n, hd, scale, s, y->v + ((int64_t)b * T + t) * d + h * hd);
+      k::attend_cached_row(q, Kc, Vc, d, n, hd, scale, s, out);
     }
   }
   return y;

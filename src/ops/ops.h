@@ -28,13 +28,18 @@ struct RopeAngles {
   int positions = 0;
   explicit operator bool() const { return cos != nullptr; }
 };
+struct AttnOptions {
+  double scale = 0;        // of the scores; 0: 1/√hd
+  bool strict = false;     // query i sees keys j < i (a row with none gives 0; NRGPT's option)
+  float** lse = nullptr;   // if set: receives the saved log-sum-exp per (b, head, t), [B, H, T]
+};
 // Causal MHA core on a fused qkv [B*T, 3d] -> [B*T, d], positions 0..T-1.
-Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope);
+Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const AttnOptions& o = {});
 // Forward only (generation): appends the new rows' keys (rotated) and values, positions
 // pos0..pos0+T-1, to the cache k, v [B, capacity, d] and attends each new query over every cached
 // position up to its own.
 Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, float* k, float* v, int capacity,
-                       int pos0);
+                       int pos0, const AttnOptions& o = {});
 Node* gelu(Graph& g, Node* x);
 // Fused linear(gelu(u), W, b) that stores only u: gelu(u) [N, f] lives in shared scratch and is
 // recomputed in backward (saves 4d floats per token per MLP). Same result as the composition
@@ -61,6 +66,14 @@ Node* sinkhorn(Graph& g, Node* L, int n, int iters);
 // A constant [rows, cols] of N(0, std²) draws from `rng` (element i from counters 2⌊i/2⌋, +1: the
 // same numbers whatever the thread count). No gradient.
 Node* gaussian(Graph& g, int64_t rows, int64_t cols, double std, const Rng& rng);
+
+// ---- the energy blocks' ops (ops_energy.cpp, kernels_energy.h)
+Node* gelu_prime_mul(Graph& g, Node* u, Node* v);                    // GELU′(u) ⊙ v
+Node* gelu_gelu_prime(Graph& g, Node* u);                            // GELU(u) ⊙ GELU′(u)
+Node* matmul(Graph& g, Node* x, Node* W, float alpha = 1.0f);       // α x W, W [K, M] (untransposed)
+Node* mul_row(Graph& g, Node* x, Node* w, float c = 1.0f);           // c · x ⊙ w, w one row
+Node* repeat_cols(Graph& g, Node* x, int n);                         // [N, d] -> [N, n·d] = [x | ... | x]
+Node* sum_blocks(Graph& g, Node* x, int n);                          // [N, n·d] -> [N, d] = Σ_s x_s
 
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);

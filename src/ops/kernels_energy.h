@@ -1,0 +1,138 @@
+// Kernels of the energy blocks' ops (SPEC §2.3 NRGPT, §2.4 CEM), forward and backward side by side,
+// templated on the scalar (float engine / double gradcheck, tests/test_energy_ops.cpp):
+//   the GELU derivatives an analytic energy gradient needs (training differentiates them once
+//   more, so GELU″ appears), a product with an untransposed weight (x W: the transposed use of a
+//   tied matrix), a row scale (P = c·diag(γ)), and the head-block repeat / sum that let NRGPT's
+//   attention energy reuse the attention op with every head's query equal to the token state.
+// Reductions over rows run in fixed chunks or per column (kernels.h, kRowChunk), so results do
+// not depend on the thread count.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/kernels.h"
+
+namespace looplm::k {
+
+// GELU(u) = u Φ(u) (exact erf form), GELU′(u) = Φ(u) + u φ(u), GELU″(u) = φ(u) (2 − u²).
+template <class T>
+struct GeluDerivs {
+  T f, f1, f2;
+};
+template <class T>
+inline GeluDerivs<T> gelu_derivs(T u) {
+  const T cdf = T(0.5) * (T(1) + std::erf(u * T(0.70710678118654752440)));
+  const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * u * u);
+  return {u * cdf, cdf + u * pdf, pdf * (T(2) - u * u)};
+}
+
+// y = GELU′(u) ⊙ v
+template <class T>
+void gelu_prime_mul_fwd(const T* u, const T* v, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_derivs(u[i]).f1 * v[i];
+}
+// du = GELU″(u) ⊙ v ⊙ dy;  dv = GELU′(u) ⊙ dy
+template <class T>
+void gelu_prime_mul_bwd(const T* u, const T* v, const T* dy, T* du, bool au, T* dv, bool av, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const GeluDerivs<T> d = gelu_derivs(u[i]);
+    if (du) store(du + i, d.f2 * v[i] * dy[i], au);
+    if (dv) store(dv + i, d.f1 * dy[i], av);
+  }
+}
+
+// y = GELU(u) ⊙ GELU′(u)  (½ ∂‖GELU(u)‖²/∂u)
+template <class T>
+void gelu_gelu_prime_fwd(const T* u, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const GeluDerivs<T> d = gelu_derivs(u[i]);
+    y[i] = d.f * d.f1;
+  }
+}
+// du = (GELU′² + GELU GELU″) ⊙ dy
+template <class T>
+void gelu_gelu_prime_bwd(const T* u, const T* dy, T* du, bool acc, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const GeluDerivs<T> d = gelu_derivs(u[i]);
+    store(du + i, (d.f1 * d.f1 + d.f * d.f2) * dy[i], acc);
+  }
+}
+
+// ---------------------------------------------------------------- y = α x W (W [K, M] used untransposed)
+// x [N, K], y [N, M]: the transposed use of a stored [out, in] matrix (energy gradients: W^T v).
+template <class T>
+void matmul_fwd(const T* x, const T* W, T* y, int N, int K, int M, T alpha = T(1)) {
+  gemm_fixed_split(false, false, N, M, K, alpha, x, K, W, M, T(0), y, M);
+}
+// dx = α dy W^T (overwrite or add);  dW += α x^T dy
+template <class T>
+void matmul_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, int N, int K, int M, T alpha = T(1)) {
+  if (dx) gemm_fixed_split(false, true, N, K, M, alpha, dy, M, W, M, dx_acc ? T(1) : T(0), dx, K);
+  if (dW) gemm_fixed_split(true, false, K, M, N, alpha, x, K, dy, M, T(1), dW, M);
+}
+
+// ---------------------------------------------------------------- y = c · x ⊙ w (w one row)
+template <class T>
+void mul_row_fwd(const T* x, const T* w, T c, T* y, int N, int C) {
+#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < C; ++j) y[(int64_t)n * C + j] = c * x[(int64_t)n * C + j] * w[j];
+}
+// dx = c w ⊙ dy;  dw[j] += c Σ_n x[n, j] dy[n, j] (per column, rows in order)
+template <class T>
+void mul_row_bwd(const T* x, const T* w, T c, const T* dy, T* dx, bool acc, T* dw, int N, int C) {
+  if (dx) {
+#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < C; ++j) store(dx + (int64_t)n * C + j, c * w[j] * dy[(int64_t)n * C + j], acc);
+  }
+  if (dw) {
+#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
+    for (int j = 0; j < C; ++j) {
+      T s = 0;
+      for (int n = 0; n < N; ++n) s += x[(int64_t)n * C + j] * dy[(int64_t)n * C + j];
+      dw[j] += c * s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- head blocks
+// repeat: y [N, n·d] = [x | x | ... | x];  its backward is sum_blocks, and the other way round.
+template <class T>
+void repeat_cols_fwd(const T* x, T* y, int N, int d, int n) {
+#pragma omp parallel for if ((int64_t)N * d * n > kParallelMin)
+  for (int r = 0; r < N; ++r)
+    for (int s = 0; s < n; ++s) std::copy(x + (int64_t)r * d, x + (int64_t)r * d + d, y + ((int64_t)r * n + s) * d);
+}
+// y [N, d] = Σ_s x_s  (x [N, n·d]), or added to y
+template <class T>
+void sum_blocks_fwd(const T* x, T* y, bool acc, int N, int d, int n) {
+#pragma omp parallel for if ((int64_t)N * d * n > kParallelMin)
+  for (int r = 0; r < N; ++r) {
+    T* o = y + (int64_t)r * d;
+    const T* in = x + (int64_t)r * n * d;
+    for (int j = 0; j < d; ++j) {
+      T s = acc ? o[j] : T(0);
+      for (int b = 0; b < n; ++b) s += in[(int64_t)b * d + j];
+      o[j] = s;
+    }
+  }
+}
+// dx_s = dy for every block (overwrite or add)
+template <class T>
+void repeat_cols_acc(const T* dy, T* dx, bool acc, int N, int d, int n) {
+#pragma omp parallel for if ((int64_t)N * d * n > kParallelMin)
+  for (int r = 0; r < N; ++r)
+    for (int s = 0; s < n; ++s) {
+      T* o = dx + ((int64_t)r * n + s) * d;
+      const T* in = dy + (int64_t)r * d;
+      for (int j = 0; j < d; ++j) store(o + j, in[j], acc);
+    }
+}
+
+}  // namespace looplm::k
