@@ -113,15 +113,24 @@ TEST(Generate, GreedyWithCacheEqualsFullForward) {
   TempDir d("gen");
   // Every loop rule (the state of gated and hyper is per token, so the per-(block, step) cache
   // stays exact), with both position kinds.
-  struct Variant { const char *pos, *rule, *res; };
+  // NRGPT's energy block too (its cache holds n_heads · d wide keys; the strict mask at position 0).
+  struct Variant { const char *pos, *rule, *res, *block = "pre_norm", *ff = "", *P = ""; bool strict = false; };
   for (Variant v : {Variant{"rope", "residual", ""}, Variant{"learned", "residual", ""}, Variant{"learned", "gated", ""},
-                    Variant{"rope", "hyper", "diag"}, Variant{"learned", "hyper", "sinkhorn"}}) {
+                    Variant{"rope", "hyper", "diag"}, Variant{"learned", "hyper", "sinkhorn"},
+                    Variant{"learned", "residual", "", "energy", "ff2w", "matrix"},
+                    Variant{"none", "gated", "", "energy", "ff1", "diag", true}}) {
     const std::string pos = v.pos;
     Config c = tiny_config(d);
     c.pos = pos;
     c.bias = pos == "learned";
     c.loop_rule = v.rule;
+    c.block = v.block;
     if (*v.res) c.set("hyper_res", v.res);
+    if (*v.ff) {
+      c.set("energy_ff", v.ff);
+      c.set("energy_P", v.P);
+      c.set("energy_strict", v.strict ? "true" : "false");
+    }
     Model m(c);
     m.init_weights(7);
     // Sharpen the random model so greedy choices are not near-ties.
@@ -141,7 +150,8 @@ TEST(Generate, GreedyWithCacheEqualsFullForward) {
         std::vector<float> z = lm.forward_logits(seq, depth);
         const float* last = z.data() + (seq.size() - 1) * c.vocab_size;
         int32_t best = (int32_t)(std::max_element(last, last + c.vocab_size) - last);
-        EXPECT_EQ(out[i], best) << pos << " " << v.rule << " " << v.res << " depth " << depth << " token " << i;
+        EXPECT_EQ(out[i], best) << pos << " " << v.rule << " " << v.res << " " << v.block << " " << v.ff << " depth " << depth
+                                << " token " << i;
         seq.push_back(out[i]);
       }
     }

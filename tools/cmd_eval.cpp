@@ -80,14 +80,22 @@ int cmd_eval(int argc, char** argv) {
   std::printf("%lld tokens in %lld windows of %d\nloss %.4f (depth %d)\n", (long long)e.tokens, (long long)e.windows,
               lm.config().context, e.loss, ran == 0 ? 0 : std::min(R, ran));
   if (ran == 0) return 0;
+  // Per-step diagnostics are columns; others (e.g. energy_final, one value) are lines below.
+  std::vector<std::pair<std::string, const std::vector<double>*>> cols, lines;
+  for (auto& [name, v] : e.diagnostics) ((int)v.size() == ran ? cols : lines).push_back({name, &v});
   std::printf("\n| r | loss | accuracy |");
-  for (auto& [name, v] : e.diagnostics) std::printf(" %s |", name.c_str());
+  for (auto& [name, v] : cols) std::printf(" %s |", name.c_str());
   std::printf("\n|---|---|---|");
-  for (size_t i = 0; i < e.diagnostics.size(); ++i) std::printf("---|");
+  for (size_t i = 0; i < cols.size(); ++i) std::printf("---|");
   std::printf("\n");
   for (int i = 0; i < ran; ++i) {
     std::printf("| %d | %.4f | %.4f |", i + 1, e.loss_by_depth[i], e.accuracy_by_depth[i]);
-    for (auto& [name, v] : e.diagnostics) std::printf(" %.4g |", v[i]);
+    for (auto& [name, v] : cols) std::printf(" %.4g |", (*v)[i]);
+    std::printf("\n");
+  }
+  for (auto& [name, v] : lines) {
+    std::printf("%s:", name.c_str());
+    for (double x : *v) std::printf(" %.4g", x);
     std::printf("\n");
   }
   if (!e.difficulty_first.empty()) {
