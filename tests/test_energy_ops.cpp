@@ -231,3 +231,35 @@ TEST(EnergyGradients, FeedForwardUpdatesAreTheEnergyGradients) {
       EXPECT_NEAR(m[(size_t)i * d + c] + t2[(size_t)i * d + c], -n2, 1e-7) << "ff2w";
     }
 }
+
+TEST(GradCheck, HeadLayoutsMulSoftplus) {
+  const int N = 3, H = 2, a = 3, b = 4;
+  Vec A = randn(N * H * a, 31), Bv = randn(N * b, 32), G = randn(N * H * (a + b), 33), Y(N * H * (a + b));
+  Vec dA(A.size()), dB(Bv.size());
+  auto L = [&] { k::head_concat_fwd(A.data(), Bv.data(), Y.data(), N, H, a, b); return dotv(G, Y); };
+  L();
+  k::head_concat_bwd(G.data(), dA.data(), false, dB.data(), false, N, H, a, b);
+  fd_check("head_concat dA", A, dA, L);
+  fd_check("head_concat dB", Bv, dB, L);
+  const int w = a + b, c0 = 2, n = 4;
+  Vec Z(N * H * n), Gz = randn(N * H * n, 34), dY(Y.size());
+  Vec Yin = randn(N * H * w, 35);
+  auto Ls = [&] { k::head_slice_fwd(Yin.data(), Z.data(), N, H, w, c0, n); return dotv(Gz, Z); };
+  Ls();
+  k::head_slice_bwd(Gz.data(), dY.data(), false, N, H, w, c0, n);
+  fd_check("head_slice dY", Yin, dY, Ls);
+  const int m = 23;
+  Vec x = randn(m, 36, 3.0), y2 = randn(m, 37), Gm = randn(m, 38), o(m), dx(m), dy(m);
+  auto Lm = [&] { k::mul_fwd(x.data(), y2.data(), o.data(), m); return dotv(Gm, o); };
+  Lm();
+  k::mul_bwd(x.data(), y2.data(), Gm.data(), dx.data(), false, dy.data(), false, m);
+  fd_check("mul da", x, dx, Lm);
+  fd_check("mul db", y2, dy, Lm);
+  auto Lp = [&] { k::softplus_fwd(x.data(), o.data(), m); return dotv(Gm, o); };
+  Lp();
+  k::softplus_bwd(x.data(), Gm.data(), dx.data(), false, m);
+  fd_check("softplus dx", x, dx, Lp);
+  double p0 = std::log(std::expm1(1.0)), sp = 0;  // softplus⁻¹(1), the preconditioner's init
+  k::softplus_fwd(&p0, &sp, 1);
+  EXPECT_NEAR(sp, 1.0, 1e-15);
+}

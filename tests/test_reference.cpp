@@ -84,7 +84,9 @@ void check_fixture(const std::string& name) {
       EXPECT_NEAR(l->v[0], ref[r - 1], 2e-5 * ref[r - 1]) << name << " exit " << r;
     });
     EXPECT_EQ(seen.size(), (size_t)c.R + 3) << name;
-    if (f.has("energy.1")) EXPECT_EQ(energies, c.R + 2) << name;
+    if (f.has("energy.1")) {
+      EXPECT_EQ(energies, c.R + 2) << name;
+    }
     g.set_observer({});
     g.reset();
   }

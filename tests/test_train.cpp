@@ -114,11 +114,14 @@ TEST(Generate, GreedyWithCacheEqualsFullForward) {
   // Every loop rule (the state of gated and hyper is per token, so the per-(block, step) cache
   // stays exact), with both position kinds.
   // NRGPT's energy block too (its cache holds n_heads · d wide keys; the strict mask at position 0).
-  struct Variant { const char *pos, *rule, *res, *block = "pre_norm", *ff = "", *P = ""; bool strict = false; };
-  for (Variant v : {Variant{"rope", "residual", ""}, Variant{"learned", "residual", ""}, Variant{"learned", "gated", ""},
-                    Variant{"rope", "hyper", "diag"}, Variant{"learned", "hyper", "sinkhorn"},
-                    Variant{"learned", "residual", "", "energy", "ff2w", "matrix"},
-                    Variant{"none", "gated", "", "energy", "ff1", "diag", true}}) {
+  // CEM too (its inner steps share the (block, step) cache; the diagonal term widens its heads).
+  struct Variant { const char *pos, *rule, *res, *block = "pre_norm"; std::vector<std::pair<const char*, const char*>> sets = {}; };
+  for (const Variant& v : {Variant{"rope", "residual", ""}, Variant{"learned", "residual", ""}, Variant{"learned", "gated", ""},
+                           Variant{"rope", "hyper", "diag"}, Variant{"learned", "hyper", "sinkhorn"},
+                           Variant{"learned", "residual", "", "energy", {{"energy_ff", "ff2w"}, {"energy_P", "matrix"}}},
+                           Variant{"none", "gated", "", "energy", {{"energy_ff", "ff1"}, {"energy_P", "diag"}, {"energy_strict", "true"}}},
+                           Variant{"rope", "residual", "", "cem", {{"cem_T", "2"}}},
+                           Variant{"learned", "hyper", "diag", "cem", {{"cem_T", "3"}, {"cem_precond", "true"}, {"cem_diag", "false"}}}}) {
     const std::string pos = v.pos;
     Config c = tiny_config(d);
     c.pos = pos;
@@ -126,11 +129,7 @@ TEST(Generate, GreedyWithCacheEqualsFullForward) {
     c.loop_rule = v.rule;
     c.block = v.block;
     if (*v.res) c.set("hyper_res", v.res);
-    if (*v.ff) {
-      c.set("energy_ff", v.ff);
-      c.set("energy_P", v.P);
-      c.set("energy_strict", v.strict ? "true" : "false");
-    }
+    for (auto& [key, value] : v.sets) c.set(key, value);
     Model m(c);
     m.init_weights(7);
     // Sharpen the random model so greedy choices are not near-ties.
@@ -150,7 +149,7 @@ TEST(Generate, GreedyWithCacheEqualsFullForward) {
         std::vector<float> z = lm.forward_logits(seq, depth);
         const float* last = z.data() + (seq.size() - 1) * c.vocab_size;
         int32_t best = (int32_t)(std::max_element(last, last + c.vocab_size) - last);
-        EXPECT_EQ(out[i], best) << pos << " " << v.rule << " " << v.res << " " << v.block << " " << v.ff << " depth " << depth
+        EXPECT_EQ(out[i], best) << pos << " " << v.rule << " " << v.res << " " << v.block << " depth " << depth
                                 << " token " << i;
         seq.push_back(out[i]);
       }

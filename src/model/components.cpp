@@ -5,6 +5,7 @@ namespace looplm {
 void register_builtins(Registries& r) {
   register_standard_blocks(r);
   register_energy_block(r);
+  register_cem_block(r);
   register_residual_rule(r);
   register_gated_rule(r);
   register_hyper_rule(r);

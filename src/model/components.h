@@ -20,6 +20,7 @@ void register_builtins(Registries& r);
 // One line per component file (each defined in its own .cpp).
 void register_standard_blocks(Registries& r);  // blocks_standard.cpp: pre_norm, parallel, sandwich
 void register_energy_block(Registries& r);     // block_energy.cpp: energy (NRGPT)
+void register_cem_block(Registries& r);        // block_cem.cpp: cem (causal energy minimisation)
 void register_residual_rule(Registries& r);    // loop_residual.cpp: residual
 void register_gated_rule(Registries& r);       // loop_gated.cpp: gated (RecurrentGPT)
 void register_hyper_rule(Registries& r);       // loop_hyper.cpp: hyper (Hyperloop, mHC)

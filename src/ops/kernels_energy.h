@@ -135,4 +135,80 @@ void repeat_cols_acc(const T* dy, T* dx, bool acc, int N, int d, int n) {
     }
 }
 
+// ---------------------------------------------------------------- per-head layouts (CEM)
+// head_concat: Y [N, H·(a+b)], head k = [A_k | B] (A [N, H·a] per head, B [N, b] shared by heads)
+template <class T>
+void head_concat_fwd(const T* A, const T* B, T* Y, int N, int H, int a, int b) {
+  const int w = a + b;
+#pragma omp parallel for if ((int64_t)N * H * w > kParallelMin)
+  for (int r = 0; r < N; ++r)
+    for (int k = 0; k < H; ++k) {
+      T* y = Y + ((int64_t)r * H + k) * w;
+      std::copy(A + ((int64_t)r * H + k) * a, A + ((int64_t)r * H + k) * a + a, y);
+      std::copy(B + (int64_t)r * b, B + (int64_t)r * b + b, y + a);
+    }
+}
+// dA_k = dY_k[0, a);  dB = Σ_k dY_k[a, a+b)  (overwrite or add)
+template <class T>
+void head_concat_bwd(const T* dY, T* dA, bool aa, T* dB, bool ab, int N, int H, int a, int b) {
+  const int w = a + b;
+#pragma omp parallel for if ((int64_t)N * H * w > kParallelMin)
+  for (int r = 0; r < N; ++r) {
+    for (int k = 0; k < H; ++k) {
+      const T* g = dY + ((int64_t)r * H + k) * w;
+      if (dA)
+        for (int j = 0; j < a; ++j) store(dA + ((int64_t)r * H + k) * a + j, g[j], aa);
+    }
+    if (dB)
+      for (int j = 0; j < b; ++j) {
+        T s = 0;
+        for (int k = 0; k < H; ++k) s += dY[((int64_t)r * H + k) * w + a + j];
+        store(dB + (int64_t)r * b + j, s, ab);
+      }
+  }
+}
+// head_slice: Z [N, H·n], head k = Y_k[c0, c0+n) (Y [N, H·w])
+template <class T>
+void head_slice_fwd(const T* Y, T* Z, int N, int H, int w, int c0, int n) {
+#pragma omp parallel for if ((int64_t)N * H * n > kParallelMin)
+  for (int r = 0; r < N; ++r)
+    for (int k = 0; k < H; ++k)
+      std::copy(Y + ((int64_t)r * H + k) * w + c0, Y + ((int64_t)r * H + k) * w + c0 + n, Z + ((int64_t)r * H + k) * n);
+}
+// dY_k[c0, c0+n) = dZ_k (added when acc; without acc the rest of dY is zeroed)
+template <class T>
+void head_slice_bwd(const T* dZ, T* dY, bool acc, int N, int H, int w, int c0, int n) {
+#pragma omp parallel for if ((int64_t)N * H * w > kParallelMin)
+  for (int r = 0; r < N; ++r)
+    for (int k = 0; k < H; ++k) {
+      T* o = dY + ((int64_t)r * H + k) * w;
+      if (!acc) std::fill(o, o + w, T(0));
+      for (int j = 0; j < n; ++j) o[c0 + j] += dZ[((int64_t)r * H + k) * n + j];
+    }
+}
+
+// ---------------------------------------------------------------- elementwise
+template <class T>
+void mul_fwd(const T* a, const T* b, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+template <class T>
+void mul_bwd(const T* a, const T* b, const T* dy, T* da, bool aa, T* db, bool ab, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    if (da) store(da + i, b[i] * dy[i], aa);
+    if (db) store(db + i, a[i] * dy[i], ab);
+  }
+}
+// softplus(x) = log(1 + eˣ) (stable), its derivative σ(x)
+template <class T>
+void softplus_fwd(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i], T(0)) + std::log1p(std::exp(-std::fabs(x[i])));
+}
+template <class T>
+void softplus_bwd(const T* x, const T* dy, T* dx, bool acc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) store(dx + i, dy[i] / (T(1) + std::exp(-x[i])), acc);
+}
+
 }  // namespace looplm::k

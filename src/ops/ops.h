@@ -74,6 +74,13 @@ Node* matmul(Graph& g, Node* x, Node* W, float alpha = 1.0f);       // α x W, W
 Node* mul_row(Graph& g, Node* x, Node* w, float c = 1.0f);           // c · x ⊙ w, w one row
 Node* repeat_cols(Graph& g, Node* x, int n);                         // [N, d] -> [N, n·d] = [x | ... | x]
 Node* sum_blocks(Graph& g, Node* x, int n);                          // [N, n·d] -> [N, d] = Σ_s x_s
+// [N, H·(a+b)], head k = [A_k | B]: A [N, H·a] per head, B [N, b] the same for every head
+Node* head_concat(Graph& g, Node* A, Node* B, int H);
+Node* head_slice(Graph& g, Node* Y, int H, int c0, int n);           // [N, H·n], head k = Y_k[c0, c0+n)
+Node* mul(Graph& g, Node* a, Node* b);                               // a ⊙ b
+Node* softplus(Graph& g, Node* x);                                   // log(1 + eˣ)
+// RoPE on x [B*T, H·hd] (every head), rows at positions pos0 + t (SPEC §6 rotate-half)
+Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, int pos0 = 0);
 
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);

@@ -86,4 +86,83 @@ Node* sum_blocks(Graph& g, Node* x, int n) {
   return y;
 }
 
+Node* head_concat(Graph& g, Node* A, Node* B, int H) {
+  const int N = (int)A->rows, a = (int)(A->cols / H), b = (int)B->cols;
+  LOOPLM_ASSERT((int64_t)a * H == A->cols && B->rows == N, "head_concat: A [N, H·a], B [N, b]");
+  Node* y = g.output(N, (int64_t)H * (a + b), A, B);
+  k::head_concat_fwd(A->v, B->v, y->v, N, H, a, b);
+  if (y->requires_grad)
+    g.record(y, [&g, A, B, y, N, H, a, b] {
+      bool aa = false, ab = false;
+      float* dA = g.grad_of(A, aa);
+      float* dB = g.grad_of(B, ab);
+      k::head_concat_bwd(y->g, dA, aa, dB, ab, N, H, a, b);
+    });
+  return y;
+}
+
+Node* head_slice(Graph& g, Node* Y, int H, int c0, int n) {
+  const int N = (int)Y->rows, w = (int)(Y->cols / H);
+  LOOPLM_ASSERT((int64_t)w * H == Y->cols && c0 >= 0 && c0 + n <= w, "head_slice: columns outside the head");
+  Node* z = g.output(N, (int64_t)H * n, Y);
+  k::head_slice_fwd(Y->v, z->v, N, H, w, c0, n);
+  if (z->requires_grad)
+    g.record(z, [&g, Y, z, N, H, w, c0, n] {
+      bool acc = false;
+      if (float* dY = g.grad_of(Y, acc)) k::head_slice_bwd(z->g, dY, acc, N, H, w, c0, n);
+    });
+  return z;
+}
+
+Node* mul(Graph& g, Node* a, Node* b) {
+  LOOPLM_ASSERT(a->numel() == b->numel(), "mul: shapes differ");
+  Node* y = g.output(a->rows, a->cols, a, b);
+  k::mul_fwd(a->v, b->v, y->v, y->numel());
+  if (y->requires_grad)
+    g.record(y, [&g, a, b, y] {
+      bool aa = false, ab = false;
+      float* da = g.grad_of(a, aa);
+      float* db = g.grad_of(b, ab);
+      k::mul_bwd(a->v, b->v, y->g, da, aa, db, ab, y->numel());
+    });
+  return y;
+}
+
+Node* softplus(Graph& g, Node* x) {
+  Node* y = g.output(x->rows, x->cols, x);
+  k::softplus_fwd(x->v, y->v, x->numel());
+  if (y->requires_grad)
+    g.record(y, [&g, x, y] {
+      bool acc = false;
+      if (float* dx = g.grad_of(x, acc)) k::softplus_bwd(x->v, y->g, dx, acc, x->numel());
+    });
+  return y;
+}
+
+Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, int pos0) {
+  const int d = (int)x->cols, hd = d / H, half = hd / 2;
+  LOOPLM_ASSERT(x->rows == (int64_t)B * T && hd * H == d, "rope: x must be [B*T, H·hd]");
+  LOOPLM_ASSERT(pos0 + T <= ra.positions, "rope: positions beyond the RoPE table");
+  Node* y = g.output(x->rows, d, x);
+  const float* cs = ra.cos + (size_t)pos0 * half;
+  const float* sn = ra.sin + (size_t)pos0 * half;
+#pragma omp parallel for if ((int64_t)B * T * d > k::kParallelMin)
+  for (int bh = 0; bh < B * H; ++bh) {
+    const int64_t off = (int64_t)(bh / H) * T * d + (bh % H) * hd;
+    k::rope_fwd(x->v + off, d, y->v + off, d, cs, sn, T, hd);
+  }
+  if (y->requires_grad)
+    g.record(y, [&g, x, y, B, T, H, d, hd, cs, sn] {
+      bool acc = false;
+      float* dx = g.grad_of(x, acc);
+      if (!dx) return;
+#pragma omp parallel for if ((int64_t)B * T * d > k::kParallelMin)
+      for (int bh = 0; bh < B * H; ++bh) {
+        const int64_t off = (int64_t)(bh / H) * T * d + (bh % H) * hd;
+        k::rope_bwd(y->g + off, d, dx + off, d, cs, sn, T, hd, acc);
+      }
+    });
+  return y;
+}
+
 }  // namespace looplm::op
