@@ -14,7 +14,12 @@
    H_res ~ sigmoid(1)), Sinkhorn rows and columns summing to 1 on the mhc fixture's logits;
    the energy block (NRGPT): its analytic updates against autograd (F = -grad_g E_FF,
    A = -grad of E_AT w.r.t. the query copy only), against a loop-by-loop rewrite of SPEC §2.3,
-   and a float64 gradcheck through the analytic gradients (GELU''); the fixtures' energy.{r}.
+   and a float64 gradcheck through the analytic gradients (GELU''); the fixtures' energy.{r};
+   the cem block (CEM): a loop-by-loop rewrite of SPEC §2.4 (every T / diag / precond / RoPE
+   combination), T = 1 without diag and preconditioner = a pre_norm SwiGLU block with
+   v = W_K, o = W_Q^T, down = W_up^T, the preconditioner = its explicit symmetric matrix, the updates
+   = minus the gradients of the conditional energies w.r.t. the normalised query (attention: times
+   sqrt(hd), without RoPE), float64 gradcheck.
 5. Init statistics (tests/fixtures/init/*) against the spec's init written out.
 """
 import glob
@@ -27,13 +32,14 @@ import tempfile
 
 try:
     import torch
+    import torch.nn.functional as F
 except ImportError:
     sys.exit(f"{__file__}: needs PyTorch. Install Debian's build (apt-get install python3-torch) and run "
              "this script with /usr/bin/python3.")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from looplm_ref import LoopLM, apply_rope, resolve_config, rope_cos_sin, sinkhorn  # noqa: E402
-from looplm_ref import EnergyBlock  # noqa: E402
+from looplm_ref import SOFTPLUS_INV_1, Block, CemBlock, EnergyBlock  # noqa: E402
 from safetensors_io import load_file, save_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -170,7 +176,7 @@ def check_fixture(path):
     picks += [n for n in grads if ".attn.q." in n][:1] + [n for n in grads if "norm" in n][-2:]
     picks += [n for n in grads if n.endswith(".bias")][:1] + [n for n in grads if ".mlp.down." in n][-1:]
     picks += [n for n in grads if n.startswith("loop.")]  # every loop-rule parameter
-    if cfg["block"] == "energy":  # every energy-block parameter (gradients through GELU'')
+    if cfg["block"] in ("energy", "cem"):  # every block parameter (energy: gradients through GELU'')
         picks += [n for n in grads if n.startswith(("prelude.", "core.", "coda."))]
     params = dict(model.named_parameters())
     for n in dict.fromkeys(picks):
@@ -199,7 +205,8 @@ def check_fixture(path):
 
 
 def expected_init(n, cfg):
-    """SPEC §1 / §2.1 / §2.2 / §2.5 init written out: ("const", value), ("normal", std),
+    """SPEC §1 / §2.1 / §2.2 / §2.3 / §2.4 / §2.5 init written out (cem: attn.q/k, mlp.gate/up
+    N(0, init_std) with no output scaling, since none of them is named attn.o / mlp.down): ("const", value), ("normal", std),
     ("uniform", bound) or ("eye", n_streams)."""
     N = cfg["n_prelude"] + cfg["n_core"] * cfg["R"] + cfg["n_coda"]
     p, std = cfg["deeploop_p"], cfg["init_std"]
@@ -226,6 +233,12 @@ def expected_init(n, cfg):
             return "const", 0.0
         assert n.endswith(".res.bias"), n
         return ("eye", k) if cfg["hyper_res"] == "sinkhorn" else ("const", 1.0)
+    if n.endswith(".attn.diag"):  # cem: d_shared starts at 0
+        return "const", 0.0
+    if n.endswith("_precond.p"):  # cem: softplus(p) = 1, P = I + U V^T + V U^T
+        return "const", SOFTPLUS_INV_1
+    if n.endswith(("_precond.U", "_precond.V")):  # cem: N(0, init_std)
+        return "normal", std
     if n.endswith(".bias"):
         return "const", 0.0  # also the energy block's attn_norm.bias and mlp biases
     if n.endswith((".ff_scale", ".step.gamma")):  # energy block: s_ff and gamma start at 1
@@ -463,6 +476,190 @@ def _functional_block(blk, names, values, x):
     return stateless.functional_call(blk, dict(zip(names, values)), (x,))
 
 
+CEM_SMALL = dict(vocab_size=37, d_model=8, n_heads=2, context=7, n_core=1, R=2, block="cem", d_ff=12)
+
+
+def random_cem_block(cfg, gen):
+    """A CemBlock (float64) with every parameter drawn O(1), as the fixtures' perturb_cem."""
+    blk = CemBlock(resolve_config(cfg)).double()
+    d = blk.attn_norm.weight.numel()
+    with torch.no_grad():
+        for n, p in blk.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+            if n.endswith("norm.weight"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen, dtype=p.dtype))
+            elif n.endswith("_precond.p"):
+                p.copy_(SOFTPLUS_INV_1 + 0.5 * r)
+            elif n.endswith(("_precond.U", "_precond.V")):
+                p.copy_(0.3 * r)
+            elif n == "attn.diag":
+                p.copy_(0.5 * r)
+            else:
+                p.copy_(r / d ** 0.5)
+    return blk
+
+
+def naive_cem_block(blk, h, rope, T):
+    """SPEC §2.4 / §6 written out token by token and head by head from the weights only (no code
+    shared with CemBlock). h [L, d] one sequence; rope: bool; T inner steps. Returns the block output."""
+    L, d = h.shape
+    nh = blk.attn.n_heads
+    hd = d // nh
+    eps = blk.attn_norm.eps
+    WQ, WK = blk.attn.q.weight, blk.attn.k.weight
+    dsh = blk.attn.diag
+    Wg, Wu = blk.mlp.gate.weight, blk.mlp.up.weight
+
+    def rms(v, w):
+        return v / torch.sqrt((v * v).mean() + eps) * w
+
+    def rot(v, pos):  # rotate-half: channel i with i + hd/2, theta_i = 10000^(-2i/hd)
+        out = v.clone()
+        for i in range(hd // 2):
+            a = pos * 10000.0 ** (-2.0 * i / hd)
+            out[i] = v[i] * math.cos(a) - v[i + hd // 2] * math.sin(a)
+            out[i + hd // 2] = v[i + hd // 2] * math.cos(a) + v[i] * math.sin(a)
+        return out
+
+    def precond(name, u):
+        if not blk.precond:
+            return u
+        pc = getattr(blk, name)
+        sp = torch.log1p(torch.exp(pc.p))
+        return torch.stack([sp * u[i] + pc.U @ (pc.V.t() @ u[i]) + pc.V @ (pc.U.t() @ u[i]) for i in range(L)])
+
+    # attention sub-layer
+    c = h
+    w = blk.attn_norm.weight
+    ch = [rms(c[j], w) for j in range(L)]
+    x = c.clone()
+    for _ in range(T):
+        xh = [rms(x[i], w) for i in range(L)]
+        upd = torch.zeros(L, d, dtype=h.dtype)
+        for i in range(L):
+            for k in range(nh):
+                rows = slice(k * hd, (k + 1) * hd)
+                qi = WQ[rows] @ xh[i]
+                s = []
+                for j in range(i + 1):
+                    kj = WK[rows] @ ch[j]
+                    sc = (rot(qi, i) @ rot(kj, j)) if rope else qi @ kj
+                    if dsh is not None:
+                        sc = sc + (xh[i] * dsh) @ ch[j]
+                    s.append(sc / math.sqrt(hd))
+                s = torch.stack(s)
+                a = torch.exp(s - s.max())
+                a = a / a.sum()
+                o = sum(a[j] * (WK[rows] @ ch[j]) for j in range(i + 1))  # values: W_K c_hat_j, no RoPE
+                upd[i] += WQ[rows].t() @ o
+                if dsh is not None:
+                    upd[i] += dsh * sum(a[j] * ch[j] for j in range(i + 1))
+        x = x + precond("attn_precond", upd)
+    # MLP sub-layer, context = the attention sub-layer's output
+    c = x
+    w = blk.mlp_norm.weight
+    ch = [rms(c[j], w) for j in range(L)]
+    for _ in range(T):
+        upd = torch.stack([Wu.t() @ (F.silu(Wg @ ch[i]) * (Wu @ rms(x[i], w))) for i in range(L)])
+        x = x + precond("mlp_precond", upd)
+    return x
+
+
+def check_cem_block():
+    """The cem block (CEM, SPEC §2.4): forward = the loop-by-loop rewrite for T in 1..3, diag on/off,
+    preconditioner on/off, RoPE on/off; with T = 1, no diag, no preconditioner it is a pre_norm
+    SwiGLU block (q = W_Q, k = v = W_K, o = W_Q^T, gate = W_gate, up = W_up, down = W_up^T); the
+    preconditioner = multiplying by diag(softplus(p)) + U V^T + V U^T; attention update = -sqrt(hd)
+    grad_{x_hat_i} E_attn (E_attn,i = -sum_k logsumexp_j s^k_ij, context fixed) without RoPE (with
+    RoPE the values are unrotated, so it is not a gradient: the gap is printed), MLP update =
+    -grad_{x_hat} of E_mlp = -1/2 sum_f silu(W_gate c_hat)_f (W_up x_hat)_f^2; gradcheck (float64)."""
+    gen = torch.Generator().manual_seed(11)
+    Bs, L, d = 2, 6, 8
+    for pos in ("rope", "learned"):
+        for diag in (True, False):
+            for pre in (False, True):
+                for T in (1, 2, 3):
+                    if T == 3 and not (diag and pre):
+                        continue
+                    tag = f"cem block T {T}, diag {diag}, precond {pre}, {pos}"
+                    blk = random_cem_block(dict(CEM_SMALL, pos=pos, cem_T=T, cem_diag=diag, cem_precond=pre,
+                                                cem_precond_rank=2), gen)
+                    x = torch.randn(Bs, L, d, generator=gen, dtype=torch.float64)
+                    with torch.no_grad():
+                        y = blk(x)
+                        err = max((y[b] - naive_cem_block(blk, x[b], pos == "rope", T)).abs().max().item()
+                                  for b in range(Bs))
+                    scale = y.abs().max().item()
+                    check(err < 1e-12 * scale + 1e-12, f"{tag}: vs loop-by-loop SPEC {err:.1e} (|y| max {scale:.2f})")
+                    if T == 2 and diag and pre:
+                        names = [n for n, _ in blk.named_parameters()]
+                        xs = x[:1, :4].clone().requires_grad_(True)
+                        ps = tuple(p.detach().clone().requires_grad_(True) for p in blk.parameters())
+                        ok = torch.autograd.gradcheck(lambda xv, *pv: _functional_block(blk, names, pv, xv),
+                                                      (xs, *ps), eps=1e-6, atol=1e-7, rtol=1e-5,
+                                                      raise_exception=False)
+                        check(ok, f"{tag}: gradcheck, float64 (x and all {len(names)} parameters)")
+
+        # T = 1, no diag, no preconditioner = pre_norm SwiGLU with tied v / o / down
+        cem = random_cem_block(dict(CEM_SMALL, pos=pos, cem_T=1, cem_diag=False, cem_precond=False), gen)
+        std = Block(resolve_config(dict(CEM_SMALL, pos=pos, block="pre_norm", mlp="swiglu", norm="rmsnorm")),
+                    1.0).double()
+        W = dict(cem.named_parameters())
+        with torch.no_grad():
+            std.attn_norm.weight.copy_(W["attn_norm.weight"])
+            std.attn.q.weight.copy_(W["attn.q.weight"])
+            std.attn.k.weight.copy_(W["attn.k.weight"])
+            std.attn.v.weight.copy_(W["attn.k.weight"])
+            std.attn.o.weight.copy_(W["attn.q.weight"].t())
+            std.mlp_norm.weight.copy_(W["mlp_norm.weight"])
+            std.mlp.gate.weight.copy_(W["mlp.gate.weight"])
+            std.mlp.up.weight.copy_(W["mlp.up.weight"])
+            std.mlp.down.weight.copy_(W["mlp.up.weight"].t())
+            x = torch.randn(Bs, L, d, generator=gen, dtype=torch.float64)
+            y_c, y_s = cem(x), std(x)
+            err = (y_c - y_s).abs().max().item()
+            moved = (y_s - x).abs().max().item()
+        check(err < 1e-12 * y_s.abs().max().item() + 1e-13,
+              f"cem T 1, no diag, no precond, {pos} = pre_norm SwiGLU block with v = W_K, o = W_Q^T, "
+              f"down = W_up^T: max err {err:.1e} (the block moves x by up to {moved:.2f})")
+
+        # energies: update = -grad w.r.t. the query's normalised state, context fixed
+        blk = random_cem_block(dict(CEM_SMALL, pos=pos, cem_T=2, cem_diag=True, cem_precond=False), gen)
+        x = torch.randn(Bs, L, d, generator=gen, dtype=torch.float64)
+        c = torch.randn(Bs, L, d, generator=gen, dtype=torch.float64)
+        xh = blk.attn_norm(x).detach().requires_grad_(True)
+        ch = blk.attn_norm(c).detach()
+        (g_att,) = torch.autograd.grad(blk.attn_energy(xh, ch).sum(), xh)
+        upd = blk.attn_update(xh, ch).detach()
+        gap = (upd + math.sqrt(blk.attn.hd) * g_att).abs().max().item()
+        xh2 = blk.mlp_norm(x).detach().requires_grad_(True)
+        ch2 = blk.mlp_norm(c).detach()
+        (g_mlp,) = torch.autograd.grad(blk.mlp_energy(xh2, ch2).sum(), xh2)
+        gap_m = (blk.mlp_update(xh2, ch2).detach() + g_mlp).abs().max().item()
+        scale = upd.abs().max().item()
+        if pos == "rope":
+            check(gap > 1e-3 * scale and gap_m < 1e-12 * scale,
+                  f"cem energies, rope: attention update is not -sqrt(hd) grad E_attn (unrotated values; "
+                  f"gap {gap:.2f}, |update| max {scale:.2f}); MLP update = -grad E_mlp: {gap_m:.1e}")
+        else:
+            check(gap < 1e-12 * scale and gap_m < 1e-12 * scale,
+                  f"cem energies, {pos}: |update + sqrt(hd) grad_x_hat E_attn| {gap:.1e}, "
+                  f"|update + grad_x_hat E_mlp| {gap_m:.1e} (|update| max {scale:.2f})")
+
+    # the preconditioner against its explicit symmetric matrix
+    blk = random_cem_block(dict(CEM_SMALL, cem_precond=True, cem_precond_rank=3), gen)
+    u = torch.randn(Bs, L, d, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        for nm in ("attn_precond", "mlp_precond"):
+            pc = getattr(blk, nm)
+            M = torch.diag(torch.log1p(torch.exp(pc.p))) + pc.U @ pc.V.t() + pc.V @ pc.U.t()
+            err = max((pc(u) - u @ M.t()).abs().max().item(), (pc(u) - u @ M).abs().max().item(),
+                      (pc.matrix() - M).abs().max().item())
+            off = (M - torch.eye(d, dtype=M.dtype)).abs().max().item()
+            check(err < 1e-12, f"cem {nm}: P u = (diag(softplus p) + U V^T + V U^T) u, symmetric: max err "
+                  f"{err:.1e} (|P - I| max {off:.2f})")
+
+
 def check_rope():
     hd, T = 6, 9
     cos, sin = rope_cos_sin(T, hd, 10000.0, torch.float64)
@@ -489,5 +686,6 @@ if __name__ == "__main__":
         check_fixture(path)
     check_hyper_rule(FIXDIR)
     check_energy_block()
+    check_cem_block()
     print(f"\n{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)

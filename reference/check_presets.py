@@ -6,7 +6,7 @@ For every preset (configs/*.json, or the names given; byte-level and the char-le
 
 1. `looplm train --preset NAME` for 2 steps at a shrunk size (d_model 32, 2 heads, context 32,
    batch 2; SHRINK below) on a small text file written here. Every other key of the preset is kept
-   (layout, R, block and the energy block's keys, norm, mlp, pos, bias, loop rule and its keys,
+   (layout, R, block and the energy / cem block's keys, norm, mlp, pos, bias, loop rule and its keys,
    deeploop_p, tokenizer), so each
    loop rule / block kind / norm / position kind the presets use is exercised; the script checks
    that the checkpoint's config holds the preset's values. lr is raised to 0.05 (a training key, not
@@ -70,8 +70,8 @@ SHRINK = {  # size and schedule only; every model key not listed here keeps the 
 MODEL_KEYS = ("vocab_size", "n_prelude", "n_core", "n_coda", "R", "d_ff", "block", "norm", "mlp", "pos",
               "rope_base", "bias", "tie_embeddings", "loop_rule", "deeploop_p", "init_std", "norm_eps",
               "gate_sigma_x", "gate_sigma_g", "gate_tau", "gate_bias_init", "hyper_streams", "hyper_res",
-              "sinkhorn_iters", "energy_ff", "energy_P", "energy_c", "energy_strict", "tokenizer",
-              "tokenizer_chars")
+              "sinkhorn_iters", "energy_ff", "energy_P", "energy_c", "energy_strict", "cem_T", "cem_diag",
+              "cem_precond", "cem_precond_rank", "tokenizer", "tokenizer_chars")
 
 # Genesis 1 (KJV, public domain). Only characters of the bench-* alphabet
 # ("\n !$&',-.3:;?A-Za-z"), so the same text serves the char-level presets.
@@ -199,7 +199,10 @@ def check_preset(name, binary, work):
                 + (f"/{config['hyper_res']}" if config["loop_rule"] == "hyper" else ""),
                 block=config["block"] + (f" p={config['deeploop_p']:g}" if config.get("deeploop_p") else "")
                 + (f" {config.get('energy_ff', 'ff2w')}/{config.get('energy_P', 'matrix')}"
-                   if config["block"] == "energy" else ""),
+                   if config["block"] == "energy" else "")
+                + (f" T={config['cem_T']}{'' if config['cem_diag'] else ' nodiag'}"
+                   f"{' P' + str(config['cem_precond_rank']) if config['cem_precond'] else ''}"
+                   if config["block"] == "cem" else ""),
                 exits=f"1..{depth} (R={R})", max_rel=max_rel, spread=spread, from_uniform=from_uniform, ok=not problems,
                 problems=problems, engine=engine, ref=ref)
 

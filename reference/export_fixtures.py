@@ -1,4 +1,5 @@
-"""Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc,energy,energy_ff1}.safetensors
+"""Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc,energy,energy_ff1,cem,cem_precond,
+cem_nodiag}.safetensors
 (and the init statistics tests/fixtures/init/*.safetensors) from the PyTorch reference.
 
     /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures] [NAME ...]
@@ -9,7 +10,8 @@ Every fixture is computed in float64 from float32 weights (the stored ones), so 
 are exact up to their float32 rounding. Tensors (F32 unless noted):
     <param name>            initial weights (norm weights/biases and linear biases perturbed,
                             attn.q/k and mlp.gate/up redrawn N(0, 1/d), loop-rule params
-                            perturbed per rule, energy blocks per perturb_energy(); see perturb())
+                            perturbed per rule, energy blocks per perturb_energy(), cem blocks per
+                            perturb_cem(); see perturb())
     input.tokens [B,T] I32, input.targets [B,T] I32
     out.logits [B,T,V]      at depth R
     out.loss [1]            mean CE at depth R;  out.loss_by_depth [R+2]: loss at exits r = 1..R+2
@@ -39,7 +41,7 @@ except ImportError:
              "this script with /usr/bin/python3.")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from looplm_ref import LoopLM, param_groups, resolve_config  # noqa: E402
+from looplm_ref import SOFTPLUS_INV_1, LoopLM, param_groups, resolve_config  # noqa: E402
 from safetensors_io import save_file  # noqa: E402
 
 FIXTURE_VERSION = "2"
@@ -79,6 +81,18 @@ FIXTURES = {
     "energy_ff1": dict(d_model=16, n_heads=2, n_core=1, R=2, d_ff=40, block="energy", energy_ff="ff1",
                        energy_P="diag", energy_c=0.1, energy_strict=True, norm="rmsnorm", pos="learned",
                        bias=False, tie_embeddings=False),
+    # CEM (SPEC §2.4): d 16, 2 heads (hd 8). cem: the paper's T = 2 with the diagonal term and RoPE,
+    # d_ff 4d, tied. cem_precond: both preconditioners (rank 3), T = 3, two core blocks, learned
+    # positions (no RoPE), d_ff 40 (not 4d). cem_nodiag: T = 1 (one standard-layer step), no
+    # attn.diag, RoPE, R 3; norm_f is a layernorm, bias true and an untied head (lm_head.bias), so a
+    # cem block that followed `norm` (a LayerNorm, attn_norm.bias) or `bias` shows in the tensor set.
+    "cem": dict(d_model=16, n_heads=2, n_core=1, R=2, d_ff=0, block="cem", cem_T=2, cem_diag=True,
+                cem_precond=False, pos="rope", norm="rmsnorm", bias=False, tie_embeddings=True),
+    "cem_precond": dict(d_model=16, n_heads=2, n_core=2, R=2, d_ff=40, block="cem", cem_T=3, cem_diag=True,
+                        cem_precond=True, cem_precond_rank=3, pos="learned", norm="rmsnorm", bias=False,
+                        tie_embeddings=True),
+    "cem_nodiag": dict(d_model=16, n_heads=2, n_core=1, R=3, d_ff=0, block="cem", cem_T=1, cem_diag=False,
+                       cem_precond=False, pos="rope", norm="layernorm", bias=True, tie_embeddings=False),
 }
 
 
@@ -92,15 +106,18 @@ def perturb(model, gen):
     gradients are meaningful; attn.q/k and mlp.gate/up are redrawn from N(0, 1/d_model) so that
     attention scores and MLP pre-activations are O(1) (at init_std 0.02 they are ~1e-3 and RoPE,
     the softmax scale or erf-vs-tanh GELU would barely show in the outputs). The loop rule's own
-    parameters ("loop.*") are perturbed by perturb_loop(), energy blocks' by perturb_energy()."""
+    parameters ("loop.*") are perturbed by perturb_loop(), energy blocks' by perturb_energy(), cem
+    blocks' by perturb_cem()."""
     d = model.cfg["d_model"]
-    energy = model.cfg["block"] == "energy"
+    block = model.cfg["block"]
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.startswith("loop."):
                 perturb_loop(model.cfg, n, p, gen)
-            elif energy and n.startswith(("prelude.", "core.", "coda.")):
+            elif block == "energy" and n.startswith(("prelude.", "core.", "coda.")):
                 perturb_energy(model.cfg, n, p, gen)
+            elif block == "cem" and n.startswith(("prelude.", "core.", "coda.")):
+                perturb_cem(model.cfg, n, p, gen)
             elif p.ndim == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
             elif any(s in n for s in (".attn.q.", ".attn.k.", ".mlp.gate.", ".mlp.up.")):
@@ -138,6 +155,37 @@ def perturb_energy(cfg, name, p, gen):
         p.copy_(0.3 * rnd() / d ** 0.5)
     elif leaf in ("ff_scale", "step.gamma"):
         p.copy_(uni())
+    else:
+        raise AssertionError(f"no perturbation for {name}")
+
+
+def perturb_cem(cfg, name, p, gen):
+    """cem block (CEM). At init (init_std 0.02) the scores are ~1e-3 (uniform attention), d_shared
+    is 0, the updates are ~1e-3 and P = I + O(1e-3): neither the diagonal term nor the preconditioner
+    would show. Redrawn (|x_hat|^2 ~ d):
+      attn.q/k.weight, mlp.gate/up.weight  N(0, 1/d)   q, kk, W_gate c_hat, W_up x_hat ~ N(0, 1): the
+                                        scores O(1), SiLU in its curved range; the updates O(1)
+      attn.diag          N(0, 0.5^2)    (init 0) the diagonal score term ~ N(0, 0.5^2 d/hd) and its
+                                        update d_shared * sum_j a c_hat_j of the same order as the rest
+      attn_norm/mlp_norm.weight U(0.5, 1.5)  (init 1) gains visibly not 1 on both x_hat and c_hat
+      *_precond.p        softplus^-1(1) + N(0, 0.5^2)  softplus(p) in ~(0.5, 1.5)
+      *_precond.U / V    N(0, 0.2^2)    (init N(0, init_std)) U V^T + V U^T is O(1): on cem_precond the
+                                        four P's have eigenvalues in [-0.32, 2.48] (one is indefinite,
+                                        which the parametrisation allows), max |P - I| 0.6 .. 1.1"""
+    d = cfg["d_model"]
+    rnd = lambda: torch.randn(p.shape, generator=gen, dtype=p.dtype)
+    uni = lambda: 0.5 + torch.rand(p.shape, generator=gen, dtype=p.dtype)
+    leaf = name.split(".", 2)[2]  # after "{section}.{i}."
+    if leaf in ("attn.q.weight", "attn.k.weight", "mlp.gate.weight", "mlp.up.weight"):
+        p.copy_(rnd() / d ** 0.5)
+    elif leaf == "attn.diag":
+        p.copy_(0.5 * rnd())
+    elif leaf in ("attn_norm.weight", "mlp_norm.weight"):
+        p.copy_(uni())
+    elif leaf.endswith("_precond.p"):
+        p.copy_(SOFTPLUS_INV_1 + 0.5 * rnd())
+    elif leaf.endswith(("_precond.U", "_precond.V")):
+        p.copy_(0.2 * rnd())
     else:
         raise AssertionError(f"no perturbation for {name}")
 
@@ -268,6 +316,8 @@ INIT_CONFIGS = {
     "init_energy": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_core=1, R=4,
                         block="energy", energy_ff="ff2w", energy_P="matrix", norm="layernorm",
                         pos="learned"),
+    "init_cem": dict(vocab_size=256, d_model=128, n_heads=4, context=32, n_core=1, R=3, block="cem",
+                     cem_T=2, cem_diag=True, cem_precond=True, cem_precond_rank=4, norm="rmsnorm", pos="rope"),
 }
 
 

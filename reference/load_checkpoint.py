@@ -4,7 +4,7 @@
 
 The whole recipe is the five lines under "load" below: the config travels in the safetensors
 metadata (key "config"), parameter names and [out, in] layouts are PyTorch's, tied lm_head is absent.
-The config's block (pre_norm, parallel, sandwich, energy) selects the block kind and loop_rule (residual,
+The config's block (pre_norm, parallel, sandwich, energy, cem) selects the block kind and loop_rule (residual,
 gated, hyper) the rule and its "loop.*" parameters; eval mode
 turns the gated rule's training noise off.
 Byte tokenizer: token id = UTF-8 byte (vocab_size 256).

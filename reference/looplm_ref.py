@@ -1,7 +1,7 @@
 """looplm reference model in PyTorch (the ground truth for tests/fixtures).
 
-Covers pre_norm / parallel / sandwich / energy (NRGPT) blocks and three loop rules
-(SPEC §1, §2.1, §2.2, §2.3, §2.5, §6):
+Covers pre_norm / parallel / sandwich / energy (NRGPT) / cem (CEM) blocks and three loop rules
+(SPEC §1, §2.1, §2.2, §2.3, §2.4, §2.5, §6):
 
     tokens -> tok_emb (+ pos_emb) -> prelude -> h_pre
            -> state = init_state(h_pre); for r = 1..R: state = step(state, h_pre, core, r)
@@ -45,6 +45,7 @@ RULE_DEFAULTS = {
 # `block` is that kind (one `block` key covers every section: prelude, core and coda).
 BLOCK_DEFAULTS = {
     "energy": dict(energy_ff="ff2w", energy_P="matrix", energy_c=0.1, energy_strict=False),
+    "cem": dict(cem_T=2, cem_diag=True, cem_precond=False, cem_precond_rank=4),
 }
 
 
@@ -74,7 +75,7 @@ def resolve_config(cfg):
         raise ValueError(f"config lacks {missing}")
     if not out["d_ff"]:
         out["d_ff"] = 4 * out["d_model"]
-    assert out["block"] in ("pre_norm", "parallel", "sandwich", "energy"), out["block"]
+    assert out["block"] in ("pre_norm", "parallel", "sandwich", "energy", "cem"), out["block"]
     if out["block"] != "energy":  # energy heads are full d x d matrices: no head dim
         assert out["d_model"] % out["n_heads"] == 0
     assert out["norm"] in ("rmsnorm", "layernorm") and out["mlp"] in ("gelu", "swiglu")
@@ -92,6 +93,15 @@ def resolve_config(cfg):
         _number(out, "energy_c", lambda v: v > 0, "a number > 0")
         if not isinstance(out["energy_strict"], bool):
             raise ValueError(f"config key 'energy_strict' must be true or false, got {out['energy_strict']!r}")
+    if out["block"] == "cem":
+        out.update({k: cfg.get(k, v) for k, v in BLOCK_DEFAULTS["cem"].items()})
+        if out["deeploop_p"] != 0:
+            raise ValueError("deeploop_p applies to sandwich blocks, not to cem blocks")
+        _integer(out, "cem_T", 1)
+        _integer(out, "cem_precond_rank", 1)
+        for k in ("cem_diag", "cem_precond"):
+            if not isinstance(out[k], bool):
+                raise ValueError(f"config key {k!r} must be true or false, got {out[k]!r}")
     rule = out["loop_rule"]
     if rule not in RULE_DEFAULTS:
         raise NotImplementedError(f"loop_rule {rule!r} is not in this reference")
@@ -348,8 +358,176 @@ class EnergyBlock(nn.Module):
         return x + self.step(self.attn_update(g) + self.ff_scale * self.ff_update(g))
 
 
+# ----------------------------------------------------------------------------- cem block (CEM)
+
+SOFTPLUS_INV_1 = math.log(math.e - 1.0)  # softplus^-1(1) = ln(e - 1) = 0.5413...: the preconditioner's p init
+
+
+class CemAttn(nn.Module):
+    """attn.q.weight = W_Q [d, d], attn.k.weight = W_K [d, d] (head k = rows k*hd .. (k+1)*hd - 1),
+    attn.diag = d_shared [d] (init 0; absent with cem_diag false). No biases."""
+
+    def __init__(self, d, n_heads, diag):
+        super().__init__()
+        self.n_heads, self.hd = n_heads, d // n_heads
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=False)
+        if diag:
+            self.diag = nn.Parameter(torch.zeros(d))
+        else:
+            self.register_parameter("diag", None)
+
+
+class CemMLP(nn.Module):
+    """mlp.gate.weight = W_gate [f, d], mlp.up.weight = W_up [f, d] (down = W_up^T, not stored). No biases."""
+
+    def __init__(self, d, f):
+        super().__init__()
+        self.gate = nn.Linear(d, f, bias=False)
+        self.up = nn.Linear(d, f, bias=False)
+
+
+class LowRankPrecond(nn.Module):
+    """P = diag(softplus(p)) + U V^T + V U^T (symmetric), p [d] (init softplus^-1(1): P = I + U V^T + V U^T),
+    U, V [d, r]. For a row vector u: P u = softplus(p) * u + (u @ V) @ U^T + (u @ U) @ V^T."""
+
+    def __init__(self, d, r):
+        super().__init__()
+        self.p = nn.Parameter(torch.full((d,), SOFTPLUS_INV_1))
+        self.U = nn.Parameter(torch.zeros(d, r))
+        self.V = nn.Parameter(torch.zeros(d, r))
+
+    def forward(self, u):
+        return F.softplus(self.p) * u + (u @ self.V) @ self.U.t() + (u @ self.U) @ self.V.t()
+
+    def matrix(self):
+        """The explicit [d, d] matrix (for checks)."""
+        return torch.diag(F.softplus(self.p)) + self.U @ self.V.t() + self.V @ self.U.t()
+
+
+class CemBlock(nn.Module):
+    """cem (CEM, SPEC §2.4, §6): two sub-layers, attention then MLP; each takes T = cem_T steps
+    x <- x + P(update(x_hat, c_hat)) from x^(0) = c, where c = the sub-layer's input (fixed context) and
+    x_hat = n(x), c_hat = n(c) with the sub-layer's RMSNorm (gain attn_norm / mlp_norm, eps norm_eps,
+    always RMSNorm: config `norm` is norm_f's only). P = identity, or LowRankPrecond with cem_precond.
+
+    attention (heads k, hd = d / n_heads; q = x_hat W_Q^T, kk = c_hat W_K^T, split into heads):
+        s^k_ij = RoPE_i(q^k_i) . RoPE_j(kk^k_j) / sqrt(hd) + (x_hat_i * d_shared) . c_hat_j / sqrt(hd)   (j <= i)
+        a^k_ij = softmax_j s^k_ij
+        update_i = sum_k [ W_Q,k^T sum_j a^k_ij W_K,k c_hat_j  +  d_shared * sum_j a^k_ij c_hat_j ]
+      (values W_K c_hat_j without RoPE, output map W_Q^T; RoPE only with pos = rope; the diagonal term is
+      never rotated and is dropped with cem_diag false.)
+    MLP:  update = W_up^T ( SiLU(W_gate c_hat) * (W_up x_hat) )
+    The block output is the MLP sub-layer's final x. No biases anywhere (config `bias` and `mlp` do not
+    apply). `T` (cem_T) can be overridden per call for checks."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, eps = cfg["d_model"], cfg["norm_eps"]
+        self.T = cfg["cem_T"]
+        self.use_rope, self.rope_base = cfg["pos"] == "rope", float(cfg["rope_base"])
+        precond, r = cfg["cem_precond"], cfg["cem_precond_rank"]
+        self.attn_norm = Norm(d, "rmsnorm", eps)
+        self.attn = CemAttn(d, cfg["n_heads"], cfg["cem_diag"])
+        if precond:
+            self.attn_precond = LowRankPrecond(d, r)
+        self.mlp_norm = Norm(d, "rmsnorm", eps)
+        self.mlp = CemMLP(d, cfg["d_ff"])
+        if precond:
+            self.mlp_precond = LowRankPrecond(d, r)
+        self.precond = precond
+
+    # --- attention sub-layer
+    def _heads(self, t):
+        B, T, d = t.shape
+        return t.view(B, T, self.attn.n_heads, self.attn.hd).transpose(1, 2)  # [B, H, T, hd]
+
+    def attn_context(self, c_hat):
+        """Keys (RoPE'd when pos = rope) and values (never rotated), both from W_K c_hat: [B, H, T, hd]."""
+        kk = self._heads(F.linear(c_hat, self.attn.k.weight))
+        keys = kk
+        if self.use_rope:
+            cos, sin = rope_cos_sin(c_hat.shape[1], self.attn.hd, self.rope_base, c_hat.dtype)
+            keys = apply_rope(kk, cos, sin)
+        return keys, kk
+
+    def attn_probs(self, x_hat, c_hat, keys):
+        """a [B, H, T, T] (causal softmax over the context positions j <= i)."""
+        T = x_hat.shape[1]
+        q = self._heads(F.linear(x_hat, self.attn.q.weight))
+        if self.use_rope:
+            cos, sin = rope_cos_sin(T, self.attn.hd, self.rope_base, x_hat.dtype)
+            q = apply_rope(q, cos, sin)
+        s = q @ keys.transpose(-1, -2)
+        if self.attn.diag is not None:
+            s = s + ((x_hat * self.attn.diag) @ c_hat.transpose(-1, -2))[:, None]  # same for every head
+        s = s / math.sqrt(self.attn.hd)
+        causal = torch.ones(T, T, dtype=torch.bool, device=x_hat.device).tril()
+        return s.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+
+    def attn_update(self, x_hat, c_hat, ctx=None):
+        """update [B, T, d] = sum_k W_Q,k^T (a^k W_K,k c_hat) (+ d_shared * sum_k a^k c_hat)."""
+        keys, vals = self.attn_context(c_hat) if ctx is None else ctx
+        a = self.attn_probs(x_hat, c_hat, keys)
+        B, T, d = x_hat.shape
+        o = (a @ vals).transpose(1, 2).reshape(B, T, d)  # head k's o^k in columns k*hd ..
+        upd = o @ self.attn.q.weight  # sum_k o^k @ W_Q[k*hd:(k+1)*hd, :]
+        if self.attn.diag is not None:
+            upd = upd + self.attn.diag * (a.sum(dim=1) @ c_hat)
+        return upd
+
+    def attn_sublayer(self, c, T=None):
+        c_hat = self.attn_norm(c)
+        ctx = self.attn_context(c_hat)  # fixed for all T steps
+        x = c
+        for _ in range(self.T if T is None else T):
+            u = self.attn_update(self.attn_norm(x), c_hat, ctx)
+            x = x + (self.attn_precond(u) if self.precond else u)
+        return x
+
+    # --- MLP sub-layer
+    def mlp_update(self, x_hat, c_hat):
+        """update [B, T, d] = (silu(c_hat W_gate^T) * (x_hat W_up^T)) @ W_up."""
+        return (F.silu(F.linear(c_hat, self.mlp.gate.weight)) * F.linear(x_hat, self.mlp.up.weight)) @ self.mlp.up.weight
+
+    def mlp_sublayer(self, c, T=None):
+        c_hat = self.mlp_norm(c)
+        x = c
+        for _ in range(self.T if T is None else T):
+            u = self.mlp_update(self.mlp_norm(x), c_hat)
+            x = x + (self.mlp_precond(u) if self.precond else u)
+        return x
+
+    # --- energies (checks only): update = -sqrt(hd) grad_{x_hat_i} E_attn without RoPE; = -grad E_mlp
+    def attn_energy(self, x_hat, c_hat):
+        """E_i [B, T] = -sum_k logsumexp_{j <= i} s^k_ij (the scores above, RoPE included when on)."""
+        T = x_hat.shape[1]
+        keys, _ = self.attn_context(c_hat)
+        q = self._heads(F.linear(x_hat, self.attn.q.weight))
+        if self.use_rope:
+            cos, sin = rope_cos_sin(T, self.attn.hd, self.rope_base, x_hat.dtype)
+            q = apply_rope(q, cos, sin)
+        s = q @ keys.transpose(-1, -2)
+        if self.attn.diag is not None:
+            s = s + ((x_hat * self.attn.diag) @ c_hat.transpose(-1, -2))[:, None]
+        s = s / math.sqrt(self.attn.hd)
+        causal = torch.ones(T, T, dtype=torch.bool, device=x_hat.device).tril()
+        return -torch.logsumexp(s.masked_fill(~causal, float("-inf")), dim=-1).sum(dim=1)
+
+    def mlp_energy(self, x_hat, c_hat):
+        """E_i [B, T] = -1/2 sum_f silu(W_gate c_hat)_f (W_up x_hat)_f^2."""
+        return -0.5 * (F.silu(F.linear(c_hat, self.mlp.gate.weight)) * F.linear(x_hat, self.mlp.up.weight).pow(2)).sum(-1)
+
+    def forward(self, h, T=None):
+        return self.mlp_sublayer(self.attn_sublayer(h, T), T)
+
+
 def make_block(cfg, alpha):
-    return EnergyBlock(cfg) if cfg["block"] == "energy" else Block(cfg, alpha)
+    if cfg["block"] == "energy":
+        return EnergyBlock(cfg)
+    if cfg["block"] == "cem":
+        return CemBlock(cfg)
+    return Block(cfg, alpha)
 
 
 # ----------------------------------------------------------------------------- loop rules
@@ -593,14 +771,18 @@ class LoopLM(nn.Module):
         step.weight) scaled by 1/sqrt(2N); 1-D non-bias params (norm weights, energy ff_scale and
         step.gamma) 1; biases 0 (the energy block's attn_norm.bias and mlp biases too);
         with deeploop_p > 0 instead attn.v, attn.o and every MLP matrix scaled by beta = (8N)^(-p).
+        cem blocks: attn.q/k, mlp.gate/up and the preconditioners' U, V N(0, init_std) (no output
+        scaling: W_Q and W_up are also the output maps), attn.diag 0, *_precond.p softplus^-1(1).
         The loop rule's own parameters ("loop.*") are drawn afterwards by the rule."""
         cfg = self.cfg
         N, p, std = unrolled_depth(cfg), cfg["deeploop_p"], cfg["init_std"]
         for name, w in self.named_parameters():
             if name.startswith("loop."):
                 continue
-            if name.endswith(".bias"):
+            if name.endswith((".bias", ".attn.diag")):  # cem: d_shared starts at 0
                 w.zero_()
+            elif name.endswith("_precond.p"):  # cem: softplus(p) = 1
+                w.fill_(SOFTPLUS_INV_1)
             elif w.ndim == 1:  # norm weights
                 w.fill_(1.0)
             else:

@@ -3,7 +3,8 @@
 // clipped AdamW steps, for the dense, looped, sandwich and parallel fixtures and the loop rules'
 // (gated: RecurrentGPT; hyper and mhc: Hyperloop with diagonal and Sinkhorn H_res) and the energy
 // block (NRGPT: ff2w with a step matrix; ff1 with P = c·diag(γ) and the strict mask), whose per-token
-// energy at every step's input is checked too.
+// energy at every step's input is checked too, and the cem block (T = 2 with the diagonal term and
+// RoPE; T = 3 preconditioned with learned positions; T = 1 without the diagonal term).
 //
 // Tolerances. The fixtures are computed in float64; the engine runs float32 (unit roundoff
 // 6e-8). Through ~10 block applications with sums of ≤ 72 terms the forward drifts ~1e-6 relative,
@@ -173,7 +174,7 @@ void check_fixture(const std::string& name) {
 // (1/√(2N) = 0.22, β = (8N)^-1/2 = 0.14, U(±1/√(n·d)) against N(0, 0.02)) are far outside it.
 TEST(Reference, InitStatistics) {
   for (const char* name : {"init/init_looped", "init/init_deeploop", "init/init_gated", "init/init_hyper",
-                           "init/init_energy"}) {
+                           "init/init_energy", "init/init_cem"}) {
     auto f = io::SafetensorsFile::open(fixture(name));
     Config c = Config::from_json_text(f.metadata().at("config"), name);
     Model m(c);
@@ -221,3 +222,6 @@ TEST(Reference, Hyper) { check_fixture("hyper"); }
 TEST(Reference, Mhc) { check_fixture("mhc"); }
 TEST(Reference, Energy) { check_fixture("energy"); }
 TEST(Reference, EnergyFf1StrictDiag) { check_fixture("energy_ff1"); }
+TEST(Reference, Cem) { check_fixture("cem"); }
+TEST(Reference, CemPreconditioned) { check_fixture("cem_precond"); }
+TEST(Reference, CemOneStepNoDiagonal) { check_fixture("cem_nodiag"); }
