@@ -70,15 +70,21 @@ int cmd_eval(int argc, char** argv) {
   }
   const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
   if (as_json) {
-    nlohmann::json j = {{"loss", e.loss}, {"loss_by_depth", e.loss_by_depth}, {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
+    nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"loss_by_depth", e.loss_by_depth},
+                        {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
                         {"tokens", e.tokens}, {"windows", e.windows}, {"R", R}, {"depth", ran}};
+    if (e.examples > 0) j["examples"] = e.examples;
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("%lld tokens in %lld windows of %d\nloss %.4f (depth %d)\n", (long long)e.tokens, (long long)e.windows,
-              lm.config().context, e.loss, ran == 0 ? 0 : std::min(R, ran));
+  if (e.examples > 0)
+    std::printf("%lld examples (%lld answer tokens)\nloss %.4f, accuracy %.4f (depth %d)\n", (long long)e.examples,
+                (long long)e.tokens, e.loss, e.accuracy, ran == 0 ? 0 : std::min(R, ran));
+  else
+    std::printf("%lld tokens in %lld windows of %d\nloss %.4f (depth %d)\n", (long long)e.tokens, (long long)e.windows,
+                lm.config().context, e.loss, ran == 0 ? 0 : std::min(R, ran));
   if (ran == 0) return 0;
   // Per-step diagnostics are columns; others (e.g. energy_final, one value) are lines below.
   std::vector<std::pair<std::string, const std::vector<double>*>> cols, lines;

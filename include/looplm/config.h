@@ -43,6 +43,7 @@ struct Config {
   // ---- training
   std::string data_train = "data/kjv/train.txt";
   std::string data_val = "data/kjv/val.txt";
+  std::string data_mode = "stream";    // stream | examples (data/examples.h)
   int batch_size = 8;
   int grad_accum = 1;
   int steps = 1000;

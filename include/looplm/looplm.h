@@ -56,7 +56,10 @@ const std::vector<std::string>& resume_safe_keys();
 struct EvalResult {
   double loss = 0;                    // mean token loss at min(depth, R) (depth 0: at h_pre)
   std::vector<double> loss_by_depth;  // exits r = 1..depth
-  std::vector<double> accuracy_by_depth;  // next-token top-1 accuracy at exits r = 1..depth
+  // At exits r = 1..depth: next-token top-1 accuracy; for examples (data_mode = examples) the
+  // fraction of examples whose every answer token is the top-1 prediction (ListOps: the label).
+  std::vector<double> accuracy_by_depth;
+  double accuracy = 0;                // at min(depth, R)
   // Per-step diagnostics, name -> value at loop step r = 1..depth: "state_cosine" (mean cosine of
   // successive exit states h^(r), h^(r-1)) for every rule, and the mean of each tensor a loop rule
   // or block names as a diagnostic (e.g. a gate).
@@ -64,7 +67,8 @@ struct EvalResult {
   // Tokens sorted into deciles of their loss at exit 1 (decile 0: the easiest tenth): the mean
   // loss of each decile at exit 1 and at the last exit (depth >= 1; "hard tokens gain most").
   std::vector<double> difficulty_first, difficulty_last;
-  int64_t tokens = 0, windows = 0;
+  int64_t tokens = 0, windows = 0;  // tokens scored (examples: answer tokens); windows evaluated
+  int64_t examples = 0;              // examples evaluated (data_mode = examples; windows is then 0)
 };
 struct EvalOptions {
   int depth = -1;           // loop steps; -1 = trained R; 0 = h_pre

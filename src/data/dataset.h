@@ -57,14 +57,25 @@ inline uint64_t uniform_below(uint64_t r, uint64_t n) {
 //   uniform_below(counter_rng_u64(seed, c * B + b), N - T),
 // so batch c depends only on (tokens, T, B, seed, c): the cursor (batches drawn so far) is the
 // whole state needed to resume.
-class TokenStream {
+// Where training batches come from: a token stream (TokenStream) or a set of examples
+// (ExampleStream, data/examples.h). Batch c depends only on the data, the seed and c, so the cursor
+// (batches drawn so far) is the whole state needed to resume.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual void next_batch(int32_t* x, int32_t* y) = 0;  // x, y: [B, T]; y < 0: no target
+  virtual uint64_t cursor() const = 0;
+  virtual void set_cursor(uint64_t c) = 0;
+};
+
+class TokenStream : public BatchSource {
  public:
   // Error if the data has fewer than T+1 tokens (message names `origin`); UsageError if T or B < 1.
   TokenStream(std::vector<int32_t> tokens, int T, int B, uint64_t seed, std::string origin = "");
 
-  void next_batch(int32_t* x, int32_t* y);  // x, y: [B, T]; then cursor += 1
-  uint64_t cursor() const { return cursor_; }
-  void set_cursor(uint64_t c) { cursor_ = c; }
+  void next_batch(int32_t* x, int32_t* y) override;  // x, y: [B, T]; then cursor += 1
+  uint64_t cursor() const override { return cursor_; }
+  void set_cursor(uint64_t c) override { cursor_ = c; }
 
   int T() const { return T_; }
   int B() const { return B_; }

@@ -23,32 +23,89 @@ int64_t correct_top1(const Node* logits, const int32_t* targets) {
   return hits;
 }
 
-// Per-token cross-entropy of logits [rows, V] (appended to out), in double.
+// Per-token cross-entropy of logits [rows, V] at the rows with a target (appended to out), in double.
 void token_losses(const Node* logits, const int32_t* targets, std::vector<float>& out) {
   const int64_t rows = logits->rows, V = logits->cols;
-  const size_t base = out.size();
-  out.resize(base + rows);
+  std::vector<float> l(rows);
 #pragma omp parallel for if (rows * V > (1 << 16))
   for (int64_t n = 0; n < rows; ++n) {
+    if (targets[n] < 0) continue;
     const float* z = logits->v + n * V;
     double m = z[0], s = 0;
     for (int64_t v = 1; v < V; ++v) m = std::max(m, (double)z[v]);
     for (int64_t v = 0; v < V; ++v) s += std::exp((double)z[v] - m);
-    out[base + n] = (float)(m + std::log(s) - z[targets[n]]);
+    l[n] = (float)(m + std::log(s) - z[targets[n]]);
   }
+  for (int64_t n = 0; n < rows; ++n)
+    if (targets[n] >= 0) out.push_back(l[n]);
 }
+
+// Rows of a [B, T] batch whose every target (there is at least one) is the top-1 prediction.
+int64_t exact_rows(const Node* logits, const int32_t* targets, int B, int T) {
+  const int64_t V = logits->cols;
+  int64_t hits = 0;
+  for (int b = 0; b < B; ++b) {
+    bool all = true, any = false;
+    for (int t = 0; t < T && all; ++t) {
+      const int64_t n = (int64_t)b * T + t;
+      if (targets[n] < 0) continue;
+      any = true;
+      const float* z = logits->v + n * V;
+      all = (int64_t)(std::max_element(z, z + V) - z) == targets[n];
+    }
+    hits += any && all;
+  }
+  return hits;
+}
+
+// The evaluation loop shared by token windows and examples: `fill(first, B, x, y)` writes items
+// first..first+B-1 as rows of x, y [B, T] (y < 0: no target). exact: accuracy counts items whose
+// every target is predicted (examples) instead of targets.
+using Fill = std::function<void(int64_t first, int B, int32_t* x, int32_t* y)>;
+EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
+                            const std::function<void(int64_t, int64_t)>& progress);
 
 }  // namespace
 
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress) {
+  const int T = m.config().context;
+  int64_t n_win = eval_windows(tokens, T, "evaluation data");
+  if (max_windows >= 0) n_win = std::min(n_win, max_windows);
+  EvalResult r = evaluate_batches(
+      m, n_win, depth, batch,
+      [&](int64_t w0, int B, int32_t* x, int32_t* y) {
+        for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x + (size_t)b * T, y + (size_t)b * T);
+      },
+      false, progress);
+  r.windows = n_win;
+  return r;
+}
+
+EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int batch, int64_t max_examples,
+                             const std::function<void(int64_t, int64_t)>& progress) {
+  const int T = m.config().context;
+  int64_t n = ex.size();
+  if (max_examples >= 0) n = std::min(n, max_examples);
+  EvalResult r = evaluate_batches(
+      m, n, depth, batch,
+      [&](int64_t i0, int B, int32_t* x, int32_t* y) {
+        for (int b = 0; b < B; ++b) fill_example(ex, i0 + b, T, x + (size_t)b * T, y + (size_t)b * T);
+      },
+      true, progress);
+  r.examples = n;
+  return r;
+}
+
+namespace {
+
+EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
+                            const std::function<void(int64_t, int64_t)>& progress) {
   const Config& c = m.config();
   const int T = c.context, d = c.d_model;
   if (depth < 0) depth = c.R;
-  int64_t n_win = eval_windows(tokens, T, "evaluation data");
-  if (max_windows >= 0) n_win = std::min(n_win, max_windows);
   EvalResult r;
-  r.windows = n_win;
+  int64_t rows_seen = 0;
   std::vector<double> loss(depth + 1, 0.0), cosine(depth + 1, 0.0);
   std::vector<int64_t> correct(depth + 1, 0);
   // Diagnostics: per name and step, the sum of the tensor's elements and their count.
@@ -94,15 +151,17 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
     adapt_threads();
     const int B = (int)std::min<int64_t>(batch, n_win - w0);
     const int64_t rows = (int64_t)B * T;
-    for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x.data() + (size_t)b * T, y.data() + (size_t)b * T);
+    fill(w0, B, x.data(), y.data());
+    int64_t scored = 0;  // targets in this batch
+    for (int64_t i = 0; i < rows; ++i) scored += y[i] >= 0;
     for (auto& [key, seen] : last_seen) seen.first = -1;  // a new batch: no previous step
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
       if (step > depth) return;  // the extra step: diagnostics only
       if (step > 0 || depth == 0) {
         Node* logits = m.head(g, h, B, T, o);
         Node* l = op::cross_entropy(g, logits, y.data());
-        loss[step] += l->v[0] * (double)rows;
-        correct[step] += correct_top1(logits, y.data());
+        loss[step] += l->v[0] * (double)scored;
+        correct[step] += exact ? exact_rows(logits, y.data(), B, T) : correct_top1(logits, y.data());
         if (step == 1) token_losses(logits, y.data(), first_loss);
         if (step == depth && depth > 0) token_losses(logits, y.data(), last_loss);
       }
@@ -119,17 +178,19 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
       }
       prev.assign(h->v, h->v + rows * d);
     });
-    r.tokens += rows;
+    r.tokens += scored;
+    rows_seen += rows;
     g.reset();
     if (progress) progress(w0 + B, n_win);
   }
+  const double acc_over = exact ? (double)n_win : (double)r.tokens;
   for (int s = 1; s <= depth; ++s) {
     r.loss_by_depth.push_back(loss[s] / (double)r.tokens);
-    r.accuracy_by_depth.push_back((double)correct[s] / (double)r.tokens);
+    r.accuracy_by_depth.push_back((double)correct[s] / acc_over);
   }
   if (depth > 0) {
     auto& cs = r.diagnostics["state_cosine"];
-    for (int s = 1; s <= depth; ++s) cs.push_back(cosine[s] / (double)r.tokens);
+    for (int s = 1; s <= depth; ++s) cs.push_back(cosine[s] / (double)rows_seen);
   }
   for (auto& [name, v] : diag) {
     auto& out = r.diagnostics[name];
@@ -156,7 +217,10 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
     }
   }
   r.loss = depth == 0 ? loss[0] / (double)r.tokens : r.loss_by_depth[std::min(depth, c.R) - 1];
+  r.accuracy = depth == 0 ? (double)correct[0] / acc_over : r.accuracy_by_depth[std::min(depth, c.R) - 1];
   return r;
 }
+
+}  // namespace
 
 }  // namespace looplm

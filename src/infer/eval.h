@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/examples.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
 
@@ -15,5 +16,9 @@ namespace looplm {
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows = -1,
                            const std::function<void(int64_t, int64_t)>& progress = {});
+// The same over examples (data_mode = examples): loss on the answer tokens, accuracy = the fraction
+// of examples whose every answer token is the top-1 prediction. max_examples < 0: all.
+EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int batch, int64_t max_examples = -1,
+                             const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace looplm

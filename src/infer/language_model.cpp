@@ -70,6 +70,11 @@ EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth
   return evaluate(tokens, o);
 }
 EvalResult LanguageModel::evaluate_file(const std::string& data_path, const EvalOptions& o) const {
+  if (impl_->model->config().data_mode == "examples") {  // a model trained on examples is evaluated on them
+    if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
+    const Examples ex = load_examples(data_path, impl_->tok, impl_->model->config().context);
+    return evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress);
+  }
   return evaluate(load_tokens(data_path, impl_->tok), o);
 }
 EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth) const {

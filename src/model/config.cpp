@@ -42,6 +42,7 @@ std::vector<std::string> mlp_names() { return {"gelu", "swiglu"}; }
 std::vector<std::string> pos_names() { return {"rope", "learned", "none"}; }
 std::vector<std::string> tokenizer_names() { return {"byte", "char"}; }
 std::vector<std::string> sampler_names() { return {"fixed", "uniform", "poisson_lognormal"}; }
+std::vector<std::string> data_mode_names() { return {"stream", "examples"}; }
 
 const Range kPositive{0, kInf, true};
 const Range kNonNeg{0, kInf};
@@ -75,6 +76,9 @@ const std::vector<Field>& fields() {
       {"tokenizer_chars", &Config::tokenizer_chars, "model", {}, "char tokenizer alphabet (UTF-8; id = index of the code point)"},
       {"data_train", &Config::data_train, "training", {}, "training data: text, .jsonl or .bin (llm.c shard / nanoGPT)"},
       {"data_val", &Config::data_val, "training", {}, "validation data (same formats)"},
+      {"data_mode", &Config::data_mode, "training", {},
+       "stream (windows of a token stream) or examples (prompt<TAB>answer lines, trained and evaluated on the answer)",
+       data_mode_names},
       {"batch_size", &Config::batch_size, "training", ints(1, 1 << 20), "sequences per micro-batch"},
       {"grad_accum", &Config::grad_accum, "training", ints(1, 1 << 16), "micro-batches per optimizer step"},
       {"steps", &Config::steps, "training", ints(0, kIntMax), "optimizer steps of the schedule"},

@@ -17,6 +17,7 @@
 #include "backend/cpu/gemm.h"
 #include "core/threads.h"
 #include "data/dataset.h"
+#include "data/examples.h"
 #include "data/tokenizer.h"
 #include "infer/eval.h"
 #include "io/atomic_file.h"
@@ -247,10 +248,20 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (tok.vocab_size() > c.vocab_size)
     throw UsageError("vocab_size " + std::to_string(c.vocab_size) + " is smaller than the " + c.tokenizer +
                      " tokenizer's " + std::to_string(tok.vocab_size()));
-  std::vector<int32_t> train_tokens = load_tokens(c.data_train, tok);
-  std::vector<int32_t> val_tokens = load_tokens(c.data_val, tok);
-  TokenStream stream(std::move(train_tokens), c.context, c.batch_size, c.seed, c.data_train);
-  eval_windows(val_tokens, c.context, c.data_val);  // fail early on too little validation data
+  // Batches: windows of a token stream, or examples (prompt<TAB>answer lines, data/examples.h).
+  const bool examples = c.data_mode == "examples";
+  std::vector<int32_t> val_tokens;
+  Examples val_examples;
+  std::unique_ptr<BatchSource> batches;
+  if (examples) {
+    batches = std::make_unique<ExampleStream>(load_examples(c.data_train, tok, c.context), c.context, c.batch_size, c.seed);
+    val_examples = load_examples(c.data_val, tok, c.context);
+  } else {
+    batches = std::make_unique<TokenStream>(load_tokens(c.data_train, tok), c.context, c.batch_size, c.seed, c.data_train);
+    val_tokens = load_tokens(c.data_val, tok);
+    eval_windows(val_tokens, c.context, c.data_val);  // fail early on too little validation data
+  }
+  BatchSource& stream = *batches;
 
   if (!model) {
     model = std::make_unique<Model>(c);
@@ -350,13 +361,17 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     last_checkpoint = st.step;
   };
   auto validate = [&](int64_t step) {
-    EvalResult e = evaluate_tokens(m, val_tokens, c.R, c.batch_size, (int64_t)c.eval_batches * c.batch_size);
-    metrics << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth}})
+    const int64_t n = (int64_t)c.eval_batches * c.batch_size;
+    EvalResult e = examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n)
+                            : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
+    metrics << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth},
+                               {"val_accuracy", e.accuracy}})
                    .dump()
             << "\n";
     metrics.flush();
     if (!opt.quiet) {
       std::string s = "step " + std::to_string(step) + " | val loss " + std::to_string(e.loss).substr(0, 6);
+      if (examples) s += " | accuracy " + std::to_string(e.accuracy).substr(0, 6);
       if (c.R > 1) {
         s += " | by depth";
         for (double l : e.loss_by_depth) s += " " + std::to_string(l).substr(0, 5);
