@@ -1,20 +1,144 @@
-// `looplm data`: text / JSONL -> llm.c token shard (docs/data.md).
+// `looplm data`: text / JSONL -> llm.c token shard; `looplm data listops`: the ListOps generator
+// (docs/data.md).
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
 #include "data/dataset.h"
+#include "data/listops.h"
 #include "data/tokenizer.h"
 #include "looplm/error.h"
 
 namespace looplm::cli {
 
+namespace {
+
+// `looplm data listops --out DIR`: DIR/train.txt, DIR/test.txt (one "<compact>=\t<label>" per
+// line) and DIR/listops.json (settings and counts). A preset gives the starting options; each flag
+// given overrides one of them.
+int cmd_data_listops(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  std::string out, preset = "lra", ops_list;
+  ListOpsOptions flags;  // values of the flags given; the unset ones come from the preset
+  int64_t n_train = 50000, n_test = 2000;
+  uint64_t seed = 1;
+  bool overwrite = false;
+  CLI::App app{"Generate ListOps train / test sets (Long Range Arena semantics: MIN, MAX, MED, SM "
+               "over digits 0-9).",
+               "looplm data listops"};
+  app.add_option("--out", out, "output directory: train.txt, test.txt, listops.json")
+      ->required()
+      ->type_name("DIR");
+  app.add_option("--preset", preset,
+                 "starting settings: lra (default: depth 10, 2-10 args, 500-2000 tokens, all operators) "
+                 "or nrgpt_small (SM/MAX/MED, depth 2, 2-3 args, no length limit)")
+      ->check(CLI::IsMember({"lra", "nrgpt_small"}))
+      ->type_name("NAME");
+  std::vector<std::pair<std::string, CLI::Option*>> gen_opts;
+  auto gen = [&](CLI::Option* o, const char* key) { gen_opts.emplace_back(key, o); return o; };
+  gen(app.add_option("--max-depth", flags.max_depth, "deepest list nesting (the root is depth 1)"), "max_depth")
+      ->check(within(1, kListOpsDepthLimit, false, "1.." + std::to_string(kListOpsDepthLimit)))
+      ->type_name("D");
+  gen(app.add_option("--max-args", flags.max_args, "a list has 2..A arguments (uniform)"), "max_args")
+      ->check(within(2, static_cast<double>(kListOpsLenLimit), false, "at least 2"))
+      ->type_name("A");
+  gen(app.add_option("--min-len", flags.min_len, "shortest accepted expression, in LRA tokens"), "min_len")
+      ->check(at_least(0))
+      ->type_name("L");
+  gen(app.add_option("--max-len", flags.max_len, "longest accepted expression, in LRA tokens"), "max_len")
+      ->check(within(1, static_cast<double>(kListOpsLenLimit), false, "1.." + std::to_string(kListOpsLenLimit)))
+      ->type_name("M");
+  gen(app.add_option("--fn-prob", flags.fn_prob,
+                     "probability that an argument (below --max-depth) is a nested list"), "fn_prob")
+      ->check(within(0, 1, false, "in [0, 1]"))
+      ->type_name("P");
+  gen(app.add_option("--ops", ops_list, "operators, comma-separated: MIN,MAX,MED,SM"), "ops")
+      ->type_name("LIST");
+  app.add_option("--train", n_train, "train examples (default 50000; duplicates kept)")
+      ->check(at_least(0))
+      ->type_name("N");
+  app.add_option("--test", n_test, "test examples (default 2000; none of them is in train)")
+      ->check(at_least(0))
+      ->type_name("N");
+  app.add_option("--seed", seed, "random seed (default 1); the same seed and settings give the same files")
+      ->check(at_least(0))  // CLI11 would wrap a negative value into uint64 silently
+      ->type_name("S");
+  app.add_flag("--overwrite", overwrite, "write into a non-empty DIR (replaces the three files only)");
+  app.footer(
+      "Lines are '<expression>=\\t<label>', one character per LRA token: N=[MIN X=[MAX D=[MED S=[SM, "
+      "']' and digits as themselves\n(e.g. 'X29N47]0]=\\t9' is [MAX 2 9 [MIN 4 7 ] 0 ] = 9). "
+      "docs/data.md, \"ListOps\".\n"
+      "Example:\n  looplm data listops --preset nrgpt_small --out data/listops_small");
+  if (!parse(app, argc, argv, "data listops")) return 0;
+
+  // The preset, then every flag given on top of it.
+  ListOpsOptions opts = ListOpsOptions::preset(preset);
+  std::vector<std::string> overridden;
+  for (const auto& [key, o] : gen_opts) {
+    if (o->count() == 0) continue;
+    overridden.push_back(key);
+    if (key == "max_depth") opts.max_depth = flags.max_depth;
+    else if (key == "max_args") opts.max_args = flags.max_args;
+    else if (key == "min_len") opts.min_len = flags.min_len;
+    else if (key == "max_len") opts.max_len = flags.max_len;
+    else if (key == "fn_prob") opts.fn_prob = flags.fn_prob;
+    else if (key == "ops") opts.ops = parse_listops_ops(ops_list, "data listops: --ops");
+  }
+  // The one check across flags; name both and say where an unset one came from.
+  if (opts.min_len > opts.max_len) {
+    auto from = [&](const char* key) {
+      for (const auto& k : overridden) if (k == key) return std::string();
+      return " (from --preset " + preset + ")";
+    };
+    throw UsageError("data listops: --min-len " + std::to_string(opts.min_len) + from("min_len") +
+                     " is greater than --max-len " + std::to_string(opts.max_len) + from("max_len"));
+  }
+  opts.validate();
+
+  // The directory: a file, or someone's data, is never written over silently.
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec)) {
+    throw UsageError("data listops: --out '" + out + "' is a file, not a directory");
+  }
+  if (fs::is_directory(out, ec) && !fs::is_empty(out, ec) && !overwrite) {
+    throw UsageError("data listops: --out '" + out + "' is not empty; pass --overwrite to replace its "
+                     "train.txt, test.txt and listops.json");
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const ListOpsDataset d = make_listops_dataset(opts, seed, n_train, n_test);
+  fs::create_directories(out, ec);
+  if (ec) throw Error("cannot create directory '" + out + "': " + ec.message());
+  const std::string dir = fs::path(out).string();
+  write_listops_file(dir + "/train.txt", d.train);
+  write_listops_file(dir + "/test.txt", d.test);
+  // listops.json last: its presence says the two sets beside it are complete.
+  write_file_atomic(dir + "/listops.json", listops_json(d, opts, preset, seed, overridden));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s/train.txt: %zu examples (%lld distinct)\n", dir.c_str(), d.train.size(),
+              static_cast<long long>(d.train_distinct));
+  std::printf("wrote %s/test.txt: %zu examples (%lld distinct; %lld candidates dropped as in train)\n",
+              dir.c_str(), d.test.size(), static_cast<long long>(d.test_distinct),
+              static_cast<long long>(d.test_dropped));
+  std::printf("wrote %s/listops.json (preset %s, seed %llu) in %.2f s\n", dir.c_str(), preset.c_str(),
+              static_cast<unsigned long long>(seed), secs);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_data(int argc, char** argv) {
+  // `looplm data listops ...` is a subcommand; anything else is the tokeniser, whose flags all start
+  // with '-', so a first word "listops" cannot be one of its arguments.
+  if (argc >= 2 && std::strcmp(argv[1], "listops") == 0) return cmd_data_listops(argc - 1, argv + 1);
   namespace fs = std::filesystem;
   std::string input, out, kind = "byte", alphabet_file;
   CLI::App app{"Tokenise a text or JSONL file into an llm.c shard (uint16 tokens).", "looplm data"};
@@ -37,7 +161,9 @@ int cmd_data(int argc, char** argv) {
   app.footer(
       "Example:\n  looplm data --input data/kjv/train.txt --tokenizer char --out data/kjv/train.bin\n"
       "  looplm data --input data/kjv/val.txt --alphabet data/kjv/train.bin.chars "
-      "--out data/kjv/val.bin");
+      "--out data/kjv/val.bin\n"
+      "Subcommand:\n  looplm data listops --out DIR [--preset nrgpt_small] ...   ListOps train / test "
+      "sets (looplm data listops --help)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -17,7 +17,7 @@ const char* kUsage =
     "  eval       loss at every exit r = 1..R of a checkpoint on a data file\n"
     "  generate   sample text from a checkpoint (KV cache per block and loop step)\n"
     "  bench      training and generation speed against the machine's GEMM peak\n"
-    "  data       tokenise text / JSONL into an llm.c shard\n"
+    "  data       tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets\n"
     "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n";
 
 }  // namespace
