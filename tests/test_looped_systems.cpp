@@ -156,9 +156,15 @@ TEST(Presets, EveryPresetTrainsEvaluatesAndGenerates) {
   TempDir d("presets");
   const std::string text = corpus(60);
   io::write_file_atomic(d / "train.txt", text.data(), text.size());
+  // ListOps-like example lines for the data_mode = examples presets (listops_*)
+  std::string ex;
+  for (int i = 0; i < 40; ++i) ex += "S" + std::to_string(i % 10) + std::to_string((i * 7) % 10) + "]=\t" + std::to_string((i % 10 + (i * 7) % 10) % 10) + "\n";
+  io::write_file_atomic(d / "examples.txt", ex.data(), ex.size());
   for (const std::string& name : preset_names()) {
     Config c = load_preset(name);
-    if (c.tokenizer != "byte") continue;  // the bench-* shapes (char alphabets) are built by Presets.EveryPresetBuildsAndGenerates
+    // the bench-* shapes (d384, a fixed char alphabet) are built by Presets.EveryPresetBuildsAndGenerates
+    if (name.rfind("bench-", 0) == 0) continue;
+    const bool examples = c.data_mode == "examples";
     c.d_model = 16;
     c.n_heads = 2;
     c.context = 16;
@@ -167,7 +173,7 @@ TEST(Presets, EveryPresetTrainsEvaluatesAndGenerates) {
     c.warmup = 1;
     c.eval_every = 2;
     c.eval_batches = 1;
-    c.data_train = c.data_val = d / "train.txt";
+    c.data_train = c.data_val = d / (examples ? "examples.txt" : "train.txt");
     TrainOptions o;
     o.out_dir = d / name;
     o.quiet = true;
@@ -177,13 +183,14 @@ TEST(Presets, EveryPresetTrainsEvaluatesAndGenerates) {
     LanguageModel lm = LanguageModel::load(d / name);
     EvalOptions eo;
     eo.depth = c.R + 1;
-    EvalResult e = lm.evaluate_file(d / "train.txt", eo);
+    EvalResult e = lm.evaluate_file(c.data_val, eo);
     EXPECT_EQ(e.loss_by_depth.size(), (size_t)c.R + 1) << name;
+    if (examples) EXPECT_EQ(e.examples, 40) << name;
     EXPECT_EQ(e.difficulty_first.size(), 10u) << name;
     GenerateOptions g;
     g.max_new = 3;
     g.seed = 2;
-    EXPECT_EQ(lm.generate(lm.encode("And"), g).size(), 3u) << name;
+    EXPECT_EQ(lm.generate(lm.encode(examples ? "S12]=" : "And"), g).size(), 3u) << name;
   }
 }
 

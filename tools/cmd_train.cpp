@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "data/dataset.h"
 #include "signals.h"
 #include "looplm/looplm.h"
 
@@ -94,15 +95,42 @@ int cmd_train(int argc, char** argv) {
   EvalOptions eo;
   eo.max_windows = windows;
   EvalResult e = lm.evaluate_file(mc.data_val, eo);
-  std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
-              "all of it: looplm eval): loss at every depth r\n\n",
-              (long long)e.tokens, (long long)e.windows);
-  std::printf("| r | loss | bits/token | cos(h_r, h_r-1) |\n|---|---|---|---|\n");
   const auto& cosine = e.diagnostics["state_cosine"];
-  for (size_t i = 0; i < e.loss_by_depth.size(); ++i)
-    std::printf("| %zu | %.4f | %.3f | %.3f |\n", i + 1, e.loss_by_depth[i], e.loss_by_depth[i] / 0.6931471805599453,
-                cosine[i]);
-  if (sample_len > 0) {
+  if (e.examples > 0) {  // data_mode = examples: the answer's loss and exact-match accuracy
+    std::printf("\nearly-exit table (validation: the first %lld examples = eval_batches x batch_size; all of it: "
+                "looplm eval): loss and accuracy on the answers at every depth r\n\n",
+                (long long)e.examples);
+    std::printf("| r | loss | accuracy | cos(h_r, h_r-1) |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < e.loss_by_depth.size(); ++i)
+      std::printf("| %zu | %.4f | %.4f | %.3f |\n", i + 1, e.loss_by_depth[i], e.accuracy_by_depth[i], cosine[i]);
+  } else {
+    std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
+                "all of it: looplm eval): loss at every depth r\n\n",
+                (long long)e.tokens, (long long)e.windows);
+    std::printf("| r | loss | bits/token | cos(h_r, h_r-1) |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < e.loss_by_depth.size(); ++i)
+      std::printf("| %zu | %.4f | %.3f | %.3f |\n", i + 1, e.loss_by_depth[i], e.loss_by_depth[i] / 0.6931471805599453,
+                  cosine[i]);
+  }
+  if (sample_len > 0 && e.examples > 0) {  // examples: greedy answers to the first validation prompts
+    std::printf("\nsamples (greedy, the first validation examples: prompt -> answer [label]):\n");
+    const std::string text = read_file_bytes(mc.data_val);
+    size_t pos = 0;
+    for (int n = 0; n < 3 && pos < text.size();) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(pos, end - pos);
+      pos = end + 1;
+      const size_t tab = line.rfind('\t');
+      if (tab == std::string::npos) continue;
+      GenerateOptions g;
+      g.temperature = 0;
+      g.max_new = (int)lm.encode(line.substr(tab + 1)).size();
+      const std::string got = lm.decode(lm.generate(lm.encode(line.substr(0, tab)), g));
+      std::printf("  %s -> %s [%s]\n", line.substr(0, tab).c_str(), got.c_str(), line.substr(tab + 1).c_str());
+      ++n;
+    }
+  } else if (sample_len > 0) {
     GenerateOptions g;
     g.max_new = sample_len;
     g.temperature = 0.8;
