@@ -19,7 +19,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "looplm")
+BIN = os.environ.get("LOOPLM_BIN") or os.path.join(ROOT, "build", "looplm")  # LOOPLM_BIN: another build
 # --quick shrinks every model (same layouts, smaller width and context) so the whole pipeline runs
 # in about a minute.
 QUICK = dict(d_model=32, n_heads=2, context=32, batch_size=4)
@@ -40,7 +40,7 @@ def fmt(m, s, digits=4):
 
 
 class Experiment:
-    def __init__(self, name, description, default_seeds=3):
+    def __init__(self, name, description, default_seeds=3, data="kjv"):
         ap = argparse.ArgumentParser(description=description)
         ap.add_argument("--quick", action="store_true", help="a ~1 minute end-to-end check (numbers mean nothing)")
         ap.add_argument("--seeds", type=int, default=None, help=f"seeds per arm (default {default_seeds}; --quick: 2)")
@@ -61,7 +61,7 @@ class Experiment:
         self.t0 = time.time()
         if not os.access(BIN, os.X_OK):
             sys.exit(f"{name}: {BIN} is missing: build first (cmake -S . -B build && cmake --build build)")
-        self.train_file, self.val_file = self._data()
+        self.train_file, self.val_file = self._listops() if data == "listops" else self._data()
 
     # ------------------------------------------------------------------ data
     def _data(self):
@@ -78,6 +78,22 @@ class Experiment:
                 f.write(data)
             val = small
         return train, val
+
+    def _listops(self):
+        """NRGPT's small ListOps set (looplm data listops --preset nrgpt_small, seed 1): train/test."""
+        d = os.path.join(ROOT, "data", "listops")
+        train, test = os.path.join(d, "train.txt"), os.path.join(d, "test.txt")
+        if not (os.path.exists(train) and os.path.exists(test)):
+            self.log("generating ListOps (looplm data listops --preset nrgpt_small)")
+            self.looplm("data", "listops", "--out", d, "--preset", "nrgpt_small", "--overwrite")
+        if self.quick:  # a small test slice keeps the quick mode quick
+            small = os.path.join(self.runs, "test_small.txt")
+            with open(test) as f:
+                lines = f.readlines()[:128]
+            with open(small, "w") as f:
+                f.writelines(lines)
+            test = small
+        return train, test
 
     def log(self, msg):
         print(f"[{self.name} {time.time() - self.t0:6.0f}s] {msg}", flush=True)
