@@ -4,9 +4,11 @@
     python3 bench/compare.py [--looplm build/looplm] [--threads 2] [--configs tiny,dense,looped,...]
                              [--repeats 3] [--bf16]
 
-Configs (default: all seven): tiny, dense, looped, and the looped systems on bench-looped's shape
+Configs (default: all nine): tiny, dense, looped, the looped systems on bench-looped's shape
 (1 + 2x4 + 1, d 384): recurrent_gpt (gated loop rule), deeploop (sandwich blocks, RMSNorm, α =
-√(2N)), hyperloop (hyper rule, 4 streams, diagonal H_res), mhc (hyper rule, Sinkhorn H_res).
+√(2N)), hyperloop (hyper rule, 4 streams, diagonal H_res), mhc (hyper rule, Sinkhorn H_res), and
+the energy-based blocks at d 384: nrgpt (one NRGPT energy block applied R = 6 times, ff2w, P matrix)
+and cem (6 CEM layers, T = 2 inner steps, the diagonal term).
 
 For each repeat and each config it runs, back to back,
     LOOPLM bench --preset bench-<config> --threads N --json
@@ -15,7 +17,7 @@ For each repeat and each config it runs, back to back,
 median of each metric over the repeats. A looplm binary built before a preset existed does not know
 it ("unknown preset"): then the run is repeated with --config configs/bench-<config>.json (the same
 file the preset is built from) and the table says so. Before the runs, the peer's OpenBLAS core-type probe runs
-once per set of GEMM shapes (`torch_peer.py --probe-only`: dense and looped share theirs) and every
+once per set of GEMM shapes (`torch_peer.py --probe-only`: every d-384 config shares dense's) and every
 peer run gets the winner as --coretype NAME, instead of probing again; --peer-args with --coretype,
 --keep-coretype or --out-of-the-box skips the probe. Under the table: both sides' measured fp32
 GEMM rate on the training shapes (`gemm_peak_gflops`) and the peer's core type, so a starved
@@ -40,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # torch_peer.py's configs; looplm's preset for each is bench-<name>.
-CONFIGS = ("tiny", "dense", "looped", "recurrent_gpt", "deeploop", "hyperloop", "mhc")
+CONFIGS = ("tiny", "dense", "looped", "recurrent_gpt", "deeploop", "hyperloop", "mhc", "nrgpt", "cem")
 # Looped systems on bench-looped's shape whose training overhead over plain looping is reported.
 OVERHEAD_OF = ("hyperloop", "mhc", "recurrent_gpt", "deeploop")
 METRICS = ("train_tokens_per_s", "generate_tokens_per_s", "generate_bf16_tokens_per_s", "peak_rss_mib", "gflops",

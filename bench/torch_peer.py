@@ -45,6 +45,28 @@ counts, and the same logits as reference/looplm_ref.py given the same weights, u
 In decode the rule's per-token computations run for every new token (with torch.mv for the
 single-token products, addmv where there is a bias), with one KV cache per (block, loop step).
 
+The energy-based blocks (SPEC §2.3, §2.4; looplm presets bench-nrgpt, bench-cem; d 384, 6 heads,
+context 256, batch 8, vocab 65, tied head, no prelude / coda; the same parameter counts as looplm, and
+the same logits and gradients as reference/looplm_ref.py given the same weights, up to fp64 rounding;
+peer_config and looplm_state_dict map a looplm checkpoint onto these models):
+  nrgpt   one `energy` block (ff2w, P matrix) applied R = 6 times, learned positions, LayerNorm norm_f.
+          g = LayerNorm(x) without gain (bias only); k^h = g H_h^T; A = sum_h softmax_causal(g k^hT) k^h
+          (scale 1) through F._scaled_dot_product_attention (query g expanded over the heads, times
+          sqrt(d) against SDPA's 1/sqrt(d)); u = g W1^T + b1; F = GELU(u) W2^T + b2 + (GELU'(u) ⊙ g W2) W1
+          with GELU'(u) = Phi(u) + u phi(u) written out (autograd gives GELU'' in training);
+          x <- x + (A + s_ff F) P^T. H, W1 and W2^T all multiply g: one stacked Linear [6d + 8d, d].
+          Decode: one cache of k^h per loop step (6), attention as g . k^h per head.
+  cem     6 `cem` layers (T = 2 inner steps per sub-layer, the diagonal term δ, no preconditioner), RoPE,
+          RMSNorm norm_f. Per sub-layer the context c = its input is fixed, x moves from c, both
+          normalised by the sub-layer's RMSNorm. Attention step: one SDPA call with per-head query
+          [RoPE(q^k) | x̂ ⊙ δ] (scaled so that SDPA's 1/sqrt(hd + d) becomes 1/sqrt(hd)), key
+          [RoPE(k^k) | ĉ], value [k^k | ĉ] (keys and values built once per sub-layer), x <- x + O_q W_Q
+          + δ ⊙ sum_heads O_c (W_V = W_K, W_O = W_Q^T). MLP step: x <- x + (SiLU(ĉ W_gate^T) ⊙ (x̂ W_up^T))
+          W_up. [W_Q; W_K] and [W_gate; W_up] are stacked Linears (one GEMM at the first step, where
+          x̂ = ĉ). Decode: per layer a cache of RoPE(k), k and ĉ (ĉ once, not per head), scores
+          q . k per head + (x̂ ⊙ δ) . ĉ once.
+--attn manual computes the energy and cem attentions as the decode path does (masked softmax).
+
 Training: random tokens, forward + backward + torch.optim.AdamW(lr 1e-3, weight_decay 0.1).
 Reported: median tokens/s over the timed steps (B*T tokens a step) after warm-up steps, and peak RSS
 (resource.getrusage ru_maxrss, the whole process) in MiB.
@@ -158,8 +180,19 @@ CONFIGS.update({
     "hyperloop": dict(_LOOPED, rule="hyper", streams=4, hyper_res="diag"),
     "mhc": dict(_LOOPED, rule="hyper", streams=4, hyper_res="sinkhorn", sinkhorn_iters=20),
 })
+# The energy-based blocks of SPEC §2.3, §2.4 (looplm presets bench-nrgpt, bench-cem): d 384, 6 heads,
+# context 256, batch 8. nrgpt: one energy block applied R = 6 times (ff2w, P matrix), learned
+# positions, LayerNorm norm_f; cem: 6 cem layers (T = 2 inner steps, the diagonal term, no
+# preconditioner), RoPE, RMSNorm norm_f. Both tied heads, no prelude / coda.
+CONFIGS.update({
+    "nrgpt": dict(n_prelude=0, n_core=1, n_coda=0, loops=6, d=384, heads=6, ctx=256, batch=8, vocab=65,
+                  block="energy", energy_ff="ff2w", energy_P="matrix", norm="layernorm", pos="learned"),
+    "cem": dict(n_prelude=0, n_core=6, n_coda=0, loops=1, d=384, heads=6, ctx=256, batch=8, vocab=65,
+                block="cem", cem_T=2, cem_diag=True, cem_precond=False, norm="rmsnorm", pos="rope"),
+})
 # Defaults of the keys the four above set: the plain pre-norm LayerNorm model with the residual rule.
-MODEL_DEFAULTS = dict(block="pre_norm", norm="layernorm", rule="residual", deeploop_p=0.0)
+MODEL_DEFAULTS = dict(block="pre_norm", norm="layernorm", rule="residual", deeploop_p=0.0,
+                      pos="learned")
 DEFAULT_STEPS = {"tiny": 20, "dense": 8}  # timed training steps; 6 for the looped shapes
 
 # OpenBLAS core types the probe may force, each with the /proc/cpuinfo flag it needs. Debian's
@@ -442,6 +475,11 @@ class Block(nn.Module):
         self.ln2 = make_norm(c, d)
         self.fc = nn.Linear(d, 4 * d, bias=False)
         self.proj = nn.Linear(4 * d, d, bias=False)
+        self.heads = heads
+
+    def new_cache(self, B, ctx):
+        d = self.fc.in_features
+        return KVCache(B, self.heads, d // self.heads, ctx)
 
     def forward(self, x, cache=None):
         x = x + self.attn(self.ln1(x), cache)
@@ -478,6 +516,255 @@ class KVCache:
         self.v[:, :, self.n:self.n + T] = v
         self.n += T
         return self.k[:, :, :self.n], self.v[:, :, :self.n]
+
+
+def mv_ok(x):
+    """A single token outside autocast: matrix-vector products through torch.mv (see lin)."""
+    return DECODE_MV and x.shape[0] * x.shape[1] == 1 and not torch.is_autocast_cpu_enabled()
+
+
+def matw(x, W, bias=None, t=True):
+    """x @ W^T + bias (t=True, as F.linear) or x @ W + bias (t=False), for a weight W that is a slice
+    of a stacked parameter; a single token as torch.mv / addmv (as lin)."""
+    if mv_ok(x):
+        v = x.reshape(-1)
+        M = W if t else W.t()
+        return (torch.mv(M, v) if bias is None else torch.addmv(bias, M, v)).view(1, 1, -1)
+    if t:
+        return F.linear(x, W, bias)
+    x2 = x.reshape(-1, x.shape[-1])
+    y = torch.mm(x2, W) if bias is None else torch.addmm(bias, x2, W)
+    return y.view(*x.shape[:-1], W.shape[1])
+
+
+def causal_softmax(att, S, T):
+    """Softmax over the keys of att [.., T, S]; query i (absolute S - T + i) sees keys 0..S - T + i."""
+    if T > 1:
+        mask = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+        att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1)
+
+
+class EnergyCache:
+    """NRGPT: the keys (= values) k_j = H_h g_j of one application of the energy block [B, nh, ctx, d]."""
+
+    def __init__(self, B, heads, d, ctx, dtype=None):
+        self.k = torch.empty(B, heads, ctx, d, dtype=dtype)
+        self.n = 0
+
+    def append(self, k):
+        T = k.shape[2]
+        self.k[:, :, self.n:self.n + T] = k
+        self.n += T
+        return self.k[:, :, :self.n]
+
+
+class EnergyBlock(nn.Module):
+    """energy (NRGPT, SPEC §2.3; ff2w, P = matrix): one descent step x <- x + (A + s_ff F) P^T with
+        g = LayerNorm(x) without gain (bias b: looplm's attn_norm.bias), eps 1e-5
+        A = sum_h sum_j softmax_j(g_i . k^h_j) k^h_j,  k^h_j = H_h g_j   (scale 1, causal j <= i)
+        u = g W1^T + b1;  F = (GELU(u) W2^T + b2) + (GELU'(u) * (g W2)) W1,  GELU'(u) = Phi(u) + u phi(u)
+    H (all heads), W1 and W2^T all multiply g: they are one stacked bias-free Linear `inp`
+    [nh*d + 2f, d] = [H_0; ..; H_{nh-1}; W1; W2^T] (looplm's attn.H.weight, mlp.up.weight,
+    mlp.down.weight^T: the same parameters, one GEMM instead of three); b1, b2 = mlp.up.bias,
+    mlp.down.bias, ff_scale = s_ff, step = P. A goes through F._scaled_dot_product_attention with
+    query g (expanded over the heads, pre-multiplied by sqrt(d) against SDPA's 1/sqrt(d): scale 1),
+    keys = values = k^h. GELU' is written out from Phi (torch.special.ndtr) and phi; autograd
+    differentiates through it (GELU'' included)."""
+
+    def __init__(self, d, heads, c):
+        super().__init__()
+        assert c.get("energy_ff", "ff2w") == "ff2w" and c.get("energy_P", "matrix") == "matrix"
+        assert not c.get("energy_strict", False)
+        self.d, self.h, self.f = d, heads, 4 * d
+        self.ln_bias = nn.Parameter(torch.zeros(d))
+        self.inp = nn.Linear(d, heads * d + 2 * self.f, bias=False)
+        self.b1 = nn.Parameter(torch.zeros(self.f))
+        self.b2 = nn.Parameter(torch.zeros(d))
+        self.ff_scale = nn.Parameter(torch.ones(1))
+        self.step = nn.Linear(d, d, bias=False)
+
+    def reset_parameters(self, n_unrolled):
+        """After GPT._init's N(0, 0.02): W2 (mlp.down) and P scaled by 1/sqrt(2N), biases 0 (SPEC §1.1)."""
+        s = 1.0 / math.sqrt(2.0 * n_unrolled)
+        with torch.no_grad():
+            self.inp.weight[self.h * self.d + self.f:].mul_(s)
+            self.step.weight.mul_(s)
+
+    def new_cache(self, B, ctx):
+        return EnergyCache(B, self.h, self.d, ctx, self.step.weight.dtype)
+
+    def forward(self, x, cache=None):
+        B, T, d = x.shape
+        h, f = self.h, self.f
+        g = F.layer_norm(x, (d,), None, self.ln_bias, 1e-5)
+        kh, u, gW2 = lin(self.inp, g).split([h * d, f, f], dim=-1)
+        kh = kh.view(B, T, h, d).transpose(1, 2)  # [B, nh, T, d]
+        if cache is None and ATTN == "sdpa":
+            q = (g * math.sqrt(d)).unsqueeze(1).expand(B, h, T, d)
+            A = F._scaled_dot_product_attention(q, kh, kh, is_causal=True,
+                                                need_attn_weights=False)[0].sum(1)
+        else:
+            if cache is not None:
+                kh = cache.append(kh)
+            S = kh.shape[2]
+            p = causal_softmax(g.unsqueeze(1) @ kh.transpose(-2, -1), S, T)  # [B, nh, T, S]
+            A = (p @ kh).sum(1)
+        u = u + self.b1
+        # GELU'(u) = Phi(u) + u phi(u), Phi = torch.special.ndtr, phi = exp(-u^2/2 - ln(2 pi)/2):
+        # autograd keeps u, phi, GELU'(u), GELU(u), GELU'(u) g W2 ([B, T, f] each) per step (9 such
+        # tensors with Phi = (1 + erf(u/sqrt 2))/2, phi = exp(-u u/2)/sqrt(2 pi), GELU(u) = u Phi)
+        phi = torch.exp(u.square() * -0.5 - 0.5 * math.log(2.0 * math.pi))
+        dgelu = torch.addcmul(torch.special.ndtr(u), u, phi)
+        W = self.inp.weight
+        W1, W2t = W[h * d:h * d + f], W[h * d + f:]  # [f, d] each
+        Fv = matw(F.gelu(u), W2t, self.b2, t=False)  # GELU(u) W2^T + b2 (exact erf GELU)
+        Fv = Fv + matw(dgelu * gW2, W1, t=False)  # (GELU'(u) * (g W2)) W1
+        return x + lin(self.step, torch.addcmul(A, self.ff_scale, Fv))
+
+
+class Rope(nn.Module):
+    """Rotate-half RoPE tables (channel i pairs with i + hd/2, θ_i = base^(−2i/hd)), cos/sin [ctx, hd],
+    built in fp64 and stored in the model's dtype (non-persistent buffers, no parameters)."""
+
+    def __init__(self, hd, ctx, base=10000.0):
+        super().__init__()
+        i = torch.arange(hd // 2, dtype=torch.float64)
+        ang = torch.arange(ctx, dtype=torch.float64)[:, None] * (base ** (-2.0 * i / hd))[None, :]
+        ang = torch.cat([ang, ang], dim=-1)
+        dt = torch.get_default_dtype()
+        self.register_buffer("cos", ang.cos().to(dt), persistent=False)
+        self.register_buffer("sin", ang.sin().to(dt), persistent=False)
+
+    def forward(self, x, pos0, scale=1.0):
+        """x [.., T, hd] at positions pos0.., times scale."""
+        T = x.shape[-2]
+        cos, sin = self.cos[pos0:pos0 + T], self.sin[pos0:pos0 + T]
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class CemCache:
+    """CEM, one layer's attention context (the same for its T inner steps): RoPE(k) and k = W_K ĉ
+    [B, H, ctx, hd] and ĉ [B, ctx, d] (shared by the heads, stored once)."""
+
+    def __init__(self, B, heads, hd, d, ctx, dtype=None):
+        self.kr = torch.empty(B, heads, ctx, hd, dtype=dtype)
+        self.kv = torch.empty(B, heads, ctx, hd, dtype=dtype)
+        self.c = torch.empty(B, ctx, d, dtype=dtype)
+        self.n = 0
+
+    def append(self, kr, kv, c):
+        T, n = kr.shape[2], self.n
+        self.kr[:, :, n:n + T] = kr
+        self.kv[:, :, n:n + T] = kv
+        self.c[:, n:n + T] = c
+        self.n += T
+        return self.kr[:, :, :n + T], self.kv[:, :, :n + T], self.c[:, :n + T]
+
+
+class CemBlock(nn.Module):
+    """cem (CEM, SPEC §2.4; no preconditioner): an attention and an MLP sub-layer, each T = cem_T steps
+    x <- x + update(x̂, ĉ) from x = c, c the sub-layer's input (fixed), x̂ and ĉ both normalised by
+    the sub-layer's RMSNorm (gain, eps 1e-5). No biases.
+      attention (hd = d/H, RoPE on q and k only, δ = attn.diag shared by the heads, not rotated):
+        s^k_ij = (RoPE(q^k_i) . RoPE(k^k_j) + (x̂_i ⊙ δ) . ĉ_j) / sqrt(hd),  q = x̂ W_Q^T, k = ĉ W_K^T
+        update = sum_k W_Q,k^T sum_j a^k_ij k^k_j + δ ⊙ sum_k sum_j a^k_ij ĉ_j
+      in training as ONE F._scaled_dot_product_attention call per step with per-head query
+      [RoPE(q^k) | x̂ ⊙ δ] (times sqrt((hd + d)/hd) against SDPA's 1/sqrt(hd + d)), key
+      [RoPE(k^k) | ĉ] and value [k^k | ĉ] (head width hd + d; keys and values built once per
+      sub-layer), output split: update = O[:, :, :, :hd] merged @ W_Q + δ ⊙ sum_heads O[..., hd:].
+      MLP: update = (SiLU(ĉ W_gate^T) ⊙ (x̂ W_up^T)) @ W_up  (down = up^T; the gate term once).
+    W_Q, W_K are one stacked Linear `qk` [2d, d] and W_gate, W_up one `gate_up` [2f, d] (looplm's
+    attn.q/k.weight, mlp.gate/up.weight): at the first step x̂ = ĉ, so one GEMM gives q and k (gate
+    and up); later steps use the W_Q (W_up) half. Decode (and --attn manual) computes the scores as
+    q.k per head plus the shared (x̂ ⊙ δ).ĉ term once, with a per-layer cache of RoPE(k), k and ĉ."""
+
+    def __init__(self, d, heads, c, rope):
+        super().__init__()
+        assert not c.get("cem_precond", False)
+        self.d, self.h, self.hd, self.f = d, heads, d // heads, 4 * d
+        self.T, self.rope = c.get("cem_T", 2), rope
+        self.attn_norm = RMSNorm(d, eps=1e-5)
+        self.qk = nn.Linear(d, 2 * d, bias=False)  # [W_Q; W_K]
+        self.diag = nn.Parameter(torch.zeros(d)) if c.get("cem_diag", True) else None
+        self.mlp_norm = RMSNorm(d, eps=1e-5)
+        self.gate_up = nn.Linear(d, 2 * self.f, bias=False)  # [W_gate; W_up]
+
+    def new_cache(self, B, ctx):
+        return CemCache(B, self.h, self.hd, self.d, ctx, self.qk.weight.dtype)
+
+    def heads(self, t):
+        B, T, _ = t.shape
+        return t.view(B, T, self.h, self.hd).transpose(1, 2)  # [B, H, T, hd]
+
+    def rot(self, t, pos0, scale=1.0):
+        return t if self.rope is None else self.rope(t, pos0, scale)
+
+    def attn_sublayer(self, c, cache):
+        B, T, d = c.shape
+        H, hd, delta = self.h, self.hd, self.diag
+        WQ = self.qk.weight[:d]
+        pos0 = 0 if cache is None else cache.n
+        ch = self.attn_norm(c)
+        q, k = lin(self.qk, ch).split(d, dim=-1)
+        kv = self.heads(k)
+        kr = self.rot(kv, pos0)
+        sdpa = cache is None and ATTN == "sdpa"
+        if sdpa:
+            s = 1.0
+            if delta is not None:  # the shared diagonal term as d extra columns of every head
+                ce = ch.unsqueeze(1).expand(B, H, T, d)
+                kr, kv = torch.cat([kr, ce], dim=-1), torch.cat([kv, ce], dim=-1)
+                s = math.sqrt((hd + d) / hd)
+        elif cache is not None:
+            kr, kv, C = cache.append(kr, kv, ch)
+        else:
+            C = ch
+        S = kr.shape[2]
+        x, xh = c, ch
+        for t in range(self.T):
+            if t > 0:
+                xh = self.attn_norm(x)
+                q = matw(xh, WQ)
+            if sdpa:
+                Q = self.rot(self.heads(q), pos0, s)
+                if delta is not None:
+                    Q = torch.cat([Q, (xh * (delta * s)).unsqueeze(1).expand(B, H, T, d)], dim=-1)
+                O = F._scaled_dot_product_attention(Q, kr, kv, is_causal=True,
+                                                    need_attn_weights=False)[0]
+                o, od = O.split([hd, d], dim=-1) if delta is not None else (O, None)
+                dsum = None if delta is None else od.sum(1)
+            else:
+                att = self.rot(self.heads(q), pos0) @ kr.transpose(-2, -1)  # [B, H, T, S]
+                if delta is not None:
+                    att = att + ((xh * delta) @ C.transpose(-2, -1)).unsqueeze(1)
+                a = causal_softmax(att * (1.0 / math.sqrt(hd)), S, T)
+                o = a @ kv
+                dsum = None if delta is None else a.sum(1) @ C
+            u = matw(o.transpose(1, 2).reshape(B, T, d), WQ, t=False)  # sum_k o^k W_Q,k
+            if delta is not None:
+                u = torch.addcmul(u, delta, dsum)
+            x = x + u
+        return x
+
+    def mlp_sublayer(self, c):
+        f = self.f
+        Wup = self.gate_up.weight[f:]
+        ch = self.mlp_norm(c)
+        gt, up = lin(self.gate_up, ch).split(f, dim=-1)
+        gate = F.silu(gt)
+        x = c
+        for t in range(self.T):
+            if t > 0:
+                up = matw(self.mlp_norm(x), Wup)
+            x = x + matw(gate * up, Wup, t=False)
+        return x
+
+    def forward(self, x, cache=None):
+        return self.mlp_sublayer(self.attn_sublayer(x, cache))
 
 
 # Loop rules (SPEC §1, §2): state = init_state(h_pre); for l in 0..R-1: state = step(state, h_pre,
@@ -626,9 +913,14 @@ class GPT(nn.Module):
         self.c = c
         d = c["d"]
         self.wte = nn.Embedding(c["vocab"], d)
-        self.wpe = nn.Embedding(c["ctx"], d)
+        self.wpe = nn.Embedding(c["ctx"], d) if c["pos"] == "learned" else None
+        self.rope = Rope(d // c["heads"], c["ctx"]) if c["pos"] == "rope" else None
         n_unrolled = c["n_prelude"] + c["n_core"] * c["loops"] + c["n_coda"]
-        if c["block"] == "sandwich":
+        if c["block"] == "energy":
+            blk = lambda: EnergyBlock(d, c["heads"], c)
+        elif c["block"] == "cem":
+            blk = lambda: CemBlock(d, c["heads"], c, self.rope)
+        elif c["block"] == "sandwich":
             alpha = (2.0 * n_unrolled) ** c["deeploop_p"] if c["deeploop_p"] > 0 else 1.0
             blk = lambda: SandwichBlock(d, c["heads"], c, alpha)
         else:
@@ -639,6 +931,9 @@ class GPT(nn.Module):
         self.rule = LOOP_RULES[c["rule"]](c)
         self.ln_f = make_norm(c, d)
         self.apply(self._init)
+        for b in self.schedule_unique():
+            if hasattr(b, "reset_parameters"):
+                b.reset_parameters(n_unrolled)  # the energy block's output scaling and biases
         if hasattr(self.rule, "reset_parameters"):
             self.rule.reset_parameters()  # the rule's own init (SPEC §2.1, §6)
         if c["block"] == "sandwich" and c["deeploop_p"] > 0:
@@ -665,13 +960,13 @@ class GPT(nn.Module):
     def new_caches(self, B):
         """One KV cache per block application, in schedule() order: each loop step of a core
         block has its own (its inputs differ)."""
-        c = self.c
-        return [KVCache(B, c["heads"], c["d"] // c["heads"], c["ctx"]) for _ in self.schedule()]
+        return [b.new_cache(B, self.c["ctx"]) for b in self.schedule()]
 
     def forward(self, idx, caches=None, pos0=0):
         T = idx.shape[1]
-        pos = torch.arange(pos0, pos0 + T)
-        x = self.wte(idx) + self.wpe(pos)
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(pos0, pos0 + T))
         cache_it = iter(caches) if caches is not None else None
         nxt = (lambda: None) if caches is None else (lambda: next(cache_it))
 
@@ -690,6 +985,56 @@ class GPT(nn.Module):
             x = blk(x, nxt())
         x = self.ln_f(x)
         return x @ self.wte.weight.t()  # tied lm_head
+
+
+def peer_config(cfg, batch=8):
+    """This file's config dict for a looplm config (a configs/*.json, or a checkpoint's "config"
+    metadata); energy and cem blocks with the residual rule only (what looplm_state_dict maps)."""
+    assert cfg.get("loop_rule", "residual") == "residual" and cfg.get("tie_embeddings", True)
+    assert cfg.get("block") in ("energy", "cem") and cfg.get("d_ff", 0) in (0, 4 * cfg["d_model"])
+    assert cfg.get("norm_eps", 1e-5) == 1e-5 and cfg.get("rope_base", 10000.0) == 10000.0
+    c = dict(n_prelude=cfg.get("n_prelude", 0), n_core=cfg["n_core"], n_coda=cfg.get("n_coda", 0),
+             loops=cfg.get("R", 1), d=cfg["d_model"], heads=cfg["n_heads"], ctx=cfg["context"],
+             batch=batch, vocab=cfg["vocab_size"], block=cfg["block"],
+             norm=cfg.get("norm", "rmsnorm"), pos=cfg.get("pos", "rope"))
+    for k, v in dict(energy_ff="ff2w", energy_P="matrix", energy_strict=False, cem_T=2,
+                     cem_diag=True, cem_precond=False).items():
+        if k.split("_")[0] == c["block"]:
+            c[k] = cfg.get(k, v)
+    return c
+
+
+def looplm_state_dict(model, tensors):
+    """looplm checkpoint tensors (SPEC §6 names) -> this model's state_dict (energy / cem blocks):
+    tok_emb, pos_emb, norm_f -> wte, wpe, ln_f; energy: inp = [attn.H; mlp.up; mlp.down^T], b1, b2 =
+    mlp.up.bias, mlp.down.bias, ln_bias = attn_norm.bias, ff_scale, step; cem: qk = [attn.q; attn.k],
+    gate_up = [mlp.gate; mlp.up], diag = attn.diag, attn_norm, mlp_norm."""
+    t = tensors
+    out = {"wte.weight": t["tok_emb.weight"]}
+    if model.wpe is not None:
+        out["wpe.weight"] = t["pos_emb.weight"]
+    for k in ("weight", "bias"):
+        if f"norm_f.{k}" in t:
+            out[f"ln_f.{k}"] = t[f"norm_f.{k}"]
+    for sec in ("prelude", "core", "coda"):
+        for i, b in enumerate(getattr(model, sec)):
+            p, q = f"{sec}.{i}.", f"{sec}.{i}."
+            if isinstance(b, EnergyBlock):
+                out[q + "ln_bias"] = t[p + "attn_norm.bias"]
+                out[q + "inp.weight"] = torch.cat([t[p + "attn.H.weight"], t[p + "mlp.up.weight"],
+                                                   t[p + "mlp.down.weight"].t()])
+                out[q + "b1"], out[q + "b2"] = t[p + "mlp.up.bias"], t[p + "mlp.down.bias"]
+                out[q + "ff_scale"], out[q + "step.weight"] = t[p + "ff_scale"], t[p + "step.weight"]
+            elif isinstance(b, CemBlock):
+                out[q + "attn_norm.weight"] = t[p + "attn_norm.weight"]
+                out[q + "mlp_norm.weight"] = t[p + "mlp_norm.weight"]
+                out[q + "qk.weight"] = torch.cat([t[p + "attn.q.weight"], t[p + "attn.k.weight"]])
+                out[q + "gate_up.weight"] = torch.cat([t[p + "mlp.gate.weight"], t[p + "mlp.up.weight"]])
+                if b.diag is not None:
+                    out[q + "diag"] = t[p + "attn.diag"]
+            else:
+                raise NotImplementedError(f"looplm_state_dict: {type(b).__name__}")
+    return out
 
 
 def rss_mib():
