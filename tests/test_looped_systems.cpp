@@ -185,7 +185,9 @@ TEST(Presets, EveryPresetTrainsEvaluatesAndGenerates) {
     eo.depth = c.R + 1;
     EvalResult e = lm.evaluate_file(c.data_val, eo);
     EXPECT_EQ(e.loss_by_depth.size(), (size_t)c.R + 1) << name;
-    if (examples) EXPECT_EQ(e.examples, 40) << name;
+    if (examples) {
+      EXPECT_EQ(e.examples, 40) << name;
+    }
     EXPECT_EQ(e.difficulty_first.size(), 10u) << name;
     GenerateOptions g;
     g.max_new = 3;
