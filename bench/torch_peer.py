@@ -1018,7 +1018,7 @@ def looplm_state_dict(model, tensors):
             out[f"ln_f.{k}"] = t[f"norm_f.{k}"]
     for sec in ("prelude", "core", "coda"):
         for i, b in enumerate(getattr(model, sec)):
-            p, q = f"{sec}.{i}.", f"{sec}.{i}."
+            p = q = f"{sec}.{i}."  # looplm's and the peer's block prefixes are the same
             if isinstance(b, EnergyBlock):
                 out[q + "ln_bias"] = t[p + "attn_norm.bias"]
                 out[q + "inp.weight"] = torch.cat([t[p + "attn.H.weight"], t[p + "mlp.up.weight"],
@@ -1033,7 +1033,9 @@ def looplm_state_dict(model, tensors):
                 if b.diag is not None:
                     out[q + "diag"] = t[p + "attn.diag"]
             else:
-                raise NotImplementedError(f"looplm_state_dict: {type(b).__name__}")
+                # By design: only the energy / cem peers are loaded from looplm checkpoints (their logit
+                # check); the other peers are matched by parameter count (compare.py).
+                raise ValueError(f"looplm_state_dict maps energy and cem blocks only, not {type(b).__name__}")
     return out
 
 

@@ -96,7 +96,8 @@ class EnergyBlock : public Block {
         a = op::gelu(g, u);
         g.tap("mlp.down.in", a);
       }
-      m = packed ? linear(g, a, *Wdown_, bdown_) : op::gelu_linear(g, u, Wdown_->node, bdown_);  // W2 GELU(u) + b2
+      // W2 GELU(u) + b2: from the GELU tensor when one was made and no gradient is needed
+      m = a && !g.grad_enabled() ? linear(g, a, *Wdown_, bdown_) : op::gelu_linear(g, u, Wdown_->node, bdown_);
       Node* w2g = op::matmul(g, gn, Wdown_->node);                                               // W2ᵀ g  [N, f]
       F = op::add(g, m, op::matmul(g, op::gelu_prime_mul(g, u, w2g), Wup_->node));
     } else {
