@@ -47,10 +47,14 @@ class Experiment:
         ap.add_argument("--out", default=None, help="results directory (default experiments/results/NAME, --quick: runs/experiments/quick/NAME)")
         ap.add_argument("--runs", default=None, help="run directories (default runs/experiments/NAME)")
         ap.add_argument("--threads", type=int, default=0, help="looplm --threads (0: adapt)")
+        ap.add_argument("--reverse", action="store_true",
+                        help="take the seeds last first: a second process (--threads 1) shares the training; "
+                             "each run directory is locked while one trains it")
         self.args = ap.parse_args()
         self.name = name
         self.quick = self.args.quick
         self.seeds = list(range(1, 1 + (self.args.seeds or (2 if self.quick else default_seeds))))
+        self.order = self.seeds[::-1] if self.args.reverse else self.seeds  # training order only
         sub = os.path.join("quick", name) if self.quick else name
         self.out = os.path.abspath(self.args.out or os.path.join(ROOT, "experiments", "results", name))
         if self.quick and not self.args.out:
@@ -116,26 +120,59 @@ class Experiment:
         args = ["train", "--preset", preset, "--out", d, "--quiet", "--sample-len", "0", "--threads", self.args.threads]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
-        if os.path.exists(os.path.join(d, "model.safetensors")):
-            args.append("--resume")  # finished: reused; interrupted: continued
-        elif os.path.exists(d):
-            shutil.rmtree(d)  # a run that never wrote a checkpoint
-        t = time.time()
-        self.looplm(*args)
+        with self._lock(d):
+            if os.path.exists(os.path.join(d, "model.safetensors")):
+                args.append("--resume")  # finished: reused; interrupted: continued
+            elif os.path.exists(d):
+                shutil.rmtree(d)  # a run that never wrote a checkpoint
+            t = time.time()
+            self.looplm(*args)
         self.log(f"trained {arm} seed {seed} ({time.time() - t:.0f}s)")
         return d
 
-    def evaluate(self, run_dir, depth):
-        cache = os.path.join(run_dir, f"eval_depth{depth}.json")
+    class _lock:
+        """d.lock, made exclusively, holding our pid: a second process of the same script (--reverse)
+        waits for a run another live process trains, then reuses it. A lock whose process is gone is
+        taken over."""
+        def __init__(self, d):
+            self.path = d.rstrip("/") + ".lock"
+
+        def __enter__(self):
+            while True:
+                try:
+                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    os.write(fd, str(os.getpid()).encode())
+                    os.close(fd)
+                    return self
+                except FileExistsError:
+                    try:
+                        with open(self.path) as f:
+                            pid = int(f.read() or 0)
+                        os.kill(pid, 0)  # raises when that process is gone
+                    except (ValueError, ProcessLookupError, FileNotFoundError):
+                        try:
+                            os.remove(self.path)  # stale
+                        except FileNotFoundError:
+                            pass
+                        continue
+                    time.sleep(5)
+
+        def __exit__(self, *exc):
+            os.remove(self.path)
+
+    def evaluate(self, run_dir, depth, data=None, tag=""):
+        """looplm eval --json at `depth` on the validation split (or `data`; `tag` names its cache)."""
+        cache = os.path.join(run_dir, f"eval{tag}_depth{depth}.json")
         ckpt = os.path.join(run_dir, "model.safetensors")
         if os.path.exists(cache) and os.path.getmtime(cache) >= os.path.getmtime(ckpt):
             with open(cache) as f:
                 return json.load(f)
-        out = self.looplm("eval", "--checkpoint", run_dir, "--data", self.val_file, "--depth", depth, "--json",
-                          "--progress", "off", "--threads", self.args.threads)
+        out = self.looplm("eval", "--checkpoint", run_dir, "--data", data or self.val_file, "--depth", depth,
+                          "--json", "--progress", "off", "--threads", self.args.threads)
         j = json.loads(out)
-        with open(cache, "w") as f:
+        with open(cache + ".tmp", "w") as f:  # atomically: a second process may read it
             json.dump(j, f)
+        os.replace(cache + ".tmp", cache)
         return j
 
     def info(self, preset, sets=None):
