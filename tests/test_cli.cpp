@@ -291,6 +291,27 @@ TEST_F(Cli, EvalJsonHasDiagnosticsAndDepthZero) {
   EXPECT_GT(j["loss"].get<double>(), 4.0);
 }
 
+TEST_F(Cli, EvalEarlyExit) {
+  CmdResult r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --json --exit-rule kl --exit-threshold 1e9");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mean_steps"].get<double>(), 2.0);  // kl decides from step 2 on
+  EXPECT_EQ(j["exit_fraction"].size(), 3u);
+  EXPECT_NEAR(j["loss"].get<double>(), j["loss_by_depth"][1].get<double>(), 1e-6);
+  EXPECT_EQ(j["exit_rule"], "kl");
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --exit-rule entropy --exit-threshold 0.5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("at each token's exit: entropy < 0.5, "), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --exit-rule kl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("needs a finite --exit-threshold"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --exit-threshold 0.1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no effect with --exit-rule fixed"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --exit-rule soon --exit-threshold 0.1");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
 TEST_F(Cli, HugeIntegerIsRejectedNotNarrowed) {
   // 4294967424 = 2^32 + 128 would read as 128 after a 32-bit narrowing.
   CmdResult r = run("train --preset looped --set d_model=4294967424 --out " + dir + "/run");

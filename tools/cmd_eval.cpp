@@ -30,6 +30,14 @@ int cmd_eval(int argc, char** argv) {
       ->check(at_least(0));
   app.add_option("--weights", lo.weights, "weight format: " + weight_format_names() + " (default fp32, exact)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string exit_rule = "fixed";
+  double exit_threshold = std::nan("");
+  app.add_option("--exit-rule", exit_rule,
+                 "per-token early exit: fixed (every token runs the depth), kl (KL of successive exits' next-token "
+                 "distributions), latent (|h_r - h_r-1| / |h_r|) or entropy (of the exit's distribution); a token "
+                 "stops at the first step whose value is below --exit-threshold")
+      ->check(CLI::IsMember({"fixed", "kl", "latent", "entropy"}));
+  app.add_option("--exit-threshold", exit_threshold, "the early-exit threshold (needed with a rule other than fixed)");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   ThreadsArg threads;
   threads.add(app);
@@ -38,6 +46,14 @@ int cmd_eval(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--json", as_json, "print one JSON object");
   if (!parse(app, argc, argv, "eval")) return 0;
+  EvalOptions eo;
+  eo.depth = depth;
+  eo.exit.rule = parse_exit_rule(exit_rule);
+  if (eo.exit.rule != ExitRule::fixed && !std::isfinite(exit_threshold))
+    throw UsageError("--exit-rule " + exit_rule + " needs a finite --exit-threshold");
+  if (eo.exit.rule == ExitRule::fixed && !std::isnan(exit_threshold))
+    throw UsageError("--exit-threshold has no effect with --exit-rule fixed (choose kl, latent or entropy)");
+  eo.exit.threshold = exit_threshold;
   set_threads(threads.n);
   set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
@@ -46,8 +62,6 @@ int cmd_eval(int argc, char** argv) {
     data = lm.config().data_val;
     if (!as_json) std::fprintf(stderr, "data: %s (the checkpoint's data_val)\n", data.c_str());
   }
-  EvalOptions eo;
-  eo.depth = depth;
   if (progress == "on" || (progress == "auto" && isatty(STDERR_FILENO))) {
     // windows done, tokens/s and the time left, rewritten in place
     const auto t0 = std::chrono::steady_clock::now();
@@ -74,17 +88,29 @@ int cmd_eval(int argc, char** argv) {
                         {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
                         {"tokens", e.tokens}, {"windows", e.windows}, {"R", R}, {"depth", ran}};
     if (e.examples > 0) j["examples"] = e.examples;
+    if (ran > 0) {
+      j["mean_steps"] = e.mean_steps;
+      j["exit_fraction"] = e.exit_fraction;
+      j["exit_rule"] = exit_rule;
+      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = exit_threshold;
+    }
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  if (e.examples > 0)
-    std::printf("%lld examples (%lld answer tokens)\nloss %.4f, accuracy %.4f (depth %d)\n", (long long)e.examples,
-                (long long)e.tokens, e.loss, e.accuracy, ran == 0 ? 0 : std::min(R, ran));
+  char at[160];  // where the headline loss is taken
+  if (eo.exit.rule != ExitRule::fixed && ran > 0)
+    std::snprintf(at, sizeof at, "at each token's exit: %s < %g, %.3f loop steps per token of %d", exit_rule.c_str(),
+                  exit_threshold, e.mean_steps, ran);
   else
-    std::printf("%lld tokens in %lld windows of %d\nloss %.4f (depth %d)\n", (long long)e.tokens, (long long)e.windows,
-                lm.config().context, e.loss, ran == 0 ? 0 : std::min(R, ran));
+    std::snprintf(at, sizeof at, "depth %d", ran == 0 ? 0 : std::min(R, ran));
+  if (e.examples > 0)
+    std::printf("%lld examples (%lld answer tokens)\nloss %.4f, accuracy %.4f (%s)\n", (long long)e.examples,
+                (long long)e.tokens, e.loss, e.accuracy, at);
+  else
+    std::printf("%lld tokens in %lld windows of %d\nloss %.4f (%s)\n", (long long)e.tokens, (long long)e.windows,
+                lm.config().context, e.loss, at);
   if (ran == 0) return 0;
   // Per-step diagnostics are columns; others (e.g. energy_final, one value) are lines below.
   std::vector<std::pair<std::string, const std::vector<double>*>> cols, lines;

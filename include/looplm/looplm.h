@@ -69,9 +69,30 @@ struct EvalResult {
   std::vector<double> difficulty_first, difficulty_last;
   int64_t tokens = 0, windows = 0;  // tokens scored (examples: answer tokens); windows evaluated
   int64_t examples = 0;              // examples evaluated (data_mode = examples; windows is then 0)
+  // Early exit (EvalOptions::exit; depth >= 1): loop steps per scored token, and the fraction of
+  // them that exited at each step r = 1..depth. With a rule other than fixed, `loss` and `accuracy`
+  // are at each token's own exit.
+  double mean_steps = 0;
+  std::vector<double> exit_fraction;
 };
+// Per-token early exit (SPEC §3): a token stops at the first loop step whose criterion is below
+// `threshold`, at the latest at the run's depth. kl: KL(p_r ‖ p_{r−1}) between the next-token
+// distributions of successive exits (from step 2); latent: ‖h_r − h_{r−1}‖ / ‖h_r‖ (from step 2);
+// entropy: of p_r (from step 1); fixed: every token runs the depth.
+enum class ExitRule { fixed, kl, latent, entropy };
+struct EarlyExit {
+  ExitRule rule = ExitRule::fixed;
+  double threshold = 0;
+};
+ExitRule parse_exit_rule(const std::string& name);  // UsageError naming the choices
+const char* exit_rule_name(ExitRule r);
+
 struct EvalOptions {
   int depth = -1;           // loop steps; -1 = trained R; 0 = h_pre
+  // Per-token early exit. In evaluation every token's missing steps still run for the later
+  // tokens' keys and values (the exact `per_step` KV policy), so `loss` is the loss each token
+  // has at its own exit, and `mean_steps` the loop steps it needed.
+  EarlyExit exit;
   int batch = 8;            // windows per forward pass
   int64_t max_windows = -1; // the first windows only; -1 = all
   // Called after each batch with (windows done, windows in all), e.g. to show progress.

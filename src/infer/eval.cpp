@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/threads.h"
 #include "data/dataset.h"
+#include "infer/early_exit.h"
 #include "ops/ops.h"
 
 namespace looplm {
@@ -63,12 +65,13 @@ int64_t exact_rows(const Node* logits, const int32_t* targets, int B, int T) {
 // every target is predicted (examples) instead of targets.
 using Fill = std::function<void(int64_t first, int B, int32_t* x, int32_t* y)>;
 EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
-                            const std::function<void(int64_t, int64_t)>& progress);
+                            const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early);
 
 }  // namespace
 
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
-                           int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress) {
+                           int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
+                           const EarlyExit& early) {
   const int T = m.config().context;
   int64_t n_win = eval_windows(tokens, T, "evaluation data");
   if (max_windows >= 0) n_win = std::min(n_win, max_windows);
@@ -77,13 +80,13 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
       [&](int64_t w0, int B, int32_t* x, int32_t* y) {
         for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x + (size_t)b * T, y + (size_t)b * T);
       },
-      false, progress);
+      false, progress, early);
   r.windows = n_win;
   return r;
 }
 
 EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int batch, int64_t max_examples,
-                             const std::function<void(int64_t, int64_t)>& progress) {
+                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
   const int T = m.config().context;
   int64_t n = ex.size();
   if (max_examples >= 0) n = std::min(n, max_examples);
@@ -92,7 +95,7 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
       [&](int64_t i0, int B, int32_t* x, int32_t* y) {
         for (int b = 0; b < B; ++b) fill_example(ex, i0 + b, T, x + (size_t)b * T, y + (size_t)b * T);
       },
-      true, progress);
+      true, progress, early);
   r.examples = n;
   return r;
 }
@@ -100,7 +103,7 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
 namespace {
 
 EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
-                            const std::function<void(int64_t, int64_t)>& progress) {
+                            const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
   const Config& c = m.config();
   const int T = c.context, d = c.d_model;
   if (depth < 0) depth = c.R;
@@ -113,6 +116,13 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
   std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
   std::vector<float> prev;  // h^(r-1) of the current batch (its memory is reused by step r)
   std::vector<float> first_loss, last_loss;  // per-token losses at exit 1 and at exit depth
+  // Early exit: each scored token's loss, top-1 hit and step at its own exit.
+  const bool exiting = early.rule != ExitRule::fixed && depth > 0;
+  double exit_loss = 0, exit_steps = 0;
+  int64_t exit_hits = 0;
+  std::vector<int64_t> exit_count(depth + 1, 0);
+  std::vector<uint8_t> row_hit;
+  int64_t exit_exact = 0;  // examples right at their exits
   Graph g;
   Graph::NoGrad ng(g);
   // A block that diagnoses its input state (NRGPT's energy) sees the final state at one more step,
@@ -155,6 +165,11 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
     int64_t scored = 0;  // targets in this batch
     for (int64_t i = 0; i < rows; ++i) scored += y[i] >= 0;
     for (auto& [key, seen] : last_seen) seen.first = -1;  // a new batch: no previous step
+    std::optional<ExitTracker> tracker;
+    if (exiting) {
+      tracker.emplace(early, depth, rows, c.vocab_size, d);
+      row_hit.assign(rows, 1);
+    }
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
       if (step > depth) return;  // the extra step: diagnostics only
       if (step > 0 || depth == 0) {
@@ -164,6 +179,16 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
         correct[step] += exact ? exact_rows(logits, y.data(), B, T) : correct_top1(logits, y.data());
         if (step == 1) token_losses(logits, y.data(), first_loss);
         if (step == depth && depth > 0) token_losses(logits, y.data(), last_loss);
+        if (tracker && step > 0)
+          for (int64_t n : tracker->step(step, logits->v, h->v)) {
+            if (y[n] < 0) continue;
+            const double* lp = tracker->logp(n);
+            exit_loss -= lp[y[n]];
+            exit_steps += step;
+            ++exit_count[step];
+            row_hit[n] = (int64_t)(std::max_element(lp, lp + c.vocab_size) - lp) == y[n];
+            exit_hits += row_hit[n];
+          }
       }
       if (step > 0) {
         double cs = 0;
@@ -178,6 +203,14 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
       }
       prev.assign(h->v, h->v + rows * d);
     });
+    if (tracker && exact) {  // examples: right when every answer token is right at its own exit
+      for (int b = 0; b < B; ++b) {
+        bool all = true, any = false;
+        for (int t = 0; t < T; ++t)
+          if (y[(size_t)b * T + t] >= 0) { any = true; all = all && row_hit[(size_t)b * T + t]; }
+        exit_exact += any && all;
+      }
+    }
     r.tokens += scored;
     rows_seen += rows;
     g.reset();
@@ -218,6 +251,18 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
   }
   r.loss = depth == 0 ? loss[0] / (double)r.tokens : r.loss_by_depth[std::min(depth, c.R) - 1];
   r.accuracy = depth == 0 ? (double)correct[0] / acc_over : r.accuracy_by_depth[std::min(depth, c.R) - 1];
+  if (depth > 0) {
+    r.exit_fraction.assign(depth, 0.0);
+    if (exiting) {
+      r.loss = exit_loss / (double)r.tokens;
+      r.accuracy = exact ? (double)exit_exact / acc_over : (double)exit_hits / acc_over;
+      r.mean_steps = exit_steps / (double)r.tokens;
+      for (int s = 1; s <= depth; ++s) r.exit_fraction[s - 1] = (double)exit_count[s] / (double)r.tokens;
+    } else {
+      r.mean_steps = depth;
+      r.exit_fraction[depth - 1] = 1;
+    }
+  }
   return r;
 }
 

@@ -15,10 +15,12 @@ namespace looplm {
 // depth < 0: the trained R; 0: the loss of h_pre. max_windows < 0: all windows.
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows = -1,
-                           const std::function<void(int64_t, int64_t)>& progress = {});
+                           const std::function<void(int64_t, int64_t)>& progress = {},
+                           const EarlyExit& early = {});
 // The same over examples (data_mode = examples): loss on the answer tokens, accuracy = the fraction
 // of examples whose every answer token is the top-1 prediction. max_examples < 0: all.
 EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int batch, int64_t max_examples = -1,
-                             const std::function<void(int64_t, int64_t)>& progress = {});
+                             const std::function<void(int64_t, int64_t)>& progress = {},
+                           const EarlyExit& early = {});
 
 }  // namespace looplm

@@ -62,7 +62,7 @@ std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { retur
 
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
-  return evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress);
+  return evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit);
 }
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth) const {
   EvalOptions o;
@@ -73,7 +73,7 @@ EvalResult LanguageModel::evaluate_file(const std::string& data_path, const Eval
   if (impl_->model->config().data_mode == "examples") {  // a model trained on examples is evaluated on them
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     const Examples ex = load_examples(data_path, impl_->tok, impl_->model->config().context);
-    return evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress);
+    return evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit);
   }
   return evaluate(load_tokens(data_path, impl_->tok), o);
 }

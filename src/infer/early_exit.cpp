@@ -1,0 +1,94 @@
+#include "infer/early_exit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace looplm {
+
+ExitRule parse_exit_rule(const std::string& name) {
+  if (name == "fixed") return ExitRule::fixed;
+  if (name == "kl") return ExitRule::kl;
+  if (name == "latent") return ExitRule::latent;
+  if (name == "entropy") return ExitRule::entropy;
+  throw UsageError("unknown exit rule '" + name + "' (choose fixed, kl, latent or entropy)");
+}
+
+const char* exit_rule_name(ExitRule r) {
+  switch (r) {
+    case ExitRule::fixed: return "fixed";
+    case ExitRule::kl: return "kl";
+    case ExitRule::latent: return "latent";
+    case ExitRule::entropy: return "entropy";
+  }
+  return "?";
+}
+
+void log_softmax_row(const float* z, int64_t V, double* out) {
+  double m = z[0], s = 0;
+  for (int64_t v = 1; v < V; ++v) m = std::max(m, (double)z[v]);
+  for (int64_t v = 0; v < V; ++v) s += std::exp((double)z[v] - m);
+  const double lse = m + std::log(s);
+  for (int64_t v = 0; v < V; ++v) out[v] = (double)z[v] - lse;
+}
+
+double exit_score(ExitRule rule, const double* logp, const double* prev_logp, int64_t V, const float* h,
+                  const float* prev_h, int d) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  switch (rule) {
+    case ExitRule::fixed: return inf;
+    case ExitRule::entropy: {  // H(p) = −Σ p log p
+      double H = 0;
+      for (int64_t v = 0; v < V; ++v) H -= std::exp(logp[v]) * logp[v];
+      return H;
+    }
+    case ExitRule::kl: {  // KL(p_r ‖ p_{r−1}) = Σ p_r (log p_r − log p_{r−1})
+      if (!prev_logp) return inf;
+      double kl = 0;
+      for (int64_t v = 0; v < V; ++v) kl += std::exp(logp[v]) * (logp[v] - prev_logp[v]);
+      return std::max(kl, 0.0);  // rounding can make a zero divergence slightly negative
+    }
+    case ExitRule::latent: {  // ‖h_r − h_{r−1}‖ / ‖h_r‖
+      if (!prev_h) return inf;
+      double dd = 0, hh = 0;
+      for (int i = 0; i < d; ++i) {
+        const double e = (double)h[i] - prev_h[i];
+        dd += e * e;
+        hh += (double)h[i] * h[i];
+      }
+      return std::sqrt(dd / std::max(hh, 1e-30));
+    }
+  }
+  return inf;
+}
+
+ExitTracker::ExitTracker(EarlyExit rule, int depth, int64_t rows, int64_t V, int d)
+    : rule_(rule), depth_(depth), d_(d), rows_(rows), V_(V), logp_(rows * V), exit_(rows, 0) {
+  if (rule.rule == ExitRule::kl) prev_logp_.resize(rows * V);
+  if (rule.rule == ExitRule::latent) prev_h_.resize(rows * d);
+}
+
+const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const float* h) {
+  exiting_.clear();
+  std::vector<uint8_t> now(rows_, 0);
+  const bool first = r == 1;
+#pragma omp parallel for if (rows_ * V_ > (1 << 16))
+  for (int64_t n = 0; n < rows_; ++n) {
+    if (exit_[n]) continue;
+    double* lp = logp_.data() + n * V_;
+    log_softmax_row(logits + n * V_, V_, lp);
+    const double s = exit_score(rule_.rule, lp, first || prev_logp_.empty() ? nullptr : prev_logp_.data() + n * V_, V_,
+                                h + n * d_, first || prev_h_.empty() ? nullptr : prev_h_.data() + n * d_, d_);
+    now[n] = r >= depth_ || s < rule_.threshold;
+    if (!prev_logp_.empty()) std::copy(lp, lp + V_, prev_logp_.data() + n * V_);
+    if (!prev_h_.empty()) std::copy(h + n * d_, h + (n + 1) * d_, prev_h_.data() + n * d_);
+  }
+  for (int64_t n = 0; n < rows_; ++n)
+    if (now[n]) {
+      exit_[n] = r;
+      exiting_.push_back(n);
+    }
+  return exiting_;
+}
+
+}  // namespace looplm

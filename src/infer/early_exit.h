@@ -1,0 +1,41 @@
+// Per-token early exit (SPEC §3): the criteria of ExitRule, and a tracker that follows the rows of
+// one forward pass through its exits. Shared by evaluation and generation.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "looplm/looplm.h"
+
+namespace looplm {
+
+// log-softmax of z[V] in double.
+void log_softmax_row(const float* z, int64_t V, double* out);
+
+// The rule's score for one token at one exit: logp / prev_logp the log-probabilities at this exit
+// and the previous one (prev_* null at the first step), h / prev_h the exit states [d]. A token
+// exits when the score is below the threshold; +inf where the rule cannot decide yet (kl and latent
+// at the first step). fixed: always +inf.
+double exit_score(ExitRule rule, const double* logp, const double* prev_logp, int64_t V, const float* h,
+                  const float* prev_h, int d);
+
+// The rows of a batch through the exits r = 1..depth of one forward pass: at each, the rows whose
+// criterion fires exit (all that remain at `depth`); a row exits once.
+class ExitTracker {
+ public:
+  ExitTracker(EarlyExit rule, int depth, int64_t rows, int64_t V, int d);
+  // Exit r's logits [rows, V] and states [rows, d]; returns the rows that exit here.
+  const std::vector<int64_t>& step(int r, const float* logits, const float* h);
+  const double* logp(int64_t row) const { return logp_.data() + row * V_; }  // this exit's, any row
+  int exit_step(int64_t row) const { return exit_[row]; }  // 0 while running
+
+ private:
+  EarlyExit rule_;
+  int depth_, d_;
+  int64_t rows_, V_;
+  std::vector<double> logp_, prev_logp_;
+  std::vector<float> prev_h_;
+  std::vector<int> exit_;
+  std::vector<int64_t> exiting_;
+};
+
+}  // namespace looplm
