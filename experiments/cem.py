@@ -50,7 +50,7 @@ ARMS = {
 CEM = ("cem", "cem_T1", "cem_nodiag", "cem_precond")
 runs = {a: {} for a in ARMS}
 for seed in ex.order:  # seed-major: an interrupted run still has every arm for the first seeds
-    for arm, (preset, sets, _) in ARMS.items():
+    for arm, (preset, sets, _) in ex.ordered(ARMS):
         d = ex.train(arm, preset, sets, seed, STEPS)
         runs[arm][seed] = ex.evaluate(d, 1)
 info = {a: ex.info(p, s) for a, (p, s, _) in ARMS.items()}

@@ -48,8 +48,8 @@ class Experiment:
         ap.add_argument("--runs", default=None, help="run directories (default runs/experiments/NAME)")
         ap.add_argument("--threads", type=int, default=0, help="looplm --threads (0: adapt)")
         ap.add_argument("--reverse", action="store_true",
-                        help="take the seeds last first: a second process (--threads 1) shares the training; "
-                             "each run directory is locked while one trains it")
+                        help="take the seeds and arms last first: a second process (--threads 1) shares the "
+                             "training; each run directory is locked while one trains it")
         self.args = ap.parse_args()
         self.name = name
         self.quick = self.args.quick
@@ -98,6 +98,12 @@ class Experiment:
                 f.writelines(lines)
             test = small
         return train, test
+
+    def ordered(self, arms):
+        """arms.items(), last first under --reverse (with the seeds reversed too, a second process
+        meets the first one only at the end)."""
+        items = list(arms.items())
+        return items[::-1] if self.args.reverse else items
 
     def log(self, msg):
         print(f"[{self.name} {time.time() - self.t0:6.0f}s] {msg}", flush=True)

@@ -60,7 +60,7 @@ def eval_exit(run_dir, rule, thr):
 
 res = {m: {} for m in MODELS}
 for seed in ex.order:
-    for m, (preset, steps, R) in MODELS.items():
+    for m, (preset, steps, R) in ex.ordered(MODELS):
         d = ex.train(m, preset, {}, seed, steps)
         res[m].setdefault("fixed", {})[seed] = eval_exit(d, "fixed", 0)
         for rule, thrs in THRESHOLDS.items():

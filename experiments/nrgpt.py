@@ -59,7 +59,7 @@ ARMS = {
 ENERGY = ("nrgpt", "nrgpt_diag")
 val, trn = {a: {} for a in ARMS}, {a: {} for a in ARMS}
 for seed in ex.order:  # seed-major: an interrupted run still has every arm for the first seeds
-    for arm, (preset, sets, _) in ARMS.items():
+    for arm, (preset, sets, _) in ex.ordered(ARMS):
         d = ex.train(arm, preset, sets, seed, STEPS)
         depth = 1 if arm == "gpt_rec_R1" else R
         val[arm][seed] = ex.evaluate(d, depth)
