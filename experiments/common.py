@@ -63,6 +63,7 @@ class Experiment:
         os.makedirs(self.out, exist_ok=True)
         os.makedirs(self.runs, exist_ok=True)
         self.t0 = time.time()
+        self.new_training = False
         if not os.access(BIN, os.X_OK):
             sys.exit(f"{name}: {BIN} is missing: build first (cmake -S . -B build && cmake --build build)")
         self.train_file, self.val_file = self._listops() if data == "listops" else self._data()
@@ -126,13 +127,17 @@ class Experiment:
         args = ["train", "--preset", preset, "--out", d, "--quiet", "--sample-len", "0", "--threads", self.args.threads]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
+        metrics = os.path.join(d, "metrics.jsonl")
         with self._lock(d):
+            before = os.path.getsize(metrics) if os.path.exists(metrics) else -1
             if os.path.exists(os.path.join(d, "model.safetensors")):
                 args.append("--resume")  # finished: reused; interrupted: continued
             elif os.path.exists(d):
                 shutil.rmtree(d)  # a run that never wrote a checkpoint
             t = time.time()
             self.looplm(*args)
+            if not os.path.exists(metrics) or os.path.getsize(metrics) != before:
+                self.new_training = True  # this call trained steps (not only reused a finished run)
         self.log(f"trained {arm} seed {seed} ({time.time() - t:.0f}s)")
         return d
 
@@ -190,8 +195,12 @@ class Experiment:
     # ------------------------------------------------------------------ outputs
     def write(self, results, markdown):
         results = dict(results)
-        results.update(experiment=self.name, quick=self.quick, seeds=self.seeds,
-                       minutes=round((time.time() - self.t0) / 60, 1))
+        minutes = round((time.time() - self.t0) / 60, 1)
+        prev = os.path.join(self.out, "results.json")
+        if not self.new_training and os.path.exists(prev):  # only reused finished runs: keep their time
+            with open(prev) as f:
+                minutes = max(minutes, json.load(f).get("minutes", 0))
+        results.update(experiment=self.name, quick=self.quick, seeds=self.seeds, minutes=minutes)
         with open(os.path.join(self.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(self.out, "results.md"), "w") as f:
