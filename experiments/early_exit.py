@@ -76,7 +76,12 @@ md = [f"# Per-token early exit ({'QUICK CHECK: numbers mean nothing' if ex.quick
 for m, (preset, steps, R) in MODELS.items():
     base = {s: res[m]["fixed"][s]["loss"] for s in ex.seeds}
     L = mean_std(list(base.values()))
+    by_exit = [mean_std([res[m]["fixed"][s]["loss_by_depth"][r] for s in ex.seeds]) for r in range(R)]
     md += [f"## {preset} ({steps} steps, R = {R}): fixed depth loss {L[0]:.4f} ± {L[1]:.4f}", "",
+           "Every token at exit r = 1..R (no early exit): " + ", ".join(f"{x[0]:.4f} ± {x[1]:.4f}" for x in by_exit)
+           + (". Exit 2 is already as good as exit R (within the seed spread, or better): depth beyond 2 buys "
+              "nothing here, so a rule that stops at 2 saves steps without losing loss."
+              if by_exit[1][0] <= by_exit[-1][0] + max(by_exit[1][1], by_exit[-1][1]) else "."), "",
            "| rule | threshold | mean steps per token | steps saved | loss | loss change |", "|---|---|---|---|---|---|"]
     rows = []
     for rule, thrs in THRESHOLDS.items():
@@ -88,7 +93,7 @@ for m, (preset, steps, R) in MODELS.items():
             rows.append(dict(rule=rule, threshold=thr, mean_steps=steps_, loss=loss, rel_change=rel, saved=1 - steps_[0] / R))
             md.append(f"| {rule} | {thr} | {steps_[0]:.3f} ± {steps_[1]:.3f} | {100 * (1 - steps_[0] / R):.1f}% | "
                       f"{loss[0]:.4f} ± {loss[1]:.4f} | {100 * rel[0]:+.2f}% ± {100 * rel[1]:.2f}% |")
-    summary[m] = dict(fixed_loss=L, R=R, rows=rows)
+    summary[m] = dict(fixed_loss=L, R=R, rows=rows, loss_by_exit=by_exit)
     ok = [r for r in rows if r["rule"] == "kl" and r["rel_change"][0] <= 0.01]
     best = max(ok, key=lambda r: r["saved"]) if ok else None
     md += ["", (f"* kl within 1% of the fixed-depth loss saves at most {100 * best['saved']:.1f}% of the loop steps "
@@ -97,16 +102,18 @@ for m, (preset, steps, R) in MODELS.items():
            + (f": the 30% target is **{'met' if best and best['saved'] >= 0.3 else 'NOT met'}**." if m == "looped" else "."), ""]
 ex.write({"models": {m: dict(summary[m], rows=[dict(r) for r in summary[m]["rows"]]) for m in MODELS},
           "thresholds": THRESHOLDS}, "\n".join(md))
-series, plots = {}, []
-for m in MODELS:
+series, panels = {}, []
+for m in MODELS:  # one panel per model (their losses differ by far more than the curves' range)
+    plots = []
     for rule in THRESHOLDS:
         key = f"{m}_{rule}"
-        series[key] = [(r["mean_steps"][0], r["loss"][0]) for r in summary[m]["rows"] if r["rule"] == rule]
-        series[key].append((MODELS[m][2], summary[m]["fixed_loss"][0]))
-        plots.append(f"'${key}' using 1:2 with linespoints title '{m} {rule}'")
+        pts = [(r["mean_steps"][0], r["loss"][0]) for r in summary[m]["rows"] if r["rule"] == rule]
+        series[key] = sorted(pts + [(MODELS[m][2], summary[m]["fixed_loss"][0])])
+        plots.append(f"'${key}' using 1:2 with linespoints title '{rule}'")
+    panels.append(f"set title '{m}'\nplot " + ", ".join(plots))
 ex.plot("tradeoff.png", """
-set title 'Per-token early exit: held-out loss against mean loop steps per token (mean over seeds)'
+set multiplot layout 1,2 title 'Per-token early exit: held-out loss against mean loop steps per token (mean over seeds)'
 set xlabel 'mean loop steps per token'
 set ylabel 'validation loss (nats/byte)'
 set key top right
-plot """ + ", ".join(plots) + "\n", series)
+""" + "\n".join(panels) + "\nunset multiplot\n", series)
