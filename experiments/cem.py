@@ -23,20 +23,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Experiment, fmt, mean_std  # noqa: E402
+from common import Experiment, depth_check, fmt, mean_std, pooled, verdict  # noqa: E402
 
 ex = Experiment("cem", __doc__)
 STEPS = 8 if ex.quick else 600
 EVAL_BYTES = 24000 if ex.quick else 200 * 1024
 
-dst = os.path.join(ex.runs, "val_200k.txt")
-if not os.path.exists(dst) or os.path.getsize(dst) != min(EVAL_BYTES, os.path.getsize(ex.val_file)):
-    with open(ex.val_file, "rb") as f:
-        data = f.read(EVAL_BYTES)
-    with open(dst + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(dst + ".tmp", dst)
-ex.val_file = dst
+ex.val_file = ex.slice_file(ex.val_file, EVAL_BYTES, "val_200k.txt")
 
 ARMS = {
     "cem": ("cem", {}, "CEM T = 2"),
@@ -58,14 +51,6 @@ loss = {a: mean_std([runs[a][s]["loss"] for s in ex.seeds]) for a in ARMS}
 P = {a: info[a]["params_non_embedding"] for a in ARMS}
 
 
-def verdict(ok):
-    return "held" if ok else "did not hold"
-
-
-def pooled(a, b):
-    return math.hypot(a[1], b[1])
-
-
 def llama_at(p):
     """The Llama curve's loss at p non-embedding parameters: linear in log(params) between the two
     nearest measured stacks (extrapolated from the nearest pair outside them)."""
@@ -78,13 +63,11 @@ def llama_at(p):
 # per-layer attention and MLP parameter counts from the formulas the blocks use (d_ff = 4d):
 # Llama: W_Q, W_K, W_V, W_O (4 d^2) and SwiGLU's gate, up, down (3 d d_ff); CEM: W_Q, W_K (2 d^2) and the
 # tied gate, up (2 d d_ff).
-margin, spread = loss["llama2"][0] - loss["llama6"][0], max(loss["llama2"][1], loss["llama6"][1], 1e-9)
 md = [f"# CEM at small scale ({'QUICK CHECK: numbers mean nothing' if ex.quick else 'full run'})", "",
       f"Byte-level KJV, d 128, 4 heads, context 128, batch 16, {STEPS} steps (lr 2e-3, warmup 50, cosine), RMSNorm and "
       f"RoPE; seeds {ex.seeds}; validation loss (nats/byte) on the first {EVAL_BYTES // 1024} KB of the validation "
       "split, mean ± sample std. Command: `experiments/cem.py`.", "",
-      f"Depth check: Llama 6 {fmt(*loss['llama6'])} against Llama 2 {fmt(*loss['llama2'])}: {margin:.4f} nats, "
-      f"{margin / spread:.1f}x the larger seed spread{'' if margin > 3 * spread else ' — depth does NOT clearly matter here'}.", "",
+      depth_check("Llama 6", loss["llama6"], "Llama 2", loss["llama2"]), "",
       "| model | non-embedding params | val loss | Llama curve at these params | CEM − curve |", "|---|---|---|---|---|"]
 for a in ARMS:
     c = llama_at(P[a])

@@ -39,6 +39,29 @@ def fmt(m, s, digits=4):
     return f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
+def verdict(ok):
+    return "held" if ok else "did not hold"
+
+
+def pooled(a, b):
+    """The pooled spread of two (mean, std) pairs."""
+    return math.hypot(a[1], b[1])
+
+
+def better(a, b):
+    """(mean, std) a lower than b by more than their pooled spread."""
+    return b[0] - a[0] > pooled(a, b)
+
+
+def depth_check(deep_label, deep, shallow_label, shallow):
+    """The depth-check sentence: does the deeper model's loss beat the shallower's by more than 3x
+    the larger seed spread?"""
+    margin, spread = shallow[0] - deep[0], max(shallow[1], deep[1], 1e-9)
+    return (f"Depth check: {deep_label} {fmt(*deep)} against {shallow_label} {fmt(*shallow)}: {margin:.4f} nats, "
+            f"{margin / spread:.1f}x the larger seed spread"
+            f"{'' if margin > 3 * spread else ' — depth does NOT clearly matter here'}.")
+
+
 class Experiment:
     def __init__(self, name, description, default_seeds=3, data="kjv"):
         ap = argparse.ArgumentParser(description=description)
@@ -105,6 +128,17 @@ class Experiment:
         meets the first one only at the end)."""
         items = list(arms.items())
         return items[::-1] if self.args.reverse else items
+
+    def slice_file(self, src, n, name):
+        """The first n bytes of src as <runs>/<name> (written atomically, rewritten when its size is off)."""
+        dst = os.path.join(self.runs, name)
+        if not os.path.exists(dst) or os.path.getsize(dst) != min(n, os.path.getsize(src)):
+            with open(src, "rb") as f:
+                data = f.read(n)
+            with open(dst + ".tmp", "wb") as f:
+                f.write(data)
+            os.replace(dst + ".tmp", dst)
+        return dst
 
     def log(self, msg):
         print(f"[{self.name} {time.time() - self.t0:6.0f}s] {msg}", flush=True)

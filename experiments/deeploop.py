@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Experiment, fmt, mean_std  # noqa: E402
+from common import Experiment, better, verdict, fmt, mean_std  # noqa: E402
 
 ex = Experiment("deeploop", __doc__)
 STEPS = 8 if ex.quick else 800
@@ -61,14 +61,6 @@ d2 = loss["prenorm"][1]
 margin, spread = d2[0] - d6[0], max(d2[1], d6[1], 1e-9)
 sweep_loss = {p: [sweep[p][s]["loss"] for s in ex.seeds] for p in PS}
 left = {p: sum(1 for x in sweep_loss[p] if x < PLATEAU) for p in PS}
-
-
-def verdict(ok):
-    return "held" if ok else "did not hold"
-
-
-def better(a, b):  # a lower than b by more than their pooled spread
-    return b[0] - a[0] > math.hypot(a[1], b[1])
 
 
 md = [f"# DeepLoop vs DeepNorm vs pre-norm looping ({'QUICK CHECK: numbers mean nothing' if ex.quick else 'full run'})", "",

@@ -33,13 +33,7 @@ THRESHOLDS = {
 if ex.quick:
     THRESHOLDS = {k: v[1:4:2] for k, v in THRESHOLDS.items()}
 
-val = os.path.join(ex.runs, "val_100k.txt")
-with open(ex.val_file, "rb") as f:
-    data = f.read(EVAL_BYTES)
-if not os.path.exists(val) or open(val, "rb").read() != data:
-    with open(val + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(val + ".tmp", val)
+val = ex.slice_file(ex.val_file, EVAL_BYTES, "val_100k.txt")
 
 
 def eval_exit(run_dir, rule, thr):

@@ -15,12 +15,11 @@ hyper and mhc over plain looping in looplm (looplm bench on the d 384 bench pres
 Writes experiments/results/hyperloop/{results.md, results.json, loss_vs_params.png}.
 """
 import json
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Experiment, fmt, mean_std  # noqa: E402
+from common import Experiment, better, depth_check, fmt, mean_std, verdict  # noqa: E402
 
 ex = Experiment("hyperloop", __doc__)
 STEPS = 8 if ex.quick else 1000
@@ -66,21 +65,11 @@ tps = {n: (median(v), mean_std(v)[1]) for n, v in speed.items()}
 overhead = {n: 1 - tps[n][0] / tps["bench-looped"][0] for n in ("bench-hyperloop", "bench-mhc")}
 
 
-def verdict(ok):
-    return "held" if ok else "did not hold"
-
-
-def better(a, b):
-    return b[0] - a[0] > math.hypot(a[1], b[1])
-
-
-margin, spread = loss["dense2"][0] - loss["dense6"][0], max(loss["dense2"][1], loss["dense6"][1], 1e-9)
 md = [f"# Hyperloop at small scale ({'QUICK CHECK: numbers mean nothing' if ex.quick else 'full run'})", "",
       f"Byte-level KJV, d 128, 4 heads, context 128, batch 16, {STEPS} steps (lr 2e-3, warmup 100, cosine), Llama-style "
       f"blocks (RMSNorm, SwiGLU, RoPE); seeds {ex.seeds}; validation loss (nats/byte) on the whole validation split at the "
       "trained R, mean ± sample std. Command: `experiments/hyperloop.py`.", "",
-      f"Depth check: dense 6 {fmt(*loss['dense6'])} against dense 2 {fmt(*loss['dense2'])}: {margin:.4f} nats, "
-      f"{margin / spread:.1f}x the larger seed spread{'' if margin > 3 * spread else ' — depth does NOT clearly matter here'}.", "",
+      depth_check("dense 6", loss["dense6"], "dense 2", loss["dense2"]), "",
       "| model | unique non-embedding params | FLOPs/token (fwd) | val loss |", "|---|---|---|---|"]
 for a in ("hyperloop", "mhc", "looped", "dense8", "dense6", "dense2"):
     md.append(f"| {ARMS[a][2]} | {info[a]['params_non_embedding']:,} | {info[a]['infer_flops_per_token'] / 1e6:.2f} M | {fmt(*loss[a])} |")

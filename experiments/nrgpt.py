@@ -24,7 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Experiment, fmt, mean_std  # noqa: E402
+from common import Experiment, depth_check, fmt, mean_std, pooled, verdict  # noqa: E402
 
 ex = Experiment("nrgpt", __doc__)
 STEPS = 8 if ex.quick else 1000
@@ -32,22 +32,9 @@ R = 6
 SLICE = 512 * 1024
 EVAL_BYTES = 24000 if ex.quick else 200 * 1024
 
-
-def head(src, n, name):
-    """The first n bytes of src as runs/experiments/<name>/<name>: the corpus slices."""
-    dst = os.path.join(ex.runs, name)
-    if not os.path.exists(dst) or os.path.getsize(dst) != min(n, os.path.getsize(src)):
-        with open(src, "rb") as f:
-            data = f.read(n)
-        with open(dst + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(dst + ".tmp", dst)
-    return dst
-
-
-ex.train_file = head(ex.train_file, SLICE, "train_512k.txt")
-ex.val_file = head(ex.val_file, EVAL_BYTES, "val_200k.txt")
-train_eval = head(ex.train_file, EVAL_BYTES, "train_eval_200k.txt")
+ex.train_file = ex.slice_file(ex.train_file, SLICE, "train_512k.txt")
+ex.val_file = ex.slice_file(ex.val_file, EVAL_BYTES, "val_200k.txt")
+train_eval = ex.slice_file(ex.train_file, EVAL_BYTES, "train_eval_200k.txt")
 
 ARMS = {
     "nrgpt": ("nrgpt", {}, "NRGPT (ff2w, P matrix)"),
@@ -79,14 +66,6 @@ mono = {a: all(all(e[r + 1] < e[r] for r in range(1, R))
         for a in ENERGY}
 
 
-def verdict(ok):
-    return "held" if ok else "did not hold"
-
-
-def pooled(a, b):
-    return math.hypot(a[1], b[1])
-
-
 
 
 def bigram_loss(train, val):
@@ -105,17 +84,13 @@ def bigram_loss(train, val):
 
 bigram = bigram_loss(ex.train_file, ex.val_file)
 base = ("gpt_rec_parallel", "gpt_rec")
-margin = loss["gpt_rec_R1"][0] - loss["gpt_rec"][0]
-spread = max(loss["gpt_rec_R1"][1], loss["gpt_rec"][1], 1e-9)
 md = [f"# NRGPT on text at matched parameters ({'QUICK CHECK: numbers mean nothing' if ex.quick else 'full run'})", "",
       f"Byte-level KJV, d 128, 4 heads, context 128, batch 16, R = 6, {STEPS} steps (lr 2e-3, warmup 100, cosine) on "
       f"the first {SLICE // 1024} KB of the training split ({STEPS * 16 * 128 / SLICE:.1f} epochs: the paper's claim is "
       f"about overfitting); seeds {ex.seeds}, mean ± sample std. Validation loss on the first {EVAL_BYTES // 1024} KB "
       f"of the validation split, training loss on the first {EVAL_BYTES // 1024} KB of the slice (nats/byte, the "
       "same `looplm eval`). Command: `experiments/nrgpt.py`.", "",
-      f"Depth check: GPT_Rec at R = 6 {fmt(*loss['gpt_rec'])} against R = 1 {fmt(*loss['gpt_rec_R1'])}: "
-      f"{margin:.4f} nats, {margin / spread:.1f}x the larger seed spread"
-      f"{'' if margin > 3 * spread else ' — depth does NOT clearly matter here'}. For scale: a byte-bigram table "
+      depth_check("GPT_Rec at R = 6", loss["gpt_rec"], "R = 1", loss["gpt_rec_R1"]) + " For scale: a byte-bigram table "
       f"counted on the slice (add-0.1 smoothing) scores {bigram:.4f} on the same validation bytes.", "",
       "| model | params | train loss | val loss | gap (val − train) |", "|---|---|---|---|---|"]
 for a in ARMS:

@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Experiment, fmt, mean_std  # noqa: E402
+from common import Experiment, verdict, fmt, mean_std  # noqa: E402
 
 ex = Experiment("recurrent_gpt", __doc__)
 STEPS = 8 if ex.quick else 1000
@@ -59,10 +59,6 @@ dec_last = [mean_std([dec[s]["last_exit"][q] for s in ex.seeds]) for q in range(
 dec_gain = [mean_std([dec[s]["first_exit"][q] - dec[s]["last_exit"][q] for s in ex.seeds]) for q in range(10)]
 
 # ---------------------------------------------------------------- verdicts (stated, not tuned)
-def verdict(ok):
-    return "held" if ok else "did not hold"
-
-
 margin = final["dense2"][0] - final["dense6"][0]
 spread = max(final["dense2"][1], final["dense6"][1], 1e-9)
 depth_matters = margin > 3 * spread

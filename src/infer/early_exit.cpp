@@ -70,7 +70,7 @@ ExitTracker::ExitTracker(EarlyExit rule, int depth, int64_t rows, int64_t V, int
 
 const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const float* h) {
   exiting_.clear();
-  std::vector<uint8_t> now(rows_, 0);
+  now_.assign(rows_, 0);
   const bool first = r == 1;
 #pragma omp parallel for if (rows_ * V_ > (1 << 16))
   for (int64_t n = 0; n < rows_; ++n) {
@@ -79,12 +79,12 @@ const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const 
     log_softmax_row(logits + n * V_, V_, lp);
     const double s = exit_score(rule_.rule, lp, first || prev_logp_.empty() ? nullptr : prev_logp_.data() + n * V_, V_,
                                 h + n * d_, first || prev_h_.empty() ? nullptr : prev_h_.data() + n * d_, d_);
-    now[n] = r >= depth_ || s < rule_.threshold;
+    now_[n] = r >= depth_ || s < rule_.threshold;
     if (!prev_logp_.empty()) std::copy(lp, lp + V_, prev_logp_.data() + n * V_);
     if (!prev_h_.empty()) std::copy(h + n * d_, h + (n + 1) * d_, prev_h_.data() + n * d_);
   }
   for (int64_t n = 0; n < rows_; ++n)
-    if (now[n]) {
+    if (now_[n]) {
       exit_[n] = r;
       exiting_.push_back(n);
     }

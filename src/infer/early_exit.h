@@ -35,6 +35,7 @@ class ExitTracker {
   std::vector<double> logp_, prev_logp_;
   std::vector<float> prev_h_;
   std::vector<int> exit_;
+  std::vector<uint8_t> now_;  // rows exiting at the current step (filled in parallel)
   std::vector<int64_t> exiting_;
 };
 
