@@ -84,11 +84,10 @@ std::vector<float> decode_logits(const Model& m, int steps) {
   std::vector<float> all;
   int32_t tok = 7;
   for (int t = 0; t < steps; ++t) {
-    o.pos0 = t;
+    o.place.pos0 = t;
     Node* z = m.logits(g, &tok, 1, 1, o);
     all.insert(all.end(), z->v, z->v + c.vocab_size);
     tok = (int32_t)(std::max_element(z->v, z->v + c.vocab_size) - z->v);
-    cache.length = t + 1;
     g.reset();
   }
   return all;

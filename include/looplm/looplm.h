@@ -74,6 +74,10 @@ struct EvalResult {
   // are at each token's own exit.
   double mean_steps = 0;
   std::vector<double> exit_fraction;
+  // Incremental scoring: bytes of keys and values the KV policy keeps per position (averaged over
+  // the positions scored) and the bytes the cache allocated.
+  double kv_bytes_per_token = 0;
+  double kv_cache_bytes = 0;
 };
 // Per-token early exit (SPEC §3): a token stops at the first loop step whose criterion is below
 // `threshold`, at the latest at the run's depth. kl: KL(p_r ‖ p_{r−1}) between the next-token
@@ -87,13 +91,27 @@ struct EarlyExit {
 ExitRule parse_exit_rule(const std::string& name);  // UsageError naming the choices
 const char* exit_rule_name(ExitRule r);
 
+// What incremental decoding keeps for a token that exited before a loop step later tokens run
+// (SPEC §3). per_step: the token's missing steps run for their keys and values (exact: the same
+// result as a full forward pass; saves no loop steps). mean: one key/value per block, the mean over
+// the steps the token ran (least memory). last / first: later steps read the token's last / first
+// step's key and value. With the fixed rule no token exits early and only `mean` differs.
+enum class KvPolicy { per_step, mean, last, first };
+KvPolicy parse_kv_policy(const std::string& name);  // UsageError naming the choices
+const char* kv_policy_name(KvPolicy p);
+
 struct EvalOptions {
   int depth = -1;           // loop steps; -1 = trained R; 0 = h_pre
   // Per-token early exit. In evaluation every token's missing steps still run for the later
   // tokens' keys and values (the exact `per_step` KV policy), so `loss` is the loss each token
   // has at its own exit, and `mean_steps` the loop steps it needed.
   EarlyExit exit;
-  int batch = 8;            // windows per forward pass
+  // Score through incremental decoding instead of full forward passes: every token is fed one at
+  // a time through the KV cache, exiting by `exit` and keeping keys/values by `kv_policy` (the
+  // held-out loss of a policy). Text models only.
+  bool incremental = false;
+  KvPolicy kv_policy = KvPolicy::per_step;
+  int batch = 8;            // windows per forward pass (incremental: sequences decoded together)
   int64_t max_windows = -1; // the first windows only; -1 = all
   // Called after each batch with (windows done, windows in all), e.g. to show progress.
   std::function<void(int64_t done, int64_t total)> progress;
@@ -103,6 +121,9 @@ struct GenerateStats {
   double prompt_seconds = 0;  // that prefill
   int new_tokens = 0;
   double gen_seconds = 0;     // everything after it (decoding, window restarts)
+  double mean_steps = 0;      // loop steps per decoded token (to its exit)
+  double kv_bytes_per_token = 0;  // what the KV policy keeps per position (EvalResult's)
+  double kv_cache_bytes = 0;      // what the cache allocated
 };
 struct GenerateOptions {
   int max_new = 200;
@@ -111,7 +132,9 @@ struct GenerateOptions {
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 0;
   int depth = -1;            // loop steps; -1 = trained R; 0 = no loop step (h_pre)
-  GenerateStats* stats = nullptr;  // filled in when set
+  EarlyExit exit;            // per-token early exit of each decoded token (the prompt runs `depth`)
+  KvPolicy kv_policy = KvPolicy::per_step;
+  GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
 };
 struct LoadOptions {
   // The weight format inference passes read (chosen once, here): "fp32" (exact: the checkpoint's
@@ -145,6 +168,12 @@ class LanguageModel {
   // Sampling with a KV cache per (block, loop step); on_token gets each new id as it is made.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
                                 const std::function<void(int32_t)>& on_token = {}) const;
+  // Several sequences at once, each its own position and length (one batched pass per new token):
+  // sequence i samples with seed o.seed + i, so it is what generate(prompts[i]) with that seed makes.
+  // on_token(i, id) gets each new id.
+  std::vector<std::vector<int32_t>> generate_batch(const std::vector<std::vector<int32_t>>& prompts,
+                                                   const GenerateOptions& o,
+                                                   const std::function<void(int, int32_t)>& on_token = {}) const;
   // Logits [T, V] of a full forward pass (no cache) over `tokens` at `depth`; for tests/tools.
   std::vector<float> forward_logits(const std::vector<int32_t>& tokens, int depth = -1) const;
 

@@ -23,4 +23,11 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
                              const std::function<void(int64_t, int64_t)>& progress = {},
                            const EarlyExit& early = {});
 
+// The windows of evaluate_tokens scored through incremental decoding (src/infer/eval_decode.cpp):
+// each token fed one at a time through the KV cache, exiting by `early`, keys and values kept by
+// `policy`. loss and accuracy at each token's exit; mean_steps, exit_fraction, kv_bytes_per_token.
+EvalResult evaluate_incremental(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
+                                int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
+                                const EarlyExit& early, KvPolicy policy);
+
 }  // namespace looplm

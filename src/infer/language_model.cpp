@@ -7,6 +7,7 @@
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "infer/decoder.h"
 #include "infer/eval.h"
 #include "infer/sampler.h"
 #include "looplm/looplm.h"
@@ -62,6 +63,8 @@ std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { retur
 
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
+  if (o.incremental)
+    return evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit, o.kv_policy);
   return evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit);
 }
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth) const {
@@ -71,6 +74,7 @@ EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth
 }
 EvalResult LanguageModel::evaluate_file(const std::string& data_path, const EvalOptions& o) const {
   if (impl_->model->config().data_mode == "examples") {  // a model trained on examples is evaluated on them
+    if (o.incremental) throw UsageError("evaluate: incremental scoring (--kv-policy) is for text models, not examples");
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     const Examples ex = load_examples(data_path, impl_->tok, impl_->model->config().context);
     return evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit);
@@ -95,67 +99,89 @@ std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tok
   return std::vector<float>(z->v, z->v + z->numel());
 }
 
-std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt_in, const GenerateOptions& opt,
+std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                              const std::function<void(int32_t)>& on_token) const {
+  auto outs = generate_batch({prompt}, opt, [&](int, int32_t t) {
+    if (on_token) on_token(t);
+  });
+  return std::move(outs[0]);
+}
+
+std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vector<std::vector<int32_t>>& prompts,
+                                                                const GenerateOptions& opt,
+                                                                const std::function<void(int, int32_t)>& on_token) const {
   const Model& m = *impl_->model;
   const Config& c = m.config();
-  const int V = c.vocab_size, ctx = c.context;
+  const int V = c.vocab_size, ctx = c.context, B = (int)prompts.size();
   const int depth = opt.depth < 0 ? c.R : opt.depth;
-  if (prompt_in.empty()) throw UsageError("generate: the prompt is empty");
+  if (B == 0) throw UsageError("generate: no prompts");
   if (depth < 0) throw UsageError("generate: --depth must be >= 0");
-  for (int32_t t : prompt_in)
-    if (t < 0 || t >= V) throw UsageError("generate: prompt token " + std::to_string(t) + " is outside the vocabulary");
-  // The cache holds what the window can hold: the prompt (at most a context) and the new tokens.
-  const int capacity = (int)std::min<int64_t>(ctx, (int64_t)std::min<int64_t>(prompt_in.size(), ctx) + opt.max_new);
-  KVCache cache(c, 1, capacity, depth, m.kv_width());
-  Graph g;
-  Graph::NoGrad ng(g);
-  RunOptions o;
-  o.depth = depth;
-  o.cache = &cache;
+  if (opt.max_new < 0) throw UsageError("generate: max_new must be >= 0");
+  size_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::string which;  // (built in steps: g++ 12 warns falsely about " " + to_string)
+    if (B > 1) which.append(" ").append(std::to_string(i + 1));
+    if (prompts[i].empty()) throw UsageError("generate: prompt" + which + " is empty");
+    for (int32_t t : prompts[i])
+      if (t < 0 || t >= V)
+        throw UsageError("generate: prompt" + which + " token " + std::to_string(t) + " is outside the vocabulary");
+    longest = std::max(longest, std::min<size_t>(prompts[i].size(), ctx));
+  }
+  // The cache holds what the window can hold: the longest prompt (at most a context) and the new tokens.
+  const int capacity = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
+  Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy});
   SamplerOptions so{opt.temperature, opt.top_k, opt.top_p};
-  Rng rng(opt.seed, kStreamSample);
-  std::vector<float> work;
-  std::vector<int32_t> seq = prompt_in, out;
+  std::vector<Rng> rng;
+  for (int i = 0; i < B; ++i) rng.emplace_back(opt.seed + (uint64_t)i, kStreamSample);
+  std::vector<float> work, last((size_t)B * V), z((size_t)B * V);
+  std::vector<std::vector<int32_t>> seq(prompts), out(B);
+  std::vector<int> rows;
+  std::vector<int32_t> next(B);
 
-  // Fill the cache with `ids` (positions from 0) and return the last row's logits.
-  std::vector<float> last(V);
-  auto prefill = [&](const int32_t* ids, int n) {
+  // Sequence i restarts its cache on its last n tokens (positions from 0).
+  auto prefill = [&](int i, int n) {
     adapt_threads();
-    o.pos0 = 0;
-    Node* z = m.logits(g, ids, 1, n, o);
-    std::copy(z->v + (int64_t)(n - 1) * V, z->v + (int64_t)n * V, last.begin());
-    cache.length = n;
-    g.reset();
+    dec.prefill(i, seq[i].data() + seq[i].size() - n, n, last.data() + (size_t)i * V);
   };
-  int start = std::max(0, (int)seq.size() - ctx);
+  int prompt_tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  prefill(seq.data() + start, (int)seq.size() - start);
+  for (int i = 0; i < B; ++i) {
+    const int n = (int)std::min<size_t>(seq[i].size(), ctx);
+    prefill(i, n);
+    prompt_tokens += n;
+  }
   const auto t1 = std::chrono::steady_clock::now();
-  for (int i = 0; i < opt.max_new; ++i) {
-    int32_t next = sample_token(last.data(), V, so, rng, work);
-    seq.push_back(next);
-    out.push_back(next);
-    if (on_token) on_token(next);
-    if (i + 1 == opt.max_new) break;
-    if (cache.length == capacity) {  // window full: restart the cache on the last half context
-      const int keep = std::max(1, ctx / 2);
-      prefill(seq.data() + seq.size() - keep, keep);
-      continue;
+  for (int step = 0; step < opt.max_new; ++step) {
+    for (int i = 0; i < B; ++i) {
+      next[i] = sample_token(last.data() + (size_t)i * V, V, so, rng[i], work);
+      seq[i].push_back(next[i]);
+      out[i].push_back(next[i]);
+      if (on_token) on_token(i, next[i]);
     }
+    if (step + 1 == opt.max_new) break;
+    rows.clear();
+    for (int i = 0; i < B; ++i) {
+      if (dec.length(i) == capacity) prefill(i, std::max(1, ctx / 2));  // window full: restart on the last half context
+      else rows.push_back(i);
+    }
+    if (rows.empty()) continue;
+    std::vector<int32_t> in(rows.size());
+    for (size_t a = 0; a < rows.size(); ++a) in[a] = next[rows[a]];
     adapt_threads();
-    o.pos0 = cache.length;
-    Node* z = m.logits(g, &next, 1, 1, o);
-    std::copy(z->v, z->v + V, last.begin());
-    cache.length += 1;
-    g.reset();
+    dec.decode(rows.data(), in.data(), (int)rows.size(), z.data());
+    for (size_t a = 0; a < rows.size(); ++a)
+      std::copy(z.data() + a * V, z.data() + (a + 1) * V, last.data() + (size_t)rows[a] * V);
   }
   if (opt.stats) {
     const auto t2 = std::chrono::steady_clock::now();
-    opt.stats->prompt_tokens = (int)seq.size() - (int)out.size() - start;
-    opt.stats->prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-    opt.stats->new_tokens = (int)out.size();
-    opt.stats->gen_seconds = std::chrono::duration<double>(t2 - t1).count();
+    GenerateStats& st = *opt.stats;
+    st.prompt_tokens = prompt_tokens;
+    st.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+    st.new_tokens = B * opt.max_new;
+    st.gen_seconds = std::chrono::duration<double>(t2 - t1).count();
+    st.mean_steps = dec.decoded() ? (double)dec.steps() / (double)dec.decoded() : depth;
+    st.kv_bytes_per_token = dec.kv_bytes_per_token();
+    st.kv_cache_bytes = (double)dec.cache().bytes();
   }
   return out;
 }

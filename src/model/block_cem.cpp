@@ -112,7 +112,7 @@ class CemBlock : public Block {
     Node* ch = attn_norm_(g, h);  // ĥ, the fixed context
     g.tap("attn.in", ch);
     Node* kk = linear(g, ch, *Wk_, nullptr);
-    Node* kr = ctx.rope ? op::rope(g, kk, ctx.B, ctx.T, H_, ctx.rope, ctx.pos0) : kk;
+    Node* kr = ctx.rope ? op::rope(g, kk, ctx.B, ctx.T, H_, ctx.rope, ctx.place) : kk;
     Node* K = diag_ ? op::head_concat(g, kr, ch, H_) : kr;
     Node* V = diag_ ? op::head_concat(g, kk, ch, H_) : kk;
     op::AttnOptions ao;
@@ -121,10 +121,12 @@ class CemBlock : public Block {
     for (int t = 0; t < steps_; ++t) {
       Node* xh = t == 0 ? ch : attn_norm_(g, x);  // x⁽⁰⁾ = h
       Node* q = linear(g, xh, *Wq_, nullptr);
-      if (ctx.rope) q = op::rope(g, q, ctx.B, ctx.T, H_, ctx.rope, ctx.pos0);
+      if (ctx.rope) q = op::rope(g, q, ctx.B, ctx.T, H_, ctx.rope, ctx.place);
       Node* Q = diag_ ? op::head_concat(g, q, op::mul_row(g, xh, delta_n_), H_) : q;
       Node* qkv = op::concat(g, op::concat(g, Q, K), V);
-      Node* y = ctx.kv ? op::attention_cached(g, qkv, ctx.B, ctx.T, H_, {}, ctx.kv->k, ctx.kv->v, ctx.kv->capacity, ctx.pos0, ao)
+      op::CacheRef cache = ctx.cache;
+      cache.write = t == 0;  // K, V are the fixed context's: written once, read by every inner step
+      Node* y = ctx.cache ? op::attention_cached(g, qkv, ctx.B, ctx.T, H_, {}, cache, ctx.place, ao)
                        : op::attention(g, qkv, ctx.B, ctx.T, H_, {}, ao);
       Node* u = op::matmul(g, diag_ ? op::head_slice(g, y, H_, 0, hd_) : y, Wq_->node);  // Σ_k W_Q,kᵀ o^k
       if (diag_) u = op::add(g, u, op::mul_row(g, op::sum_blocks(g, op::head_slice(g, y, H_, hd_, d_), H_), delta_n_));

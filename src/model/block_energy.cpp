@@ -79,10 +79,10 @@ class EnergyBlock : public Block {
     // A: heads' queries g, keys = values = H_h g.
     Node* kh = linear(g, gn, *WH_, nullptr);  // [N, H·d]
     Node* qkv = op::concat(g, op::concat(g, op::repeat_cols(g, gn, H_), kh), kh);
-    const bool energy = g.diagnosing() && !ctx.kv;
+    const bool energy = g.diagnosing() && !ctx.cache;
     float* lse = nullptr;
     op::AttnOptions ao{1.0, strict_, energy ? &lse : nullptr};
-    Node* att = ctx.kv ? op::attention_cached(g, qkv, ctx.B, ctx.T, H_, {}, ctx.kv->k, ctx.kv->v, ctx.kv->capacity, ctx.pos0, ao)
+    Node* att = ctx.cache ? op::attention_cached(g, qkv, ctx.B, ctx.T, H_, {}, ctx.cache, ctx.place, ao)
                        : op::attention(g, qkv, ctx.B, ctx.T, H_, {}, ao);
     Node* A = op::sum_blocks(g, att, H_);
     // F = −∂E_FF/∂g

@@ -1,26 +1,63 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "looplm/error.h"
 
 namespace looplm {
 
-KVCache::KVCache(const Config& c, int B, int capacity, int max_depth, int64_t width)
-    : n_prelude_(c.n_prelude), n_core_(c.n_core), capacity_(capacity), max_depth_(max_depth) {
-  const int n_slots = c.n_prelude + c.n_core * max_depth + c.n_coda;
-  const size_t per = (size_t)B * capacity * (width > 0 ? width : c.d_model);
-  data_.assign(per * 2 * n_slots, 0.0f);
-  slots_.resize(n_slots);
-  for (int s = 0; s < n_slots; ++s) slots_[s] = {data_.data() + per * 2 * s, data_.data() + per * (2 * s + 1), capacity};
+KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, bool averaged)
+    : n_prelude_(c.n_prelude),
+      n_core_(c.n_core),
+      n_coda_(c.n_coda),
+      rows_(rows),
+      capacity_(capacity),
+      core_steps_(averaged ? 1 : std::max(core_steps, 1)),
+      coda_steps_(averaged ? 1 : std::max(coda_steps, 1)),
+      averaged_(averaged),
+      width_(width > 0 ? width : c.d_model) {
+  slots_per_position_ = (size_t)n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)n_coda_ * coda_steps_;
+  const size_t per = (size_t)rows * capacity * width_;
+  data_.assign(per * 2 * slots_per_position_, 0.0f);
+  slots_.resize(slots_per_position_);
+  for (size_t s = 0; s < slots_per_position_; ++s)
+    slots_[s] = {data_.data() + per * 2 * s, data_.data() + per * (2 * s + 1), capacity, (int)width_};
 }
 
-const KVSlot* KVCache::slot(int block, int step) const {
-  int s;
-  if (block < n_prelude_) s = block;
-  else if (block < n_prelude_ + n_core_) {
-    LOOPLM_ASSERT(step < max_depth_, "KV cache: loop step beyond the cache's depth");
-    s = n_prelude_ + (block - n_prelude_) * max_depth_ + step;
-  } else s = n_prelude_ + n_core_ * max_depth_ + (block - n_prelude_ - n_core_);
-  return &slots_[s];
+op::CacheRef KVCache::slot(int block, int step) const {
+  size_t s;
+  op::CacheRef ref;
+  if (block < n_prelude_) {
+    s = block;
+  } else if (block < n_prelude_ + n_core_) {
+    LOOPLM_ASSERT(averaged_ || step < core_steps_, "KV cache: loop step beyond the cache's depth");
+    s = n_prelude_ + (size_t)(block - n_prelude_) * core_steps_ + (averaged_ ? 0 : step);
+  } else {
+    LOOPLM_ASSERT(averaged_ || step < coda_steps_, "KV cache: exit beyond the cache's coda slots");
+    s = n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)(block - n_prelude_ - n_core_) * coda_steps_ +
+        (averaged_ ? 0 : step);
+  }
+  ref = slots_[s];
+  if (averaged_ && block >= n_prelude_) ref.mean_step = step;
+  return ref;
+}
+
+void KVCache::replicate(int row, int pos, int src, int from) {
+  LOOPLM_ASSERT(!averaged_ && row < rows_ && pos < capacity_, "KV cache: replicate outside the cache");
+  const size_t off = ((size_t)row * capacity_ + pos) * width_, n = sizeof(float) * width_;
+  auto copy = [&](size_t first_slot, int steps) {
+    if (src >= steps) return;
+    const op::CacheRef& a = slots_[first_slot + src];
+    for (int s = from; s < steps; ++s) {
+      const op::CacheRef& b = slots_[first_slot + s];
+      std::memcpy(b.k + off, a.k + off, n);
+      std::memcpy(b.v + off, a.v + off, n);
+    }
+  };
+  for (int i = 0; i < n_core_; ++i) copy(n_prelude_ + (size_t)i * core_steps_, core_steps_);
+  if (coda_steps_ > 1)
+    for (int i = 0; i < n_coda_; ++i) copy(n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)i * coda_steps_, coda_steps_);
 }
 
 }  // namespace looplm

@@ -1,37 +1,48 @@
 // KV cache keyed by (block, loop step) (SPEC §3): every application of a shared core block keeps
-// its own keys and values — sharing one cache across loop steps is a known bug elsewhere.
-// Policy here is `per_step` (exact).
+// its own keys and values — sharing one cache across loop steps is a known bug elsewhere. Rows
+// are sequences, each with its own positions (batched generation).
+//
+// Layout: prelude blocks one slot each; core blocks `core_steps` slots (loop steps 0..); coda
+// blocks `coda_steps` slots (one per exit when tokens exit early, since the coda's keys at exit r
+// come from the state of step r). `averaged` (the mean KV policy) keeps one slot per block for
+// every step, each position the running mean of the steps it ran.
 #pragma once
 #include <cstddef>
 #include <vector>
 
 #include "looplm/config.h"
+#include "ops/cache_ref.h"
 
 namespace looplm {
 
-// One (block, loop step)'s cache: rotated keys and values, [B, capacity, width] each.
-struct KVSlot {
-  float* k = nullptr;
-  float* v = nullptr;
-  int capacity = 0;
-};
-
 class KVCache {
  public:
-  // B sequences, up to `capacity` positions, core loop steps up to max_depth; `width` floats per
-  // position for keys and for values (0: d_model; Model::kv_width for blocks with wider attention).
-  KVCache(const Config& c, int B, int capacity, int max_depth, int64_t width = 0);
-  // block: index over prelude, core, coda in order; step: loop step (0-based) for core blocks, 0 otherwise.
-  const KVSlot* slot(int block, int step) const;
+  // `rows` sequences of up to `capacity` positions; `width` floats per position for keys and for
+  // values (0: d_model; Model::kv_width for blocks with wider attention).
+  KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width = 0, int coda_steps = 1,
+          bool averaged = false);
+  // block: index over prelude, core, coda in order; step: 0-based loop step for core blocks, exit
+  // index for coda blocks, 0 for prelude blocks.
+  op::CacheRef slot(int block, int step) const;
   int capacity() const { return capacity_; }
-  int max_depth() const { return max_depth_; }
+  int rows() const { return rows_; }
+  int core_steps() const { return core_steps_; }
+  int coda_steps() const { return coda_steps_; }
+  bool averaged() const { return averaged_; }
   size_t bytes() const { return data_.size() * sizeof(float); }
-  int length = 0;  // positions filled
+  // Floats one position of one sequence holds (keys and values, every slot).
+  size_t floats_per_position() const { return slots_per_position_ * 2 * width_; }
+  // The `last` / `first` policies for a token that exited before step `from`: position `pos` of
+  // sequence `row` in every step-dependent slot of steps from.. takes a copy of step `src`.
+  void replicate(int row, int pos, int src, int from);
 
  private:
-  int n_prelude_, n_core_, capacity_, max_depth_;
+  int n_prelude_, n_core_, n_coda_, rows_, capacity_, core_steps_, coda_steps_;
+  bool averaged_;
+  int64_t width_;
+  size_t slots_per_position_;
   std::vector<float> data_;
-  std::vector<KVSlot> slots_;
+  std::vector<op::CacheRef> slots_;
 };
 
 }  // namespace looplm

@@ -60,7 +60,7 @@ void Attention::bind(ParamStore& ps) {
 Node* Attention::operator()(Graph& g, Node* x, const BlockCtx& c) const {
   g.tap("attn.in", x);
   Node* qkv = linear(g, x, *Wqkv, bqkv);  // [B*T, 3d]
-  Node* y = c.kv ? op::attention_cached(g, qkv, c.B, c.T, H_, c.rope, c.kv->k, c.kv->v, c.kv->capacity, c.pos0)
+  Node* y = c.cache ? op::attention_cached(g, qkv, c.B, c.T, H_, c.rope, c.cache, c.place)
                  : op::attention(g, qkv, c.B, c.T, H_, c.rope);
   g.tap("attn.o.in", y);
   return linear(g, y, *Wo, bo);

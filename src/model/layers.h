@@ -14,8 +14,8 @@ namespace looplm {
 struct BlockCtx {
   int B = 1, T = 1;                // rows = B*T
   op::RopeAngles rope;             // empty unless pos = rope
-  const KVSlot* kv = nullptr;      // generation: this (block, loop step)'s cache
-  int pos0 = 0;                    // generation: position of the first row
+  op::CacheRef cache;              // generation: this (block, loop step)'s KV cache
+  op::RowPlace place;              // generation: where each batch row sits in it
 };
 
 // Init scales of SPEC §1 and §2.2, functions of the config:

@@ -87,25 +87,44 @@ BlockCtx Model::ctx(int B, int T, const RunOptions& o, int block, int step) cons
   c.B = B;
   c.T = T;
   if (rope_) c.rope = rope_->angles();
-  c.pos0 = o.pos0;
-  c.kv = o.cache ? o.cache->slot(block, step) : nullptr;
+  c.place = o.place;
+  if (o.cache) c.cache = o.cache->slot(block, block >= cfg_.n_prelude + cfg_.n_core ? o.coda_step : step);
   return c;
+}
+
+namespace {
+LoopCtx loop_ctx(const Config& c, const RunOptions& o) {
+  LoopCtx lc;
+  lc.training = o.training;
+  lc.seed = c.seed;
+  lc.step = o.step;
+  lc.micro = o.micro;
+  return lc;
+}
+}  // namespace
+
+Node* Model::embed(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const {
+  return run_blocks(g, prelude_, 0, 0, op::embedding(g, tokens, B * T, E_, P_, T, o.place), B, T, o);
+}
+
+Node* Model::init_state(Graph& g, Node* h_pre, const RunOptions& o) const {
+  return rule_->init_state(g, h_pre, loop_ctx(cfg_, o));
+}
+
+Node* Model::loop_step(Graph& g, Node* state, Node* h_pre, int r, int B, int T, const RunOptions& o) const {
+  CoreFn core = [&, r](Graph& gg, Node* x) { return run_blocks(gg, core_, cfg_.n_prelude, r, x, B, T, o); };
+  Graph::At at(g, -1, r);
+  return rule_->step(g, state, h_pre, r, core, loop_ctx(cfg_, o));
 }
 
 Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o,
                    const std::function<void(int, Node*)>& on_exit) const {
   const int depth = o.depth < 0 ? cfg_.R : o.depth;
-  const int np = cfg_.n_prelude;
   const bool no_grad = !g.grad_enabled();
   const int keep = (no_grad || o.grad_steps < 0) ? depth : std::min(o.grad_steps, depth);
 
-  Node* h_pre = run_blocks(g, prelude_, 0, 0, op::embedding(g, tokens, B * T, E_, P_, T, o.pos0), B, T, o);
-  LoopCtx lc;
-  lc.training = o.training;
-  lc.seed = cfg_.seed;
-  lc.step = o.step;
-  lc.micro = o.micro;
-  Node* state = rule_->init_state(g, h_pre, lc);
+  Node* h_pre = embed(g, tokens, B, T, o);
+  Node* state = init_state(g, h_pre, o);
 
   // The exit of step r: readout, the "state" tap, the caller's callback.
   auto exit = [&](int r, Node* s) {
@@ -127,12 +146,8 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
   Node* buf[2] = {nullptr, nullptr};
   int next_buf = 0;
   for (int r = 1; r <= depth; ++r) {
-    CoreFn core = [&, r](Graph& gg, Node* x) { return run_blocks(gg, core_, np, r, x, B, T, o); };
     if (!no_grad && r > depth - keep) {  // keeps gradients
-      {
-        Graph::At at(g, -1, r);
-        state = rule_->step(g, state, h_pre, r, core, lc);
-      }
+      state = loop_step(g, state, h_pre, r, B, T, o);
       exit(r, state);
       continue;
     }
@@ -142,11 +157,7 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
     }
     Graph::NoGrad ng(g);
     const Graph::Mark m = g.mark();
-    Node* out;
-    {
-      Graph::At at(g, -1, r);
-      out = rule_->step(g, state, h_pre, r, core, lc);
-    }
+    Node* out = loop_step(g, state, h_pre, r, B, T, o);
     LOOPLM_ASSERT(out->rows == buf[0]->rows && out->cols == buf[0]->cols, "a loop rule changed its state's shape");
     Node* kept = buf[next_buf];
     next_buf ^= 1;

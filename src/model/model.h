@@ -24,7 +24,8 @@ struct RunOptions {
   uint64_t step = 0;       // training step and micro-batch (key the random terms: LoopCtx::rng)
   int micro = 0;
   KVCache* cache = nullptr;  // generation: per (block, loop step) cache
-  int pos0 = 0;              // generation: position of the first token
+  op::RowPlace place;        // generation: each batch row's first position and cache row
+  int coda_step = 0;         // generation: the coda's cache slot (the exit index when tokens exit early)
 };
 
 // Where a model's parameter values live.
@@ -61,6 +62,14 @@ class Model {
               const std::function<void(int, Node*)>& on_exit = {}) const;
   // coda → norm_f → lm_head: logits [B*T, V] of a hidden state.
   Node* head(Graph& g, Node* h, int B, int T, const RunOptions& o) const;
+  // The trunk in pieces, for generation that steps rows through the loop itself (per-token early
+  // exit): embedding + prelude -> h_pre; the loop rule's initial state; one loop step r (1-based);
+  // the exit's hidden state. A loop state has one row per token (LoopRule), so a caller may keep
+  // any subset of the rows from one step to the next.
+  Node* embed(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const;
+  Node* init_state(Graph& g, Node* h_pre, const RunOptions& o) const;
+  Node* loop_step(Graph& g, Node* state, Node* h_pre, int r, int B, int T, const RunOptions& o) const;
+  Node* readout(Graph& g, Node* state) const { return rule_->readout(g, state); }
   Node* logits(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const {
     return head(g, trunk(g, tokens, B, T, o), B, T, o);
   }

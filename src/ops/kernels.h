@@ -53,15 +53,17 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
 }
 
 // ---------------------------------------------------------------- embedding (+ learned positions)
-// tok [N] ids, E [V, d], P [T_max, d] or null: row n is at position pos0 + n % T_rows; y [N, d]
+// tok [N] ids, E [V, d], P [T_max, d] or null: row n is at position pos0 + n % T_rows, or with
+// row_pos (one per sequence of T_rows rows) row_pos[n / T_rows] + n % T_rows; y [N, d]
 template <class T>
-void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int d, int T_rows, int pos0 = 0) {
+void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int d, int T_rows, int pos0 = 0,
+                   const int* row_pos = nullptr) {
 #pragma omp parallel for if ((int64_t)N * d > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const T* e = E + (int64_t)tok[n] * d;
     T* yn = y + (int64_t)n * d;
     if (P) {
-      const T* p = P + (int64_t)(pos0 + n % T_rows) * d;
+      const T* p = P + (int64_t)((row_pos ? row_pos[n / T_rows] : pos0) + n % T_rows) * d;
       for (int i = 0; i < d; ++i) yn[i] = e[i] + p[i];
     } else {
       for (int i = 0; i < d; ++i) yn[i] = e[i];

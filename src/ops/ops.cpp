@@ -44,12 +44,13 @@ Node* linear_packed(Graph& g, Node* x, const PackedMatrix& W, Node* b) {
   return y;
 }
 
-Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, int pos0) {
+Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, const RowPlace& at) {
   const int d = (int)E->cols;
   Node* y = g.output(N, d, E, P);
   int32_t* tok = g.scratch<int32_t>(N);
   std::memcpy(tok, tokens, sizeof(int32_t) * N);
-  k::embedding_fwd(tok, E->v, P ? P->v : nullptr, y->v, N, d, T_rows, pos0);
+  LOOPLM_ASSERT(!at.pos || !y->requires_grad, "embedding: per-row positions are for generation (no gradients)");
+  k::embedding_fwd(tok, E->v, P ? P->v : nullptr, y->v, N, d, T_rows, at.pos0, at.pos);
   if (y->requires_grad)
     g.record(y, [&g, tok, E, P, y, N, d, T_rows] {
       bool a;
@@ -118,35 +119,55 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const
   return y;
 }
 
-Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, float* kc, float* vc, int capacity,
-                       int pos0, const AttnOptions& ao) {
-  const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, Tk = pos0 + T;
-  LOOPLM_ASSERT(Tk <= capacity, "attention_cached: KV cache capacity exceeded");
-  LOOPLM_ASSERT(!rope || Tk <= rope.positions, "attention_cached: position beyond the RoPE table");
+Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const CacheRef& cache,
+                       const RowPlace& at, const AttnOptions& ao) {
+  const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, w = cache.width, cap = cache.capacity;
+  LOOPLM_ASSERT(w >= d, "attention_cached: the cache is narrower than the keys");
+  int Tk = 0;  // the most keys any row attends over
+  for (int b = 0; b < B; ++b) {
+    const int end = at.at(b) + T;
+    LOOPLM_ASSERT(at.at(b) >= 0 && end <= cap, "attention_cached: KV cache capacity exceeded");
+    LOOPLM_ASSERT(!rope || end <= rope.positions, "attention_cached: position beyond the RoPE table");
+    Tk = std::max(Tk, end);
+  }
   Node* y = g.node((int64_t)B * T, d, false);
   const float scale = ao.scale > 0 ? (float)ao.scale : 1.0f / std::sqrt((float)hd);
   const int shift = ao.strict ? 1 : 0;
   const int half = hd / 2;
-  float* scores = g.shared_scratch((size_t)n_threads() * Tk);
+  // The mean policy: the new key/value joins its slot as the (mean_step + 1)-th sample.
+  const float keep = cache.mean_step > 0 ? (float)cache.mean_step / (cache.mean_step + 1) : 0.0f;
+  const float take = 1.0f - keep;
+  float* scores = g.shared_scratch((size_t)n_threads() * std::max(Tk, 1));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int bh = 0; bh < B * H; ++bh) {
-    int b = bh / H, h = bh % H;
+    const int b = bh / H, h = bh % H, p0 = at.at(b);
     float* s = scores + (size_t)omp_get_thread_num() * Tk;
     const float* Q = qkv->v + (int64_t)b * T * ld + h * hd;
-    float* Kc = kc + ((int64_t)b * capacity) * d + h * hd;
-    float* Vc = vc + ((int64_t)b * capacity) * d + h * hd;
+    float* Kc = cache.k + (int64_t)at.row(b) * cap * w + h * hd;
+    float* Vc = cache.v + (int64_t)at.row(b) * cap * w + h * hd;
     float q[1024];  // head dims are small; checked by Config::validate
-    for (int t = 0; t < T; ++t) {
+    float kr[1024];
+    for (int t = 0; t < T && cache.write; ++t) {
       const float* kn = Q + (int64_t)t * ld + d;
       const float* vn = kn + d;
-      float* kdst = Kc + (int64_t)(pos0 + t) * d;
-      const int p = pos0 + t;
-      if (rope) k::rope_fwd(kn, ld, kdst, d, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
-      else std::memcpy(kdst, kn, sizeof(float) * hd);
-      std::memcpy(Vc + (int64_t)(pos0 + t) * d, vn, sizeof(float) * hd);
+      const int p = p0 + t;
+      float* kdst = Kc + (int64_t)p * w;
+      float* vdst = Vc + (int64_t)p * w;
+      const float* knr = kn;
+      if (rope) {
+        k::rope_fwd(kn, ld, kr, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
+        knr = kr;
+      }
+      if (cache.mean_step > 0) {
+        for (int i = 0; i < hd; ++i) kdst[i] = keep * kdst[i] + take * knr[i];
+        for (int i = 0; i < hd; ++i) vdst[i] = keep * vdst[i] + take * vn[i];
+      } else {
+        std::memcpy(kdst, knr, sizeof(float) * hd);
+        std::memcpy(vdst, vn, sizeof(float) * hd);
+      }
     }
     for (int t = 0; t < T; ++t) {
-      const int p = pos0 + t, n = p + 1 - shift;  // keys 0..pos0+t (strict: ..pos0+t-1)
+      const int p = p0 + t, n = p + 1 - shift;  // keys 0..p (strict: ..p-1)
       float* out = y->v + ((int64_t)b * T + t) * d + h * hd;
       if (n == 0) {
         std::fill(out, out + hd, 0.0f);
@@ -154,7 +175,7 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
       }
       if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
       else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
-      k::attend_cached_row(q, Kc, Vc, d, n, hd, scale, s, out);
+      k::attend_cached_row(q, Kc, Vc, w, n, hd, scale, s, out);
     }
   }
   return y;

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/weight_format.h"
 #include "core/rng.h"
+#include "ops/cache_ref.h"
 #include "ops/graph.h"
 
 namespace looplm {
@@ -17,8 +18,8 @@ Node* linear(Graph& g, Node* x, Node* W, Node* b);                  // x W^T + b
 // Forward only (inference): x W^T + b with W in an inference weight format (one row: the format's
 // matrix-vector kernel; more: its GEMM).
 Node* linear_packed(Graph& g, Node* x, const PackedMatrix& W, Node* b);
-// tok_emb rows (+ pos_emb rows when P: row n is at position pos0 + n % T_rows)
-Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, int pos0 = 0);
+// tok_emb rows (+ pos_emb rows when P: row n = b·T_rows + t is at position at.at(b) + t)
+Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, const RowPlace& at = {});
 Node* rmsnorm(Graph& g, Node* x, Node* w, double eps);
 Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps);
 // RoPE angles: cos and sin [positions, hd/2], row p for position p (SPEC §6); both null for none.
@@ -35,11 +36,11 @@ struct AttnOptions {
 };
 // Causal MHA core on a fused qkv [B*T, 3d] -> [B*T, d], positions 0..T-1.
 Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const AttnOptions& o = {});
-// Forward only (generation): appends the new rows' keys (rotated) and values, positions
-// pos0..pos0+T-1, to the cache k, v [B, capacity, d] and attends each new query over every cached
-// position up to its own.
-Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, float* k, float* v, int capacity,
-                       int pos0, const AttnOptions& o = {});
+// Forward only (generation): writes batch row b's new keys (rotated) and values, positions
+// at.at(b)..at.at(b)+T-1, into cache row at.row(b) (averaged in under the mean policy) and
+// attends each new query over every cached position of its row up to its own.
+Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const CacheRef& cache,
+                       const RowPlace& at, const AttnOptions& o = {});
 Node* gelu(Graph& g, Node* x);
 // Fused linear(gelu(u), W, b) that stores only u: gelu(u) [N, f] lives in shared scratch and is
 // recomputed in backward (saves 4d floats per token per MLP). Same result as the composition
@@ -79,8 +80,8 @@ Node* head_concat(Graph& g, Node* A, Node* B, int H);
 Node* head_slice(Graph& g, Node* Y, int H, int c0, int n);           // [N, H·n], head k = Y_k[c0, c0+n)
 Node* mul(Graph& g, Node* a, Node* b);                               // a ⊙ b
 Node* softplus(Graph& g, Node* x);                                   // log(1 + eˣ)
-// RoPE on x [B*T, H·hd] (every head), rows at positions pos0 + t (SPEC §6 rotate-half)
-Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, int pos0 = 0);
+// RoPE on x [B*T, H·hd] (every head), row b·T + t at position at.at(b) + t (SPEC §6 rotate-half)
+Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, const RowPlace& at = {});
 
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);

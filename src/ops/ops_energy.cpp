@@ -139,19 +139,22 @@ Node* softplus(Graph& g, Node* x) {
   return y;
 }
 
-Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, int pos0) {
+Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, const RowPlace& at) {
   const int d = (int)x->cols, hd = d / H, half = hd / 2;
   LOOPLM_ASSERT(x->rows == (int64_t)B * T && hd * H == d, "rope: x must be [B*T, H·hd]");
-  LOOPLM_ASSERT(pos0 + T <= ra.positions, "rope: positions beyond the RoPE table");
+  for (int b = 0; b < (at.pos ? B : 1); ++b)
+    LOOPLM_ASSERT(at.at(b) + T <= ra.positions, "rope: positions beyond the RoPE table");
   Node* y = g.output(x->rows, d, x);
-  const float* cs = ra.cos + (size_t)pos0 * half;
-  const float* sn = ra.sin + (size_t)pos0 * half;
+  LOOPLM_ASSERT(!at.pos || !y->requires_grad, "rope: per-row positions are for generation (no gradients)");
 #pragma omp parallel for if ((int64_t)B * T * d > k::kParallelMin)
   for (int bh = 0; bh < B * H; ++bh) {
     const int64_t off = (int64_t)(bh / H) * T * d + (bh % H) * hd;
-    k::rope_fwd(x->v + off, d, y->v + off, d, cs, sn, T, hd);
+    const size_t p0 = (size_t)at.at(bh / H) * half;
+    k::rope_fwd(x->v + off, d, y->v + off, d, ra.cos + p0, ra.sin + p0, T, hd);
   }
-  if (y->requires_grad)
+  if (y->requires_grad) {
+    const float* cs = ra.cos + (size_t)at.pos0 * half;
+    const float* sn = ra.sin + (size_t)at.pos0 * half;
     g.record(y, [&g, x, y, B, T, H, d, hd, cs, sn] {
       bool acc = false;
       float* dx = g.grad_of(x, acc);
@@ -162,6 +165,7 @@ Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, int pos0) {
         k::rope_bwd(y->g + off, d, dx + off, d, cs, sn, T, hd, acc);
       }
     });
+  }
   return y;
 }
 

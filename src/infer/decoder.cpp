@@ -1,0 +1,173 @@
+#include "infer/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "looplm/error.h"
+
+namespace looplm {
+
+KvPolicy parse_kv_policy(const std::string& name) {
+  if (name == "per_step") return KvPolicy::per_step;
+  if (name == "mean") return KvPolicy::mean;
+  if (name == "last") return KvPolicy::last;
+  if (name == "first") return KvPolicy::first;
+  throw UsageError("unknown KV policy '" + name + "' (choose per_step, mean, last or first)");
+}
+
+const char* kv_policy_name(KvPolicy p) {
+  switch (p) {
+    case KvPolicy::per_step: return "per_step";
+    case KvPolicy::mean: return "mean";
+    case KvPolicy::last: return "last";
+    case KvPolicy::first: return "first";
+  }
+  return "?";
+}
+
+namespace {
+// Exits when tokens exit early: one coda slot per exit, since the coda reads the exit's state.
+int coda_slots(const DecoderOptions& o) { return o.exit.rule != ExitRule::fixed && o.depth >= 1 ? o.depth : 1; }
+}  // namespace
+
+Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptions& o)
+    : m_(m),
+      o_(o),
+      cache_(m.config(), sequences, capacity, std::max(o.depth, 1), m.kv_width(), coda_slots(o),
+             o.policy == KvPolicy::mean),
+      len_(sequences, 0),
+      exits_(std::max(o.depth, 0) + 1, 0) {
+  LOOPLM_ASSERT(sequences >= 1 && capacity >= 1 && o.depth >= 0, "Decoder: bad shape");
+}
+
+void Decoder::keep(int steps_run, int64_t positions) {
+  const Config& c = m_.config();
+  const bool per_exit = exiting();
+  int64_t slots = c.n_prelude;
+  switch (o_.policy) {
+    case KvPolicy::mean: slots += c.n_core + c.n_coda; break;
+    case KvPolicy::per_step: slots += (int64_t)c.n_core * std::max(o_.depth, 1) + c.n_coda * (per_exit ? o_.depth : 1); break;
+    case KvPolicy::last:
+    case KvPolicy::first:  // the steps it ran; later steps point at one of them
+      slots += (int64_t)c.n_core * std::max(steps_run, 1) + c.n_coda * (per_exit ? std::max(steps_run, 1) : 1);
+      break;
+  }
+  kept_floats_ += (double)positions * slots * 2 * m_.kv_width();
+  kept_positions_ += positions;
+}
+
+void Decoder::prefill(int seq, const int32_t* ids, int n, float* logits) {
+  LOOPLM_ASSERT(seq >= 0 && seq < (int)len_.size() && n >= 1 && n <= capacity(), "Decoder::prefill: bad sequence or length");
+  const int V = m_.config().vocab_size;
+  g_.reset();
+  Graph::NoGrad ng(g_);
+  RunOptions o;
+  o.depth = o_.depth;
+  o.cache = &cache_;
+  o.place.pos0 = 0;
+  o.place.rows = &seq;
+  if (!exiting()) {
+    Node* z = m_.logits(g_, ids, 1, n, o);
+    std::memcpy(logits, z->v + (int64_t)(n - 1) * V, sizeof(float) * V);
+  } else {
+    // Every exit's coda keys and values: the decoded tokens that exit at r read them.
+    Node* h = m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
+      if (r == 0) return;
+      o.coda_step = r - 1;
+      Node* z = m_.head(g_, hr, 1, n, o);
+      if (r == o_.depth) std::memcpy(logits, z->v + (int64_t)(n - 1) * V, sizeof(float) * V);
+    });
+    (void)h;
+  }
+  g_.reset();
+  len_[seq] = n;
+  keep(o_.depth, n);
+}
+
+void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logits) {
+  const Config& c = m_.config();
+  const int V = c.vocab_size, d = c.d_model;
+  pos_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    LOOPLM_ASSERT(seqs[i] >= 0 && seqs[i] < (int)len_.size(), "Decoder::decode: no such sequence");
+    LOOPLM_ASSERT(len_[seqs[i]] < capacity(), "Decoder::decode: the sequence's cache is full");
+    pos_[i] = len_[seqs[i]];
+  }
+  g_.reset();
+  Graph::NoGrad ng(g_);
+  RunOptions o;
+  o.depth = o_.depth;
+  o.cache = &cache_;
+  o.place.pos = pos_.data();
+  o.place.rows = seqs;
+
+  if (!exiting()) {  // every token runs the depth: one pass
+    Node* z = m_.logits(g_, tokens, n, 1, o);
+    std::memcpy(logits, z->v, sizeof(float) * n * V);
+    g_.reset();
+    for (int i = 0; i < n; ++i) ++len_[seqs[i]];
+    decoded_ += n;
+    steps_ += (int64_t)n * o_.depth;
+    exits_[o_.depth] += n;
+    keep(o_.depth, n);
+    return;
+  }
+
+  // Early exit: the rows still running are gathered into each step's batch; a row's loop state
+  // and h_pre live here between steps (one row per token, LoopRule).
+  Node* hp = m_.embed(g_, tokens, n, 1, o);
+  Node* s0 = m_.init_state(g_, hp, o);
+  const int64_t S = s0->cols;
+  state_.assign(s0->v, s0->v + n * S);
+  h_pre_.assign(hp->v, hp->v + (int64_t)n * d);
+  z_.assign((size_t)n * V, 0.0f);
+  h_.assign((size_t)n * d, 0.0f);
+  ExitTracker tracker(o_.exit, o_.depth, n, V, d);
+  active_.resize(n);
+  for (int i = 0; i < n; ++i) active_[i] = i;
+  for (int r = 1; r <= o_.depth && !active_.empty(); ++r) {
+    const int na = (int)active_.size();
+    act_seq_.resize(na);
+    act_pos_.resize(na);
+    g_.reset();
+    Node* st = g_.node(na, S, false);
+    Node* hpa = g_.node(na, d, false);
+    for (int a = 0; a < na; ++a) {
+      const int i = active_[a];
+      act_seq_[a] = seqs[i];
+      act_pos_[a] = pos_[i];
+      std::memcpy(st->v + a * S, state_.data() + i * S, sizeof(float) * S);
+      std::memcpy(hpa->v + (int64_t)a * d, h_pre_.data() + (int64_t)i * d, sizeof(float) * d);
+    }
+    RunOptions oa = o;
+    oa.place.pos = act_pos_.data();
+    oa.place.rows = act_seq_.data();
+    oa.coda_step = r - 1;
+    Node* next = m_.loop_step(g_, st, hpa, r, na, 1, oa);
+    Node* h = m_.readout(g_, next);
+    Node* z = m_.head(g_, h, na, 1, oa);
+    for (int a = 0; a < na; ++a) {
+      const int i = active_[a];
+      std::memcpy(state_.data() + i * S, next->v + a * S, sizeof(float) * S);
+      std::memcpy(z_.data() + (int64_t)i * V, z->v + (int64_t)a * V, sizeof(float) * V);
+      std::memcpy(h_.data() + (int64_t)i * d, h->v + (int64_t)a * d, sizeof(float) * d);
+    }
+    for (int64_t i : tracker.step(r, z_.data(), h_.data())) {
+      std::memcpy(logits + i * V, z_.data() + i * V, sizeof(float) * V);
+      steps_ += r;
+      exits_[r] += 1;
+      keep(r, 1);
+      if (r < o_.depth && o_.policy == KvPolicy::last) cache_.replicate(seqs[i], pos_[i], r - 1, r);
+      if (r < o_.depth && o_.policy == KvPolicy::first) cache_.replicate(seqs[i], pos_[i], 0, r);
+    }
+    // per_step: an exited token keeps running for its keys and values; otherwise it leaves.
+    if (o_.policy != KvPolicy::per_step)
+      active_.erase(std::remove_if(active_.begin(), active_.end(), [&](int i) { return tracker.exit_step(i) != 0; }),
+                    active_.end());
+  }
+  g_.reset();
+  for (int i = 0; i < n; ++i) ++len_[seqs[i]];
+  decoded_ += n;
+}
+
+}  // namespace looplm

@@ -1,0 +1,31 @@
+// How a generation pass meets its KV cache (SPEC §3). A pass holds B batch rows of T new tokens
+// each; RowPlace says where each row sits (llama.cpp's llama_batch idea: every row its own
+// position and sequence), CacheRef is one (block, loop step)'s cache as an op sees it.
+#pragma once
+
+namespace looplm::op {
+
+struct RowPlace {
+  int pos0 = 0;               // every row's first position, unless `pos`
+  const int* pos = nullptr;   // [B]: position of batch row b's first token
+  const int* rows = nullptr;  // [B]: the cache row (sequence) of batch row b; null: b
+  RowPlace() = default;
+  RowPlace(int p0) : pos0(p0) {}  // NOLINT: a plain position converts
+  int at(int b) const { return pos ? pos[b] : pos0; }
+  int row(int b) const { return rows ? rows[b] : b; }
+};
+
+// Keys (rotated) and values [sequences, capacity, width] of one (block, loop step).
+struct CacheRef {
+  float* k = nullptr;
+  float* v = nullptr;
+  int capacity = 0;
+  int width = 0;       // floats per position
+  // >= 0: the `mean` KV policy, one slot for every loop step: a new key/value is averaged into
+  // its position as the (mean_step + 1)-th sample (mean_step 0 overwrites).
+  int mean_step = -1;
+  bool write = true;  // false: the new keys/values are already there (CEM's inner steps reuse them)
+  explicit operator bool() const { return k != nullptr; }
+};
+
+}  // namespace looplm::op
