@@ -70,14 +70,18 @@ void Decoder::prefill(int seq, const int32_t* ids, int n, float* logits) {
     Node* z = m_.logits(g_, ids, 1, n, o);
     std::memcpy(logits, z->v + (int64_t)(n - 1) * V, sizeof(float) * V);
   } else {
-    // Every exit's coda keys and values: the decoded tokens that exit at r read them.
-    Node* h = m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
+    // Every exit's coda keys and values (the decoded tokens that exit at r read them); the next
+    // token comes from the last prompt token's own exit.
+    const int d = m_.config().d_model;
+    ExitTracker last(o_.exit, o_.depth, 1, V, d);
+    m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
       if (r == 0) return;
       o.coda_step = r - 1;
       Node* z = m_.head(g_, hr, 1, n, o);
-      if (r == o_.depth) std::memcpy(logits, z->v + (int64_t)(n - 1) * V, sizeof(float) * V);
+      const float* zl = z->v + (int64_t)(n - 1) * V;
+      if (last.exit_step(0) == 0 && !last.step(r, zl, hr->v + (int64_t)(n - 1) * d).empty())
+        std::memcpy(logits, zl, sizeof(float) * V);
     });
-    (void)h;
   }
   g_.reset();
   len_[seq] = n;

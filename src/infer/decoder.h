@@ -23,9 +23,9 @@ struct DecoderOptions {
 class Decoder {
  public:
   Decoder(const Model& m, int sequences, int capacity, const DecoderOptions& o);
-  // Sequence `seq` restarts on ids[0..n) at positions 0..n-1; its last token's logits [V] into
-  // `logits`. The prompt runs every loop step (its keys and values are exact under every policy
-  // but mean, which averages them).
+  // Sequence `seq` restarts on ids[0..n) at positions 0..n-1; its last token's logits [V] at that
+  // token's exit into `logits`. The prompt runs every loop step (its keys and values are exact
+  // under every policy but mean, which averages them).
   void prefill(int seq, const int32_t* ids, int n, float* logits);
   // One new token for each of n distinct sequences seqs[i], each at its next position; the
   // logits [n, V] of each at its exit.

@@ -1,0 +1,206 @@
+// Batched incremental decoding (src/infer/decoder.*): each sequence of a batch decodes what it
+// would alone; scoring through the decoder with the exact per_step policy is the full-pass
+// evaluation; early exit in generation; what each KV policy keeps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "infer/decoder.h"
+#include "infer/early_exit.h"
+#include "looplm/looplm.h"
+#include "ops/ops.h"
+
+using namespace looplm;
+
+namespace {
+
+Config small(const std::string& preset, int context = 16) {
+  Config c = load_preset(preset);
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = context;
+  c.R = std::min(c.R, 4);
+  c.init_std = 0.3;  // far from uniform logits, and loop steps that differ: the tests can tell policies apart
+  return c;
+}
+
+std::vector<int32_t> some_tokens(int n, int salt = 0) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + i / 5 + salt * 11) % 97 + 30);
+  return t;
+}
+
+// The threshold of `rule` in the middle of the widest gap among one window's scores at step 2,
+// from full forward passes (no token near it, so fp32 summation order cannot move an exit).
+double split_threshold(const LanguageModel& lm, const std::vector<int32_t>& x, ExitRule rule) {
+  const int T = (int)x.size(), V = lm.config().vocab_size;
+  std::vector<double> a((size_t)T * V), b((size_t)T * V);
+  const std::vector<float> z1 = lm.forward_logits(x, 1), z2 = lm.forward_logits(x, 2);
+  std::vector<double> s;
+  for (int t = 0; t < T; ++t) {
+    log_softmax_row(z1.data() + (size_t)t * V, V, a.data() + (size_t)t * V);
+    log_softmax_row(z2.data() + (size_t)t * V, V, b.data() + (size_t)t * V);
+    s.push_back(exit_score(rule, b.data() + (size_t)t * V, a.data() + (size_t)t * V, V, nullptr, nullptr, 0));
+  }
+  std::sort(s.begin(), s.end());
+  double thr = 0, gap = -1;
+  for (int i = T / 4; i + 1 < 3 * T / 4; ++i)
+    if (s[i + 1] - s[i] > gap) { gap = s[i + 1] - s[i]; thr = (s[i] + s[i + 1]) / 2; }
+  return thr;
+}
+
+}  // namespace
+
+// Prompts of different lengths (one longer than the context) decode together what each decodes
+// alone, greedy and sampled, through window restarts (40 new tokens in a 16-token context), for
+// every kind of block and loop rule (learned positions, RoPE, hyper streams, energy, CEM).
+TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
+  for (const char* preset : {"gpt", "llama", "looped", "recurrent_gpt", "hyperloop", "nrgpt", "cem"}) {
+    LanguageModel lm = LanguageModel::from_config(small(preset), 3);
+    const std::vector<std::vector<int32_t>> prompts = {some_tokens(3, 1), some_tokens(9, 2), some_tokens(16, 3),
+                                                       some_tokens(20, 4)};
+    for (double temperature : {0.0, 1.0}) {
+      GenerateOptions g;
+      g.max_new = 40;
+      g.temperature = temperature;
+      g.seed = 11;
+      const auto batch = lm.generate_batch(prompts, g);
+      ASSERT_EQ(batch.size(), prompts.size());
+      if (temperature > 0)  // a real sequence, not one token over and over
+        EXPECT_GE(std::set<int32_t>(batch[0].begin(), batch[0].end()).size(), 4u) << preset;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        GenerateOptions gi = g;
+        gi.seed = g.seed + i;
+        EXPECT_EQ(batch[i], lm.generate(prompts[i], gi)) << preset << " sequence " << i << " T " << temperature;
+      }
+    }
+  }
+}
+
+// With the fixed rule every token runs the depth, so per_step, last and first keep the same keys
+// and values and score what the full-pass evaluation scores; mean averages them and does not.
+// With a threshold that splits the tokens, per_step still scores the full pass's early-exit loss
+// and steps (SPEC §3: exact).
+TEST(Decoder, IncrementalPerStepScoresTheFullPass) {
+  for (const char* preset : {"looped", "recurrent_gpt", "hyperloop"}) {
+    const Config c = small(preset);
+    LanguageModel lm = LanguageModel::from_config(c, 5);
+    const auto toks = some_tokens(3 * c.context + 1);
+    EvalOptions o;
+    o.batch = 2;  // two sequences, then one: uneven batches
+    const EvalResult full = lm.evaluate(toks, o);
+    o.incremental = true;
+    for (KvPolicy p : {KvPolicy::per_step, KvPolicy::last, KvPolicy::first, KvPolicy::mean}) {
+      o.kv_policy = p;
+      const EvalResult e = lm.evaluate(toks, o);
+      EXPECT_EQ(e.tokens, full.tokens);
+      EXPECT_EQ(e.mean_steps, c.R) << preset;
+      // fp32: cached attention and the batch-row GEMM sum in another order than the full pass
+      if (p == KvPolicy::mean) EXPECT_GT(std::abs(e.loss - full.loss), 1e-4) << preset;
+      else EXPECT_NEAR(e.loss, full.loss, 2e-5) << preset << " " << kv_policy_name(p);
+    }
+    const std::vector<int32_t> x(toks.begin(), toks.begin() + c.context);
+    for (ExitRule rule : {ExitRule::kl, ExitRule::entropy}) {
+      EvalOptions f;
+      f.max_windows = 1;
+      f.exit = {rule, split_threshold(lm, x, rule)};
+      const EvalResult want = lm.evaluate(toks, f);
+      ASSERT_GT(want.mean_steps, 1.0);
+      ASSERT_LT(want.mean_steps, (double)c.R);
+      f.incremental = true;
+      f.kv_policy = KvPolicy::per_step;
+      const EvalResult got = lm.evaluate(toks, f);
+      EXPECT_EQ(got.mean_steps, want.mean_steps) << preset << " " << exit_rule_name(rule);
+      EXPECT_EQ(got.exit_fraction, want.exit_fraction) << preset << " " << exit_rule_name(rule);
+      EXPECT_NEAR(got.loss, want.loss, 2e-5) << preset << " " << exit_rule_name(rule);
+      for (KvPolicy p : {KvPolicy::last, KvPolicy::first, KvPolicy::mean}) {  // not exact: other keys for exited tokens
+        f.kv_policy = p;
+        const EvalResult e = lm.evaluate(toks, f);
+        EXPECT_NE(e.loss, got.loss) << preset << " " << kv_policy_name(p);
+        EXPECT_LT(e.mean_steps, (double)c.R);
+      }
+    }
+  }
+}
+
+// A kl threshold above every score: every token exits at step 2 (the first at which kl decides).
+// A token's keys and values at steps 1..2 do not depend on later steps, so generation is what
+// generation at depth 2 makes, under per_step, last and first alike (no token reads a step the
+// prompt ran beyond 2); mean averages the prompt's R steps and is not. The stats say two steps.
+TEST(Decoder, EarlyExitInGeneration) {
+  const Config c = small("looped");
+  LanguageModel lm = LanguageModel::from_config(c, 9);
+  const std::vector<std::vector<int32_t>> prompts = {some_tokens(5, 1), some_tokens(7, 2)};
+  GenerateOptions g;
+  g.max_new = 12;
+  g.temperature = 0;
+  g.depth = 2;
+  const auto want = lm.generate_batch(prompts, g);
+  EXPECT_GE(std::set<int32_t>(want[1].begin(), want[1].end()).size(), 3u);
+  for (KvPolicy p : {KvPolicy::per_step, KvPolicy::last, KvPolicy::first, KvPolicy::mean}) {
+    GenerateStats st;
+    GenerateOptions e = g;
+    e.depth = -1;
+    e.exit = {ExitRule::kl, 1e30};
+    e.kv_policy = p;
+    e.stats = &st;
+    const auto got = lm.generate_batch(prompts, e);
+    if (p == KvPolicy::mean) EXPECT_NE(got, want);
+    else EXPECT_EQ(got, want) << kv_policy_name(p);
+    EXPECT_EQ(st.mean_steps, 2.0) << kv_policy_name(p);
+  }
+}
+
+// What each policy keeps per position: per_step every (block, step) and a coda slot per exit,
+// mean one per block, last / first the steps a token ran; and the averaged cache is smaller.
+TEST(Decoder, PolicyMemory) {
+  const Config c = small("looped");  // 1 prelude, 2 core, 1 coda, R = 4
+  LanguageModel lm = LanguageModel::from_config(c, 5);
+  const auto toks = some_tokens(2 * c.context + 1);
+  const double slot = 2.0 * c.d_model * sizeof(float);  // keys and values of one block at one position
+  EvalOptions o;
+  o.incremental = true;
+  o.exit = {ExitRule::kl, 1e30};  // every token exits at 2
+  o.kv_policy = KvPolicy::per_step;
+  const EvalResult ps = lm.evaluate(toks, o);
+  EXPECT_DOUBLE_EQ(ps.kv_bytes_per_token, (1 + 2 * 4 + 1 * 4) * slot);
+  o.kv_policy = KvPolicy::last;
+  const EvalResult last = lm.evaluate(toks, o);
+  EXPECT_DOUBLE_EQ(last.kv_bytes_per_token, (1 + 2 * 2 + 1 * 2) * slot);
+  o.kv_policy = KvPolicy::mean;
+  const EvalResult mean = lm.evaluate(toks, o);
+  EXPECT_DOUBLE_EQ(mean.kv_bytes_per_token, (1 + 2 + 1) * slot);
+  EXPECT_DOUBLE_EQ(mean.kv_cache_bytes, 2.0 * c.context * (1 + 2 + 1) * slot);  // batch 8 -> 2 windows
+  EXPECT_DOUBLE_EQ(ps.kv_cache_bytes, 2.0 * c.context * (1 + 2 * 4 + 1 * 4) * slot);
+  o.exit = {};  // fixed: the coda needs one slot
+  o.kv_policy = KvPolicy::per_step;
+  EXPECT_DOUBLE_EQ(lm.evaluate(toks, o).kv_bytes_per_token, (1 + 2 * 4 + 1) * slot);
+}
+
+// The mean policy's write: the (s + 1)-th key/value of a position is averaged in; a pass that
+// does not write (CEM's inner steps) leaves the cache alone.
+TEST(Decoder, MeanSlotAveragesTheSteps) {
+  const int d = 4, H = 1, cap = 3;
+  std::vector<float> k((size_t)cap * d, 0.0f), v((size_t)cap * d, 0.0f);
+  Graph g;
+  Graph::NoGrad ng(g);
+  for (int s = 0; s < 3; ++s) {
+    Node* qkv = g.node(1, 3 * d, false);
+    for (int i = 0; i < 3 * d; ++i) qkv->v[i] = (float)(s + 1) * (i + 1);  // k_s, v_s = (s+1)·(…)
+    op::CacheRef ref{k.data(), v.data(), cap, d, s};
+    op::attention_cached(g, qkv, 1, 1, H, {}, ref, op::RowPlace(1));
+  }
+  for (int i = 0; i < d; ++i) {  // mean of 1, 2, 3 times the column
+    EXPECT_FLOAT_EQ(k[d + i], 2.0f * (d + i + 1));
+    EXPECT_FLOAT_EQ(v[d + i], 2.0f * (2 * d + i + 1));
+    EXPECT_EQ(k[i], 0.0f);  // position 0 untouched
+  }
+  Node* qkv = g.node(1, 3 * d, false);
+  std::fill(qkv->v, qkv->v + 3 * d, 100.0f);
+  op::CacheRef ro{k.data(), v.data(), cap, d, -1, false};
+  Node* y = op::attention_cached(g, qkv, 1, 1, H, {}, ro, op::RowPlace(1));
+  EXPECT_FLOAT_EQ(k[d], 2.0f * (d + 1));
+  EXPECT_TRUE(std::isfinite(y->v[0]));
+}
