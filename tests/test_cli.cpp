@@ -312,6 +312,71 @@ TEST_F(Cli, EvalEarlyExit) {
   EXPECT_EQ(r.code, 2) << r.out;
 }
 
+// eval --kv-policy scores through incremental decoding: the per_step loss is the full pass's, the
+// JSON says the policy and its memory; mean keeps fewer bytes per token.
+TEST_F(Cli, EvalKvPolicy) {
+  const std::string base = "eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --json";
+  CmdResult r = run(base);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double full = nlohmann::json::parse(r.out)["loss"].get<double>();
+  r = run(base + " --kv-policy per_step");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["loss"].get<double>(), full, 1e-5);
+  EXPECT_EQ(j["kv_policy"], "per_step");
+  EXPECT_EQ(j["incremental"], true);
+  const double per_step_bytes = j["kv_bytes_per_token"].get<double>();
+  r = run(base + " --kv-policy mean --exit-rule kl --exit-threshold 0.01");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_LT(j["kv_bytes_per_token"].get<double>(), per_step_bytes);
+  EXPECT_LE(j["mean_steps"].get<double>(), 3.0);
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --kv-policy last");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("decoded one at a time (kv policy last)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bytes per token kept by the policy"), std::string::npos) << r.out;
+  EXPECT_EQ(run(base + " --kv-policy newest").code, 2);
+  r = run(base + " --depth 0 --exit-rule kl --exit-threshold 0.1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("needs loop steps"), std::string::npos) << r.out;
+}
+
+// generate --prompts: lines or JSONL, decoded together; each sequence is what it is alone (seed +
+// its index); bad files are named.
+TEST_F(Cli, GeneratePrompts) {
+  const std::string lines = "hi\n\nhello\nab\n";
+  io::write_file_atomic(dir + "/p.txt", lines.data(), lines.size());
+  CmdResult r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.txt -n 6 --temperature 0.9 --seed 3 --batch 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("3 sequences, batches of 2"), std::string::npos) << r.out;
+  CmdResult one = run("generate --checkpoint " + ckpt() + " --prompt hello -n 6 --temperature 0.9 --seed 4 --quiet");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(r.out.find("---------------\n" + one.out), std::string::npos) << r.out << "\n" << one.out;  // the second sequence
+  const std::string jl = "{\"prompt\": \"hi\"}\n{\"text\": \"ab\", \"id\": 7}\n";
+  io::write_file_atomic(dir + "/p.jsonl", jl.data(), jl.size());
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.jsonl -n 5 --quiet --exit-rule entropy --exit-threshold 3 --kv-policy first");
+  ASSERT_EQ(r.code, 0) << r.out;
+  size_t at = 0, n = 0;
+  for (size_t nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1, ++n) {
+    auto j = nlohmann::json::parse(r.out.substr(at, nl - at));
+    EXPECT_EQ(j["prompt"], n == 0 ? "hi" : "ab");
+    EXPECT_EQ(j["tokens"].size(), 5u);
+    EXPECT_FALSE(j["completion"].get<std::string>().empty());
+  }
+  EXPECT_EQ(n, 2u);
+  const std::string bad = "{\"prompt\": \"hi\"}\n{\"prompt\": 3}\n";
+  io::write_file_atomic(dir + "/bad.jsonl", bad.data(), bad.size());
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/bad.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("bad.jsonl line 2"), std::string::npos) << r.out;
+  io::write_file_atomic(dir + "/empty.txt", "\n\n", 2);
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/empty.txt");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("holds no prompts"), std::string::npos) << r.out;
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.txt --prompt hi");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
 TEST_F(Cli, HugeIntegerIsRejectedNotNarrowed) {
   // 4294967424 = 2^32 + 128 would read as 128 after a 32-bit narrowing.
   CmdResult r = run("train --preset looped --set d_model=4294967424 --out " + dir + "/run");

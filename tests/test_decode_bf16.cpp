@@ -71,6 +71,34 @@ TEST(Bf16, GemvKernelsMatchDouble) {
     }
 }
 
+// The few-rows kernel (batched decoding) gives each input row what the batch-1 AVX512-BF16
+// kernel gives it: the same products summed in the same order (bit-identical), on shapes around
+// the 4-row blocks, 32-column chunks and groups of 4 input rows. Skipped without AVX512_BF16.
+TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0, 1);
+  bool ran = false;
+  for (int M : {1, 2, 4, 5, 8, 13})
+    for (int N : {3, 4, 7, 67})
+      for (int K : {1, 31, 33, 384}) {
+        std::vector<float> W((size_t)N * K), X((size_t)M * (K + 3)), Y((size_t)M * (N + 1), -7.0f);
+        for (auto& w : W) w = nd(rng);
+        for (auto& v : X) v = nd(rng);
+        std::vector<uint16_t> P((size_t)N * K);
+        pack_bf16(W.data(), N, K, P.data());
+        if (!gemm_rows_bf16_few(M, N, K, P.data(), X.data(), K + 3, Y.data(), N + 1)) GTEST_SKIP() << "no AVX512_BF16";
+        ran = true;
+        for (int m = 0; m < M; ++m) {
+          std::vector<float> y(N);
+          gemv_rows_bf16(N, K, P.data(), X.data() + (size_t)m * (K + 3), y.data(), false, GemvKernel::avx512_bf16);
+          for (int n = 0; n < N; ++n)
+            ASSERT_EQ(Y[(size_t)m * (N + 1) + n], y[n]) << "M " << M << " N " << N << " K " << K << " row " << m;
+          ASSERT_EQ(Y[(size_t)m * (N + 1) + N], -7.0f);  // the gap between output rows is not written
+        }
+      }
+  EXPECT_TRUE(ran);
+}
+
 namespace {
 // Greedy decode of `steps` tokens from a one-token prompt, every step batch 1 (so every matrix
 // product takes the decode path); returns all logits.

@@ -68,8 +68,9 @@ TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
       g.seed = 11;
       const auto batch = lm.generate_batch(prompts, g);
       ASSERT_EQ(batch.size(), prompts.size());
-      if (temperature > 0)  // a real sequence, not one token over and over
+      if (temperature > 0) {  // a real sequence, not one token over and over
         EXPECT_GE(std::set<int32_t>(batch[0].begin(), batch[0].end()).size(), 4u) << preset;
+      }
       for (size_t i = 0; i < prompts.size(); ++i) {
         GenerateOptions gi = g;
         gi.seed = g.seed + i;

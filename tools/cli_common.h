@@ -2,6 +2,7 @@
 // the model-config options (--preset / --config / --set) are one table used by train and bench.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "looplm/config.h"
 #include "looplm/error.h"
+#include "looplm/looplm.h"
 
 namespace looplm::cli {
 
@@ -96,5 +98,38 @@ inline void print_config_keys(std::ostream& out) {
     out << "  " << k.key << " = " << k.default_value << "\n      " << k.meaning << "\n";
   }
 }
+
+// --exit-rule / --exit-threshold / --kv-policy: per-token early exit and what incremental
+// decoding keeps for tokens that exited (eval and generate).
+struct ExitArgs {
+  std::string rule = "fixed", policy = "per_step";
+  double threshold = std::nan("");
+  CLI::Option* policy_opt = nullptr;
+  void add(CLI::App& app, const std::string& policy_note) {
+    app.add_option("--exit-rule", rule,
+                   "per-token early exit: fixed (every token runs the depth), kl (KL of successive exits' next-token "
+                   "distributions), latent (|h_r - h_r-1| / |h_r|) or entropy (of the exit's distribution); a token "
+                   "stops at the first step whose value is below --exit-threshold")
+        ->check(CLI::IsMember({"fixed", "kl", "latent", "entropy"}));
+    app.add_option("--exit-threshold", threshold, "the early-exit threshold (needed with a rule other than fixed)");
+    policy_opt = app.add_option("--kv-policy", policy,
+                                "keys/values for the steps an exited token did not run: per_step (run them: exact), mean "
+                                "(one averaged slot per block: least memory), last or first (reuse that step's)" +
+                                    policy_note)
+                     ->check(CLI::IsMember({"per_step", "mean", "last", "first"}));
+  }
+  bool policy_given() const { return policy_opt->count() > 0; }
+  EarlyExit exit() const {
+    EarlyExit e;
+    e.rule = parse_exit_rule(rule);
+    if (e.rule != ExitRule::fixed && !std::isfinite(threshold))
+      throw UsageError("--exit-rule " + rule + " needs a finite --exit-threshold");
+    if (e.rule == ExitRule::fixed && !std::isnan(threshold))
+      throw UsageError("--exit-threshold has no effect with --exit-rule fixed (choose kl, latent or entropy)");
+    e.threshold = threshold;
+    return e;
+  }
+  KvPolicy kv_policy() const { return parse_kv_policy(policy); }
+};
 
 }  // namespace looplm::cli

@@ -1,4 +1,4 @@
-// `looplm bench`: training tokens/s, prompt processing and generation tokens/s (batch 1, KV cache;
+// `looplm bench`: training tokens/s, prompt processing and generation tokens/s (batch 1 and batched, KV cache;
 // fp32 and bf16 weights), repeated (mean ± standard deviation, as llama-bench), and the achieved
 // training GFLOP/s as a fraction of the machine's fp32 GEMM rate measured in the same run
 // (bench/compare.py puts these next to the PyTorch peer). --contended measures the slowdown beside
@@ -87,7 +87,7 @@ int cmd_bench(int argc, char** argv) {
   CLI::App app{"Benchmark training, prompt processing and generation speed.", "looplm bench"};
   ConfigArgs cfg;
   cfg.add(app, "bench-dense");
-  int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256;
+  int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256, gen_batch = 8;
   bool as_json = false, as_csv = false, contended = false;
   app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
       ->check(at_least(0));
@@ -99,6 +99,8 @@ int cmd_bench(int argc, char** argv) {
       ->check(at_least(1));
   app.add_option("-n,--gen-tokens", gen_tokens, "new tokens of the generation test (default 256; 0: no generation)")
       ->check(at_least(0));
+  app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
+      ->check(at_least(1));
   app.add_flag("--contended", contended,
                "run the benchmark idle and again beside a process that keeps one core busy, and report the slowdown");
   auto* json_flag = app.add_flag("--json", as_json, "print one JSON object instead of a markdown table");
@@ -126,6 +128,8 @@ int cmd_bench(int argc, char** argv) {
       {"prompt_bf16_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " bf16"},
       {"decode_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " fp32"},
       {"decode_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " bf16"},
+      {"decode_batch_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences fp32"},
+      {"decode_batch_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences bf16"},
       {"generate_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, fp32"},
       {"generate_bf16_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, bf16"}};
 
@@ -179,6 +183,16 @@ int cmd_bench(int argc, char** argv) {
       lm->generate(prompt, go);
       v[std::string("generate_") + sfx + "tokens_per_s"] = gen_tokens / secs(t0, clk::now());
       v[std::string("decode_") + sfx + "tokens_per_s"] = std::max(0, st.new_tokens - 1) / st.gen_seconds;
+      if (gen_batch > 1) {  // gen_batch sequences decoded together: distinct prompts, one batched pass per token
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < gen_batch; ++i) {
+          std::vector<int32_t> p = prompt;
+          p[0] = (p[0] + i) % V;
+          prompts.push_back(p);
+        }
+        lm->generate_batch(prompts, go);
+        v[std::string("decode_batch_") + sfx + "tokens_per_s"] = std::max(0, st.new_tokens - gen_batch) / st.gen_seconds;
+      }
     }
     return v;
   };

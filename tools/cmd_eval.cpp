@@ -30,14 +30,8 @@ int cmd_eval(int argc, char** argv) {
       ->check(at_least(0));
   app.add_option("--weights", lo.weights, "weight format: " + weight_format_names() + " (default fp32, exact)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  std::string exit_rule = "fixed";
-  double exit_threshold = std::nan("");
-  app.add_option("--exit-rule", exit_rule,
-                 "per-token early exit: fixed (every token runs the depth), kl (KL of successive exits' next-token "
-                 "distributions), latent (|h_r - h_r-1| / |h_r|) or entropy (of the exit's distribution); a token "
-                 "stops at the first step whose value is below --exit-threshold")
-      ->check(CLI::IsMember({"fixed", "kl", "latent", "entropy"}));
-  app.add_option("--exit-threshold", exit_threshold, "the early-exit threshold (needed with a rule other than fixed)");
+  ExitArgs ex;
+  ex.add(app, "; given, eval scores through incremental decoding, token by token (default: full passes, per_step)");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   ThreadsArg threads;
   threads.add(app);
@@ -48,12 +42,11 @@ int cmd_eval(int argc, char** argv) {
   if (!parse(app, argc, argv, "eval")) return 0;
   EvalOptions eo;
   eo.depth = depth;
-  eo.exit.rule = parse_exit_rule(exit_rule);
-  if (eo.exit.rule != ExitRule::fixed && !std::isfinite(exit_threshold))
-    throw UsageError("--exit-rule " + exit_rule + " needs a finite --exit-threshold");
-  if (eo.exit.rule == ExitRule::fixed && !std::isnan(exit_threshold))
-    throw UsageError("--exit-threshold has no effect with --exit-rule fixed (choose kl, latent or entropy)");
-  eo.exit.threshold = exit_threshold;
+  eo.exit = ex.exit();
+  if (depth == 0 && eo.exit.rule != ExitRule::fixed)
+    throw UsageError("eval: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
+  eo.incremental = ex.policy_given();
+  eo.kv_policy = ex.kv_policy();
   set_threads(threads.n);
   set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
@@ -83,6 +76,25 @@ int cmd_eval(int argc, char** argv) {
                   "): the model's outputs overflow or are NaN on this data");
   }
   const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
+  if (eo.incremental) {  // one loss (at each token's exit), the steps and the policy's memory
+    const int depth_run = depth < 0 ? R : depth;
+    if (as_json) {
+      nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"tokens", e.tokens}, {"windows", e.windows},
+                          {"R", R}, {"depth", depth_run}, {"mean_steps", e.mean_steps}, {"exit_fraction", e.exit_fraction},
+                          {"exit_rule", ex.rule}, {"kv_policy", ex.policy}, {"kv_bytes_per_token", e.kv_bytes_per_token},
+                          {"kv_cache_bytes", e.kv_cache_bytes}, {"incremental", true}};
+      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
+      std::printf("%s\n", j.dump().c_str());
+      return 0;
+    }
+    std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s)\n", (long long)e.tokens,
+                (long long)e.windows, lm.config().context, ex.policy.c_str());
+    std::printf("loss %.4f, accuracy %.4f (at each token's exit: %s", e.loss, e.accuracy, ex.rule.c_str());
+    if (eo.exit.rule != ExitRule::fixed) std::printf(" < %g", ex.threshold);
+    std::printf(", %.3f loop steps per token of %d)\nkv cache: %.0f bytes per token kept by the policy, %.1f KiB allocated\n",
+                e.mean_steps, depth_run, e.kv_bytes_per_token, e.kv_cache_bytes / 1024.0);
+    return 0;
+  }
   if (as_json) {
     nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"loss_by_depth", e.loss_by_depth},
                         {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
@@ -91,8 +103,8 @@ int cmd_eval(int argc, char** argv) {
     if (ran > 0) {
       j["mean_steps"] = e.mean_steps;
       j["exit_fraction"] = e.exit_fraction;
-      j["exit_rule"] = exit_rule;
-      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = exit_threshold;
+      j["exit_rule"] = ex.rule;
+      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
     }
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
@@ -101,8 +113,8 @@ int cmd_eval(int argc, char** argv) {
   }
   char at[160];  // where the headline loss is taken
   if (eo.exit.rule != ExitRule::fixed && ran > 0)
-    std::snprintf(at, sizeof at, "at each token's exit: %s < %g, %.3f loop steps per token of %d", exit_rule.c_str(),
-                  exit_threshold, e.mean_steps, ran);
+    std::snprintf(at, sizeof at, "at each token's exit: %s < %g, %.3f loop steps per token of %d", ex.rule.c_str(),
+                  ex.threshold, e.mean_steps, ran);
   else
     std::snprintf(at, sizeof at, "depth %d", ran == 0 ? 0 : std::min(R, ran));
   if (e.examples > 0)

@@ -4,6 +4,8 @@
 #include <iostream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "cli.h"
 #include "cli_common.h"
 #include "io/atomic_file.h"
@@ -11,17 +13,59 @@
 
 namespace looplm::cli {
 
+namespace {
+// --prompts FILE: one prompt per line (blank lines skipped), or JSONL (a .jsonl name) whose
+// objects hold "prompt" (or "text"). Returns the prompts and whether the file was JSONL.
+std::vector<std::string> read_prompts(const std::string& path, bool& jsonl) {
+  const std::string body = path == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : io::read_file(path);
+  jsonl = path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  std::vector<std::string> out;
+  size_t at = 0, line = 0;
+  while (at < body.size()) {
+    size_t end = body.find('\n', at);
+    if (end == std::string::npos) end = body.size();
+    std::string l = body.substr(at, end - at);
+    at = end + 1;
+    ++line;
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    if (l.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!jsonl) {
+      out.push_back(l);
+      continue;
+    }
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(l);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(path + " line " + std::to_string(line) + ": not JSON (" + e.what() + ")");
+    }
+    const char* key = j.is_object() && j.contains("prompt") ? "prompt" : "text";
+    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+      throw UsageError(path + " line " + std::to_string(line) + ": expected an object with a string \"prompt\" (or \"text\")");
+    out.push_back(j[key].get<std::string>());
+  }
+  if (out.empty()) throw UsageError("generate: " + path + " holds no prompts");
+  return out;
+}
+}  // namespace
+
 int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint (KV cache per block and loop step).", "looplm generate"};
-  std::string ckpt, prompt, prompt_file;
-  int num_samples = 1;
+  std::string ckpt, prompt, prompt_file, prompts_file;
+  int num_samples = 1, batch = 16;
   bool quiet = false;
   GenerateOptions g;
   LoadOptions lo;
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
   auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text");
   auto* f_opt = app.add_option("--prompt-file", prompt_file, "read the prompt from FILE ('-': standard input)")->type_name("FILE");
+  auto* ps_opt = app.add_option("--prompts", prompts_file,
+                                "many prompts, generated together in batches: one per line, or JSONL (FILE.jsonl, objects "
+                                "with \"prompt\"; the output is then JSONL with \"completion\" and \"tokens\")")
+                     ->type_name("FILE");
   p_opt->excludes(f_opt);
+  ps_opt->excludes(p_opt)->excludes(f_opt);
+  app.add_option("--batch", batch, "sequences decoded together (default 16)")->check(at_least(1));
   app.add_option("-n,--max-new", g.max_new, "tokens to generate (default 200)")->check(at_least(0));
   app.add_option("--num-samples", num_samples, "samples from the same prompt, seeds seed, seed+1, ... (default 1)")
       ->check(at_least(1));
@@ -30,6 +74,8 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--top-p", g.top_p, "nucleus sampling mass (1 = off)")->check(within(0, 1, true, "greater than 0 and at most 1"));
   app.add_option("--seed", g.seed, "sampling seed (default 0)");
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(at_least(0));
+  ExitArgs ex;
+  ex.add(app, " (default per_step)");
   app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (a rounded copy: faster only for models too big for the cache)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
@@ -38,43 +84,94 @@ int cmd_generate(int argc, char** argv) {
   threads.add(app);
   if (!parse(app, argc, argv, "generate")) return 0;
   set_threads(threads.n);
-  if (p_opt->count() == 0 && f_opt->count() == 0)
-    throw UsageError("generate: give the prompt with -p/--prompt TEXT or --prompt-file FILE ('-' for standard input)");
+  g.exit = ex.exit();
+  g.kv_policy = ex.kv_policy();
+  if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
+    throw UsageError("generate: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
+  if (p_opt->count() == 0 && f_opt->count() == 0 && ps_opt->count() == 0)
+    throw UsageError("generate: give the prompt with -p/--prompt TEXT, --prompt-file FILE ('-' for standard input) or --prompts FILE");
   if (f_opt->count() > 0) {
     if (prompt_file == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
     else prompt = io::read_file(prompt_file);
     if (prompt.empty()) throw UsageError("generate: the prompt from " + (prompt_file == "-" ? std::string("standard input") : prompt_file) + " is empty");
   }
+  bool jsonl = false;
+  std::vector<std::string> texts = ps_opt->count() > 0 ? read_prompts(prompts_file, jsonl) : std::vector<std::string>{prompt};
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
-  std::vector<int32_t> ids = lm.encode(prompt);
-  if ((int)ids.size() > lm.config().context)
-    std::fprintf(stderr, "warning: the prompt has %zu tokens and the context holds %d: the first %zu are not seen\n",
-                 ids.size(), lm.config().context, ids.size() - lm.config().context);
+  const int ctx = lm.config().context;
+  std::vector<std::vector<int32_t>> ids;  // every (prompt, sample): sequence i samples with seed + i
+  std::vector<int> text_of;
+  for (size_t p = 0; p < texts.size(); ++p) {
+    std::vector<int32_t> t = lm.encode(texts[p]);
+    if (t.empty()) throw UsageError("generate: prompt " + std::to_string(p + 1) + " is empty");
+    if ((int)t.size() > ctx)
+      std::fprintf(stderr, "warning: prompt %zu has %zu tokens and the context holds %d: the first %zu are not seen\n",
+                   p + 1, t.size(), ctx, t.size() - ctx);
+    for (int s = 0; s < num_samples; ++s) {
+      ids.push_back(t);
+      text_of.push_back((int)p);
+    }
+  }
   GenerateStats total;
-  for (int s = 0; s < num_samples; ++s) {
-    if (s > 0) std::fputs("---------------\n", stdout);  // between samples, as nanoGPT's sample.py
+  auto add = [&](const GenerateStats& st) {
+    total.prompt_tokens += st.prompt_tokens;
+    total.prompt_seconds += st.prompt_seconds;
+    total.new_tokens += st.new_tokens;
+    total.gen_seconds += st.gen_seconds;
+    total.mean_steps += st.mean_steps * st.new_tokens;
+    total.kv_bytes_per_token = st.kv_bytes_per_token;
+  };
+  if (ids.size() == 1) {  // one sequence: stream each token's bytes as it is made
     std::fputs(prompt.c_str(), stdout);
     GenerateStats st;
     g.stats = &st;
-    // Stream each token's bytes as it is made (a byte token may be part of a UTF-8 character;
-    // the terminal sees the complete sequence once its last byte arrives).
-    lm.generate(ids, g, [&](int32_t t) {
+    // (a byte token may be part of a UTF-8 character; the terminal sees it once its last byte arrives)
+    lm.generate(ids[0], g, [&](int32_t t) {
       std::string str = lm.decode({t});
       std::fwrite(str.data(), 1, str.size(), stdout);
       std::fflush(stdout);
     });
     std::fputs("\n", stdout);
-    total.prompt_tokens += st.prompt_tokens;
-    total.prompt_seconds += st.prompt_seconds;
-    total.new_tokens += st.new_tokens;
-    total.gen_seconds += st.gen_seconds;
-    ++g.seed;
+    add(st);
+  } else {
+    const uint64_t seed0 = g.seed;
+    for (size_t i0 = 0; i0 < ids.size(); i0 += batch) {
+      const size_t n = std::min(ids.size() - i0, (size_t)batch);
+      std::vector<std::vector<int32_t>> chunk(ids.begin() + i0, ids.begin() + i0 + n);
+      GenerateStats st;
+      g.stats = &st;
+      g.seed = seed0 + i0;
+      const auto outs = lm.generate_batch(chunk, g);
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = i0 + k;
+        const std::string& text = texts[text_of[i]];
+        const std::string completion = lm.decode(outs[k]);
+        if (jsonl) {
+          // completion: the bytes as text (invalid UTF-8 becomes U+FFFD); tokens: the ids, lossless
+          nlohmann::json j = {{"prompt", text}, {"completion", completion}, {"tokens", outs[k]}, {"seed", seed0 + i}};
+          std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+          continue;
+        }
+        if (i > 0) std::fputs("---------------\n", stdout);  // between samples, as nanoGPT's sample.py
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fwrite(completion.data(), 1, completion.size(), stdout);
+        std::fputs("\n", stdout);
+      }
+      std::fflush(stdout);
+      add(st);
+    }
   }
-  if (!quiet)
-    std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tokens/s) | generation: %d tokens in %.1f ms (%.1f tokens/s)\n",
+  if (!quiet) {
+    std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tokens/s) | generation: %d tokens in %.1f ms (%.1f tokens/s)",
                  total.prompt_tokens, 1e3 * total.prompt_seconds, total.prompt_tokens / std::max(total.prompt_seconds, 1e-9),
                  total.new_tokens, 1e3 * total.gen_seconds, total.new_tokens / std::max(total.gen_seconds, 1e-9));
+    if (ids.size() > 1) std::fprintf(stderr, " | %zu sequences, batches of %d", ids.size(), std::min<int>(batch, (int)ids.size()));
+    if (g.exit.rule != ExitRule::fixed)
+      std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
+                   ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
+    std::fprintf(stderr, "\n");
+  }
   return 0;
 }
 

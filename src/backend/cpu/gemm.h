@@ -50,5 +50,8 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
 // fp32 as it is read (exact), fp32 products and sums: half the bytes of gemv_rows.
 void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate,
                     GemvKernel kernel = GemvKernel::best);
+// A few rows (batched decoding): Y[m, :N] = W · X[m, :K] for m < M, every weight read once for all
+// M rows (AVX512_BF16, x as hi + lo bf16 like gemv_rows_bf16). False where the CPU lacks the ISA.
+bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy);
 
 }  // namespace looplm

@@ -245,6 +245,59 @@ LOOPLM_AVX512BF16 void span_bf16_dp(const uint16_t* W, const uint16_t* xh, const
   }
 }
 
+// A few input rows at once (batched decoding): each block of 4 weight rows is read from memory
+// once and multiplied, from L1, with every input row, MG at a time (4 × MG accumulators). Y[m, j]
+// = W[j, :] · X[m, :] for m < M; XH, XL the rows' hi / lo bf16 halves, ldxp apart.
+// (g++ 12 warns falsely that _mm512_reduce_add_ps reads an uninitialised __m256d when this inlines.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <int MG>
+LOOPLM_AVX512BF16 void block_bf16_dp_rows(const uint16_t* w, const uint16_t* XH, const uint16_t* XL, int ldxp, int K,
+                                          float* Y, int ldy, int j) {
+  const int full = K / 32 * 32, rem = K - full;
+  const __mmask32 tail = rem ? (__mmask32)((1u << rem) - 1) : 0;
+  __m512 a[4][MG];
+  for (int r = 0; r < 4; ++r)
+    for (int g = 0; g < MG; ++g) a[r][g] = _mm512_setzero_ps();
+  const uint16_t* wi = w;
+  for (int i = 0; i < full; i += 32, wi += 128) {
+    const __m512i w0 = _mm512_loadu_si512(wi), w1 = _mm512_loadu_si512(wi + 32), w2 = _mm512_loadu_si512(wi + 64),
+                  w3 = _mm512_loadu_si512(wi + 96);
+    for (int g = 0; g < MG; ++g) {
+      const __m512i h = _mm512_loadu_si512(XH + (int64_t)g * ldxp + i), l = _mm512_loadu_si512(XL + (int64_t)g * ldxp + i);
+      a[0][g] = dp2(a[0][g], w0, h, l);
+      a[1][g] = dp2(a[1][g], w1, h, l);
+      a[2][g] = dp2(a[2][g], w2, h, l);
+      a[3][g] = dp2(a[3][g], w3, h, l);
+    }
+  }
+  if (tail)
+    for (int g = 0; g < MG; ++g) {
+      const __m512i h = _mm512_maskz_loadu_epi16(tail, XH + (int64_t)g * ldxp + full),
+                    l = _mm512_maskz_loadu_epi16(tail, XL + (int64_t)g * ldxp + full);
+      for (int r = 0; r < 4; ++r) a[r][g] = dp2(a[r][g], _mm512_maskz_loadu_epi16(tail, wi + r * rem), h, l);
+    }
+  for (int g = 0; g < MG; ++g)
+    for (int r = 0; r < 4; ++r) store_row(Y + (int64_t)g * ldy + j + r, a[r][g], false);
+}
+#pragma GCC diagnostic pop
+
+LOOPLM_AVX512BF16 void span_bf16_dp_rows(int M, const uint16_t* W, const uint16_t* XH, const uint16_t* XL, int ldxp,
+                                         int K, float* Y, int ldy, int lo, int n) {
+  int j = lo;
+  for (; j + 4 <= lo + n; j += 4) {
+    const uint16_t* w = W + (int64_t)j * K;
+    int m = 0;
+    for (; m + 4 <= M; m += 4)
+      block_bf16_dp_rows<4>(w, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, ldxp, K, Y + (int64_t)m * ldy, ldy, j);
+    for (; m < M; ++m)
+      block_bf16_dp_rows<1>(w, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, ldxp, K, Y + (int64_t)m * ldy, ldy, j);
+  }
+  for (int m = 0; m < M && j < lo + n; ++m)  // the last rows (N % 4) are plain
+    span_bf16_dp(W + (int64_t)j * K, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, K, Y + (int64_t)m * ldy + j,
+                 lo + n - j, false);
+}
+
 bool have_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return yes;
@@ -323,6 +376,28 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
   }
 #endif
   for_row_blocks(N, K, [&](int lo, int n) { span_bf16_portable(W + (int64_t)lo * K, x, K, y + lo, n, accumulate); });
+}
+
+bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (!have_avx512_bf16() || M < 1) return false;
+  const int pad = (K + 31) / 32 * 32;
+  static thread_local std::vector<uint16_t> xbuf;
+  if ((int)xbuf.size() < 2 * M * pad) xbuf.resize((size_t)2 * M * pad);
+  uint16_t* XH = xbuf.data();
+  uint16_t* XL = XH + (size_t)M * pad;
+  for (int m = 0; m < M; ++m)
+    for (int i = 0; i < K; ++i) {
+      const float x = X[(int64_t)m * ldx + i];
+      XH[(size_t)m * pad + i] = to_bf16(x);
+      XL[(size_t)m * pad + i] = to_bf16(x - from_bf16(XH[(size_t)m * pad + i]));
+    }
+  for_row_blocks(N, K, [&](int lo, int n) { span_bf16_dp_rows(M, W, XH, XL, pad, K, Y, ldy, lo, n); });
+  return true;
+#else
+  (void)M, (void)N, (void)K, (void)W, (void)X, (void)ldx, (void)Y, (void)ldy;
+  return false;
+#endif
 }
 
 }  // namespace looplm

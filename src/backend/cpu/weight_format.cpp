@@ -59,8 +59,11 @@ LOOPLM_ISA_CLONES void widen_panel(const uint16_t* src, int64_t n, int64_t C, fl
 
 void bf16_unpack(const void* p, int64_t r, int64_t c, float* dst) { widen_panel(static_cast<const uint16_t*>(p), r, c, dst); }
 
+// Batched decoding (a few rows): the multi-row matrix-vector kernel reads each weight once.
+constexpr int kFewRows = 16;
 void bf16_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float* scratch) {
   const uint16_t* W = static_cast<const uint16_t*>(p);
+  if (N <= kFewRows && gemm_rows_bf16_few(N, rows, cols, W, x, cols, y, rows)) return;
   const int panels = (rows + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < panels; ++i) {
