@@ -11,6 +11,12 @@ loss at each token's own exit and the mean loop steps per token. Evaluation runs
 missing steps for the later tokens' keys and values (the exact per_step KV policy), so the curve
 is the rule's, not a KV approximation's. The target (issue 9): with `kl`, at least 30% fewer loop
 steps on `looped` for at most 1% more loss than the fixed depth R.
+
+KV policies (issue 9, item 3): the same models scored through incremental decoding
+(`looplm eval --kv-policy P`: every token fed one at a time through the KV cache, as generation
+computes it) on the first 48 KB of the validation split, at the fixed depth and with kl at 0.01 and
+0.1: per_step (exact: must equal the full-pass loss), mean, last, first; the held-out loss and the
+bytes of keys and values each policy keeps per token.
 Writes experiments/results/early_exit/{results.md, results.json, tradeoff.png}.
 """
 import json
@@ -34,18 +40,27 @@ if ex.quick:
     THRESHOLDS = {k: v[1:4:2] for k, v in THRESHOLDS.items()}
 
 val = ex.slice_file(ex.val_file, EVAL_BYTES, "val_100k.txt")
+KV_BYTES = 12000 if ex.quick else 48 * 1024
+val_kv = ex.slice_file(ex.val_file, KV_BYTES, "val_48k.txt")
+POLICIES = ["per_step", "mean", "last", "first"]
+KV_SETTINGS = [("fixed", 0), ("kl", 0.01), ("kl", 0.1)]  # fixed before any run: the two kl points either side of the target
 
 
-def eval_exit(run_dir, rule, thr):
-    cache = os.path.join(run_dir, f"exit_{rule}_{thr}.json")
+def eval_exit(run_dir, rule, thr, policy=None):
+    name = f"exit_{rule}_{thr}" + (f"_kv_{policy}" if policy else "")
+    cache = os.path.join(run_dir, f"{name}.json")
     if os.path.exists(cache) and os.path.getmtime(cache) >= os.path.getmtime(os.path.join(run_dir, "model.safetensors")):
         with open(cache) as f:
             return json.load(f)
-    args = ["eval", "--checkpoint", run_dir, "--data", val, "--json", "--progress", "off", "--threads", ex.args.threads]
+    args = ["eval", "--checkpoint", run_dir, "--data", val_kv if policy else val, "--json", "--progress", "off",
+            "--threads", ex.args.threads]
     if rule != "fixed":
         args += ["--exit-rule", rule, "--exit-threshold", thr]
+    if policy:
+        args += ["--kv-policy", policy]
     j = json.loads(ex.looplm(*args))
-    j = {k: j[k] for k in ("loss", "mean_steps", "exit_fraction", "loss_by_depth")}
+    keys = ("loss", "mean_steps", "exit_fraction") + (("kv_bytes_per_token",) if policy else ("loss_by_depth",))
+    j = {k: j[k] for k in keys}
     with open(cache + ".tmp", "w") as f:
         json.dump(j, f)
     os.replace(cache + ".tmp", cache)
@@ -60,6 +75,9 @@ for seed in ex.order:
         for rule, thrs in THRESHOLDS.items():
             for thr in thrs:
                 res[m].setdefault((rule, thr), {})[seed] = eval_exit(d, rule, thr)
+        for rule, thr in KV_SETTINGS:
+            for p in POLICIES:
+                res[m].setdefault(("kv", rule, thr, p), {})[seed] = eval_exit(d, rule, thr, p)
         ex.log(f"evaluated {m} seed {seed}")
 
 summary = {}
@@ -94,8 +112,27 @@ for m, (preset, steps, R) in MODELS.items():
                 f"(threshold {best['threshold']}, loss {100 * best['rel_change'][0]:+.2f}%)" if best else
                 "* no kl threshold stays within 1% of the fixed-depth loss")
            + (f": the 30% target is **{'met' if best and best['saved'] >= 0.3 else 'NOT met'}**." if m == "looped" else "."), ""]
+    # KV policies through incremental decoding, relative to per_step at the same setting (per seed)
+    md += [f"KV policies ({preset}; incremental decoding on the first {KV_BYTES // 1024} KB of the validation split; "
+           "bytes of keys and values kept per token; loss change against per_step at the same rule, per seed):", "",
+           "| rule | policy | mean steps | loss | loss change | KV bytes per token |", "|---|---|---|---|---|---|"]
+    kv_rows = []
+    for rule, thr in KV_SETTINGS:
+        ref = {s: res[m][("kv", rule, thr, "per_step")][s]["loss"] for s in ex.seeds}
+        for p in POLICIES:
+            r = res[m][("kv", rule, thr, p)]
+            loss = mean_std([r[s]["loss"] for s in ex.seeds])
+            rel = mean_std([r[s]["loss"] / ref[s] - 1 for s in ex.seeds])
+            steps_ = mean_std([r[s]["mean_steps"] for s in ex.seeds])
+            kvb = mean_std([r[s]["kv_bytes_per_token"] for s in ex.seeds])
+            kv_rows.append(dict(rule=rule, threshold=thr, policy=p, loss=loss, rel_change=rel, mean_steps=steps_, kv_bytes=kvb))
+            label = "fixed" if rule == "fixed" else f"{rule} < {thr}"
+            md.append(f"| {label} | {p} | {steps_[0]:.3f} | {loss[0]:.4f} ± {loss[1]:.4f} | "
+                      f"{100 * rel[0]:+.2f}% ± {100 * rel[1]:.2f}% | {kvb[0]:.0f} |")
+    summary[m]["kv_policies"] = kv_rows
+    md.append("")
 ex.write({"models": {m: dict(summary[m], rows=[dict(r) for r in summary[m]["rows"]]) for m in MODELS},
-          "thresholds": THRESHOLDS}, "\n".join(md))
+          "thresholds": THRESHOLDS, "kv_settings": KV_SETTINGS, "policies": POLICIES}, "\n".join(md))
 series, panels = {}, []
 for m in MODELS:  # one panel per model (their losses differ by far more than the curves' range)
     plots = []
