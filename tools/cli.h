@@ -10,4 +10,5 @@ int cmd_generate(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_data(int argc, char** argv);
 int cmd_info(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 }  // namespace looplm::cli

@@ -11,6 +11,7 @@
 #include "looplm/config.h"
 #include "looplm/error.h"
 #include "looplm/looplm.h"
+#include "backend/cpu/weight_format.h"
 
 namespace looplm::cli {
 
@@ -97,6 +98,15 @@ inline void print_config_keys(std::ostream& out) {
     }
     out << "  " << k.key << " = " << k.default_value << "\n      " << k.meaning << "\n";
   }
+}
+
+// --weights: one of the weight formats (backend/cpu/weight_format.h); "" = the checkpoint's own.
+inline CLI::Validator weights_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return find_weight_format(s) ? "" : "unknown weight format '" + s + "' (" + weight_format_names() + ")";
+      },
+      "FORMAT");
 }
 
 // --exit-rule / --exit-threshold / --kv-policy: per-token early exit and what incremental

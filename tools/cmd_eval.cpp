@@ -28,8 +28,9 @@ int cmd_eval(int argc, char** argv) {
   app.add_option("--depth", depth,
                  "loop steps to run (default: the trained R; more shows the curve beyond R; 0: the loss of h_pre)")
       ->check(at_least(0));
-  app.add_option("--weights", lo.weights, "weight format: " + weight_format_names() + " (default fp32, exact)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--weights", lo.weights,
+                 "weight format: " + weight_format_names() + " (default: the checkpoint's own; q8_0 / q4_0 quantize at load)")
+      ->check(weights_check());
   ExitArgs ex;
   ex.add(app, "; given, eval scores through incremental decoding, token by token (default: full passes, per_step)");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");

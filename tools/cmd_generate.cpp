@@ -76,8 +76,10 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(at_least(0));
   ExitArgs ex;
   ex.add(app, " (default per_step)");
-  app.add_option("--weights", lo.weights, "weight format read per token: fp32 (exact, default) or bf16 (a rounded copy: faster only for models too big for the cache)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--weights", lo.weights,
+                 "weight format read per token: " + weight_format_names() +
+                     " (default: the checkpoint's own; bf16 / q8_0 / q4_0 copies are made at load)")
+      ->check(weights_check());
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   app.add_flag("--quiet", quiet, "no timing summary");
   ThreadsArg threads;

@@ -18,7 +18,8 @@ const char* kUsage =
     "  generate   sample text from a checkpoint (KV cache per block and loop step)\n"
     "  bench      training and generation speed against the machine's GEMM peak\n"
     "  data       tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets\n"
-    "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n";
+    "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n"
+    "  quantize   a checkpoint's weight matrices to q8_0 / q4_0 (read by eval, generate, info)\n";
 
 }  // namespace
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
     if (cmd == "data") return cmd_data(argc - 1, argv + 1);
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
+    if (cmd == "quantize") return cmd_quantize(argc - 1, argv + 1);
     std::fprintf(stderr, "looplm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const looplm::Error& e) {

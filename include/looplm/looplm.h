@@ -137,9 +137,11 @@ struct GenerateOptions {
   GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
 };
 struct LoadOptions {
-  // The weight format inference passes read (chosen once, here): "fp32" (exact: the checkpoint's
-  // values in place) or "bf16" (a rounded copy; half the memory traffic, logits within ~1e-2).
-  std::string weights = "fp32";
+  // The weight format inference passes read (chosen once, here): "" (default) the checkpoint's own
+  // (fp32, or a quantized checkpoint's, its packed bytes used in place); "fp32" (exact); "bf16" (a
+  // rounded copy; half the memory traffic, logits within ~1e-2); "q8_0" / "q4_0" (quantized at
+  // load, round to nearest: `looplm quantize` writes checkpoints, also by GPTQ).
+  std::string weights;
   bool allow_nonfinite = false;  // load a checkpoint whose tensors hold NaN/Inf (an error otherwise)
 };
 

@@ -27,7 +27,9 @@ LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
 LanguageModel::~LanguageModel() = default;
 
 namespace {
-const WeightFormat& format_of(const LoadOptions& o) {
+// The weight format asked for; "" = the checkpoint's own (fp32, or a quantized checkpoint's).
+const WeightFormat& format_of(const LoadOptions& o, const WeightFormat* own = nullptr) {
+  if (o.weights.empty()) return own ? *own : *find_weight_format("fp32");
   const WeightFormat* f = find_weight_format(o.weights);
   if (!f) throw UsageError("unknown weight format '" + o.weights + "' (available: " + weight_format_names() + ")");
   return *f;
@@ -35,14 +37,14 @@ const WeightFormat& format_of(const LoadOptions& o) {
 }  // namespace
 
 LanguageModel LanguageModel::load(const std::string& checkpoint, const LoadOptions& o) {
-  const WeightFormat& f = format_of(o);
+  format_of(o);  // a bad name is a usage error before the file is read
   std::string path = checkpoint;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
   LoadModelOptions lmo;
   lmo.allow_nonfinite = o.allow_nonfinite;
   std::unique_ptr<Model> m = load_model(path, lmo);
-  m->prepare_inference(f);
+  m->prepare_inference(format_of(o, m->params().prepacked_format()));
   return LanguageModel(std::make_unique<Impl>(std::move(m)));
 }
 

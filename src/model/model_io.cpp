@@ -3,6 +3,9 @@
 #include <cmath>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/weight_format.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 
@@ -19,6 +22,92 @@ void save_model(const std::string& path, const Model& m) {
   io::write_safetensors(path, t, {{"format", "pt"}, {"config", m.config().to_json_text()}, {"looplm_version", kVersion}});
 }
 
+void save_model_packed(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra) {
+  const ParamStore& ps = m.params();
+  const WeightFormat* f = ps.packed_format();
+  LOOPLM_ASSERT(f && f->pack, "save_model_packed: the model has no packed weight format");
+  std::vector<bool> covered(ps.infos().size(), false);
+  std::vector<io::TensorRef> t;
+  nlohmann::json packed = nlohmann::json::array();
+  for (const WeightMatrix& w : ps.matrices()) {
+    nlohmann::json names = nlohmann::json::array();
+    for (int i = w.first; i <= w.last; ++i) {
+      covered[i] = true;
+      names.push_back(ps.infos()[i].name);
+    }
+    const std::string tensor = "packed." + ps.infos()[w.first].name;
+    const int64_t bytes = (int64_t)f->packed_bytes(w.packed.rows, w.packed.cols);
+    t.push_back({tensor, io::DType::U8, {bytes}, w.packed.data});
+    packed.push_back({{"tensor", tensor}, {"params", names}, {"rows", w.packed.rows}, {"cols", w.packed.cols}});
+  }
+  for (size_t i = 0; i < ps.infos().size(); ++i)
+    if (!covered[i]) t.push_back({ps.infos()[i].name, io::DType::F32, ps.infos()[i].shape, ps.value((int)i)});
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"config", m.config().to_json_text()},
+                                             {"looplm_version", kVersion}, {"weights", f->name},
+                                             {"packed", packed.dump()}};
+  for (auto& [k, v] : extra) meta[k] = v;
+  io::write_safetensors(path, t, meta);
+}
+
+namespace {
+// The matrices of a quantized checkpoint: packed tensor, its params (indices into the layout),
+// rows and cols, all checked against the config and the file.
+struct PackedEntry {
+  std::string tensor;
+  int first = -1, last = -1;
+  int64_t rows = 0, cols = 0;
+};
+std::vector<PackedEntry> packed_entries(const std::string& path, const io::SafetensorsFile& f,
+                                        const std::vector<ParamInfo>& layout, const WeightFormat& wf) {
+  std::vector<PackedEntry> out;
+  auto it = f.metadata().find("packed");
+  if (it == f.metadata().end()) throw Error(path + ": weights '" + wf.name + "' but no 'packed' list in the metadata");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": metadata 'packed' is not JSON (" + e.what() + ")");
+  }
+  if (!j.is_array()) throw Error(path + ": metadata 'packed' is not a list");
+  auto index = [&](const std::string& name) {
+    for (size_t i = 0; i < layout.size(); ++i)
+      if (layout[i].name == name) return (int)i;
+    throw Error(path + ": packed matrix names '" + name + "', which the config does not declare");
+  };
+  for (const auto& e : j) {
+    PackedEntry p;
+    try {
+      p.tensor = e.at("tensor").get<std::string>();
+      const auto names = e.at("params").get<std::vector<std::string>>();
+      p.rows = e.at("rows").get<int64_t>();
+      p.cols = e.at("cols").get<int64_t>();
+      if (names.empty()) throw Error("no params");
+      p.first = index(names.front());
+      p.last = index(names.back());
+      if (p.last - p.first + 1 != (int)names.size()) throw Error("params not consecutive");
+      for (size_t k = 0; k < names.size(); ++k)
+        if (layout[p.first + k].name != names[k]) throw Error("params not consecutive");
+    } catch (const nlohmann::json::exception& ex) {
+      throw Error(path + ": a 'packed' entry is malformed (" + ex.what() + ")");
+    } catch (const Error& ex) {
+      throw Error(path + ": packed matrix " + e.dump() + ": " + ex.what());
+    }
+    size_t numel = 0;
+    for (int i = p.first; i <= p.last; ++i) numel += layout[i].numel;
+    if (p.rows <= 0 || p.cols <= 0 || (size_t)(p.rows * p.cols) != numel)
+      throw Error(path + ": packed matrix '" + p.tensor + "' is " + std::to_string(p.rows) + " x " + std::to_string(p.cols) +
+                  ", its params hold " + std::to_string(numel) + " values");
+    if (!f.has(p.tensor)) throw Error(path + ": missing packed tensor '" + p.tensor + "'");
+    const auto& t = f.get(p.tensor);
+    if (t.dtype != io::DType::U8 || t.shape.size() != 1 || (size_t)t.shape[0] != wf.packed_bytes(p.rows, p.cols))
+      throw Error(path + ": packed tensor '" + p.tensor + "' must be U8 [" + std::to_string(wf.packed_bytes(p.rows, p.cols)) +
+                  "] for " + wf.name + " " + std::to_string(p.rows) + " x " + std::to_string(p.cols));
+    out.push_back(p);
+  }
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o) {
   auto f = io::SafetensorsFile::open(path);
   auto it = f.metadata().find("config");
@@ -34,11 +123,29 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
 
   // Every declared tensor is there with its shape and a float dtype, nothing else is; the
   // safetensors reader has already checked each tensor's bytes against the file.
+  // A quantized checkpoint: its matrices come packed (save_model_packed).
+  const WeightFormat* wf = nullptr;
+  std::vector<PackedEntry> packed;
+  std::vector<bool> covered(layout.size(), false);
+  if (auto w = f.metadata().find("weights"); w != f.metadata().end() && w->second != "fp32") {
+    wf = find_weight_format(w->second);
+    if (!wf || !wf->pack) throw Error(path + ": weights '" + w->second + "' is not a packed format (" + weight_format_names() + ")");
+    if (o.for_training) throw Error(path + ": a " + w->second + " checkpoint is for inference; training needs the fp32 one");
+    packed = packed_entries(path, f, layout, *wf);
+    for (const PackedEntry& p : packed)
+      for (int i = p.first; i <= p.last; ++i) {
+        if (covered[i]) throw Error(path + ": param '" + layout[i].name + "' is in two packed matrices");
+        covered[i] = true;
+      }
+  }
   std::set<std::string> expected;
-  bool in_place = !o.for_training;  // fp32, in the model's order, back to back
+  for (const PackedEntry& p : packed) expected.insert(p.tensor);
+  bool in_place = !o.for_training && !wf;  // fp32, in the model's order, back to back
   const uint8_t* base = nullptr;
   size_t next = 0;
-  for (const ParamInfo& p : layout) {
+  for (size_t pi = 0; pi < layout.size(); ++pi) {
+    const ParamInfo& p = layout[pi];
+    if (covered[pi]) continue;
     expected.insert(p.name);
     if (!f.has(p.name))
       throw Error(path + ": missing tensor '" + p.name + "' (shape " + io::shape_str(p.shape) + ") required by the config");
@@ -66,7 +173,23 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     ParamStorage s;
     s.grads = o.for_training;
     m = std::make_unique<Model>(c, s);
-    for (size_t i = 0; i < layout.size(); ++i) f.read_f32(layout[i].name, layout[i].shape, m->params().value((int)i));
+    for (size_t i = 0; i < layout.size(); ++i)
+      if (!covered[i]) f.read_f32(layout[i].name, layout[i].shape, m->params().value((int)i));
+    // Packed matrices: their fp32 values (for lookups that read them, e.g. a tied embedding) are
+    // the dequantized ones; products use the packed bytes in place (ParamStore::set_prepacked).
+    std::map<int, const void*> data;
+    for (const PackedEntry& p : packed) {
+      const void* bytes = f.get(p.tensor).data;
+      wf->unpack(bytes, p.rows, p.cols, m->params().value(p.first));
+      data[p.first] = bytes;
+    }
+    for (const PackedEntry& p : packed) {  // each packed matrix is one the model multiplies with
+      bool found = false;
+      for (const WeightMatrix& w : m->params().matrices())
+        found = found || (w.first == p.first && w.last == p.last && w.node->rows == p.rows && w.node->cols == p.cols);
+      if (!found) throw Error(path + ": packed tensor '" + p.tensor + "' is not one of the model's weight matrices");
+    }
+    if (wf) m->params().set_prepacked(*wf, std::move(data), f.keep_alive());
   }
   if (!o.allow_nonfinite) {
     const ParamStore& ps = m->params();

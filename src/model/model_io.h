@@ -1,6 +1,7 @@
 // A model's weights on disk (SPEC §5, docs/format.md): model.safetensors holds every parameter
 // under its SPEC §6 name and the full config in the metadata.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,11 @@ namespace looplm {
 namespace io { class SafetensorsFile; }
 
 void save_model(const std::string& path, const Model& m);
+// A checkpoint in the model's inference weight format (Model::prepare_inference, e.g. q8_0): each
+// weight matrix as its packed bytes (tensor "packed.<first param>", dtype U8), the other params
+// fp32; metadata "weights" names the format and "packed" lists the matrices (docs/format.md).
+// load_model reads it back (the packed bytes used in place), and `extra` goes into the metadata.
+void save_model_packed(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra = {});
 
 struct LoadModelOptions {
   // Training (resume): values are copied and gradients allocated. Inference: no gradients, and the

@@ -126,6 +126,8 @@ Node* ParamStore::row(int i, int64_t r) {
 WeightMatrix* ParamStore::matrix(int first, int last, int64_t rows, int64_t cols) {
   WeightMatrix& m = matrices_.emplace_back();
   m.node = view(first, last, rows, cols);
+  m.first = first;
+  m.last = last;
   return &m;
 }
 
@@ -152,6 +154,11 @@ void ParamStore::pack(const WeightFormat& f) {
   for (WeightMatrix& m : matrices_) {
     const Node* n = m.node;
     m.packed = {&f, n->v, n->rows, n->cols};
+    if (prepacked_format_ == &f && prepacked_.count(m.first)) {  // packed in the checkpoint: used in place
+      m.packed.data = prepacked_.at(m.first);
+      packed_bytes_ += f.packed_bytes(n->rows, n->cols);
+      continue;
+    }
     if (!f.pack) {  // used in place
       packed_bytes_ += f.packed_bytes(n->rows, n->cols);
       continue;
@@ -168,6 +175,12 @@ void ParamStore::pack(const WeightFormat& f) {
 }
 
 size_t ParamStore::packed_bytes() const { return packed_bytes_; }
+
+void ParamStore::set_prepacked(const WeightFormat& f, std::map<int, const void*> data, std::shared_ptr<const void> owner) {
+  prepacked_format_ = &f;
+  prepacked_ = std::move(data);
+  prepacked_owner_ = std::move(owner);
+}
 void ParamStore::Free::operator()(uint8_t* p) const { std::free(p); }
 
 void ParamStore::zero_grad() {

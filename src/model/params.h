@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +52,7 @@ struct ParamInfo {
 struct WeightMatrix {
   Node* node = nullptr;
   PackedMatrix packed;
+  int first = -1, last = -1;  // the params it covers (consecutive)
 };
 
 class ParamStore {
@@ -92,6 +94,11 @@ class ParamStore {
   // once packed, so a bf16 copy does not keep the fp32 file resident too.
   void pack(const WeightFormat& format);
   const WeightFormat* packed_format() const { return format_; }
+  const std::deque<WeightMatrix>& matrices() const { return matrices_; }
+  // Matrices that come packed already (a quantized checkpoint): pack(format) uses data[first param]
+  // in place instead of packing the values; `owner` keeps the bytes alive.
+  void set_prepacked(const WeightFormat& format, std::map<int, const void*> data, std::shared_ptr<const void> owner);
+  const WeightFormat* prepacked_format() const { return prepacked_format_; }
   size_t packed_bytes() const;
 
   std::span<float> values() { return {values_, total_}; }
@@ -110,6 +117,9 @@ class ParamStore {
   std::deque<Node> nodes_;                       // stable addresses
   std::deque<WeightMatrix> matrices_;
   const WeightFormat* format_ = nullptr;
+  const WeightFormat* prepacked_format_ = nullptr;
+  std::map<int, const void*> prepacked_;
+  std::shared_ptr<const void> prepacked_owner_;
   struct Free { void operator()(uint8_t* p) const; };
   std::vector<std::unique_ptr<uint8_t, Free>> packed_store_;
   size_t packed_bytes_ = 0;

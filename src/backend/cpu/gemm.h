@@ -37,8 +37,9 @@ double measure_gemm_gflops(int M, int d, int f, int reps);
 float dot(const float* a, const float* b, int n);
 
 // Matrix-vector kernels by CPU feature (gemv.cpp): `best` is the fastest this CPU has; tests run
-// every available one. avx512_bf16 applies to bf16 weights (for fp32 it means avx512).
-enum class GemvKernel { best, portable, avx512, avx512_bf16 };
+// every available one. avx512_bf16 applies to bf16 weights (for fp32 it means avx512); avx2 and
+// avx512_vnni to the quantized formats (backend/cpu/quant.h: quant_kernels_available).
+enum class GemvKernel { best, portable, avx512, avx512_bf16, avx2, avx512_vnni };
 std::vector<GemvKernel> gemv_kernels_available();  // portable first, best last
 
 // y[N] = W[N,K] · x[K] (+ y if accumulate) — matrix-vector for batch-1 decoding, multithreaded

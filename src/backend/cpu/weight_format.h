@@ -2,7 +2,7 @@
 // is stored and multiplied. A format is one row of a table — its packing unit, pack / unpack, and
 // the two products an inference pass needs: the matrix-vector kernel for a single row (batch-1
 // decoding, memory-bound; the ISA is picked inside by CPU feature) and the GEMM for many rows
-// (prefill, evaluation). fp32 and bf16 now; q8 / q4 formats are new rows of the same table.
+// (prefill, evaluation). fp32, bf16, and the quantized q8_0 / q4_0 (backend/cpu/quant.h).
 //
 // A format is chosen once, when a model is loaded for inference (ParamStore::pack); training
 // never sees it.
@@ -31,12 +31,14 @@ struct WeightFormat {
   // y[N, rows] = x[N, cols] · W^T for N rows; `scratch` holds gemm_scratch(rows, cols) floats.
   void (*gemm)(int N, int rows, int cols, const void* packed, const float* x, float* y, float* scratch);
   size_t (*gemm_scratch)(int64_t rows, int64_t cols);
+  // The gemv kernels this CPU has for the format (portable first, best last): tests run each.
+  std::vector<GemvKernel> (*kernels)();
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
 const std::vector<const WeightFormat*>& weight_formats();
 const WeightFormat* find_weight_format(const std::string& name);
-std::string weight_format_names();  // "fp32, bf16"
+std::string weight_format_names();  // "fp32, bf16, q8_0, q4_0"
 
 // One weight matrix in an inference format.
 struct PackedMatrix {

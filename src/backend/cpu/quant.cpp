@@ -1,0 +1,428 @@
+// q8_0 / q4_0 (quant.h): the scalar reference, packing, and the products per ISA. Each
+// WeightFormat row at the end is what the format table (weight_format.cpp) lists.
+#include "backend/cpu/quant.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/weight_format.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LOOPLM_QUANT_X86 1
+#endif
+
+namespace looplm {
+
+// ---------------------------------------------------------------- fp16
+uint16_t fp32_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  // NaN
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to ≥ 65520: Inf
+  if (ax < 0x38800000u) {  // below the smallest normal half: a subnormal (or zero), rounded to nearest even
+    float a;
+    std::memcpy(&a, &ax, 4);
+    const float scaled = a * 16777216.0f;  // / 2^-24, the subnormal unit
+    return (uint16_t)(sign | (uint32_t)std::nearbyint(scaled));
+  }
+  uint32_t m = ax + 0xc8000000u;  // rebias the exponent (127 -> 15)
+  m += 0x0fffu + ((m >> 13) & 1u);  // round to nearest even at bit 13
+  return (uint16_t)(sign | (m >> 13));
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+  float f;
+  if (e == 0) {
+    f = std::ldexp((float)m, -24);
+    if (sign) f = -f;
+    return f;
+  }
+  const uint32_t bits = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// ---------------------------------------------------------------- the scalar reference
+void quantize_block_q8_0_scaled(const float* x, int n, float d, uint8_t* u) {
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  for (int i = 0; i < kQBlock; ++i) {
+    const float v = i < n ? std::nearbyint(x[i] * id) : 0.0f;
+    u[i] = (uint8_t)(std::clamp(v, -127.0f, 127.0f) + 128.0f);
+  }
+}
+
+void quantize_block_q8_0(const float* x, int n, uint16_t* d, uint8_t* u) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float s = amax / 127.0f;
+  *d = fp32_to_fp16(s);
+  quantize_block_q8_0_scaled(x, n, s, u);
+}
+
+void quantize_block_q4_0_scaled(const float* x, int n, float d, uint8_t* u) {
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  for (int i = 0; i < kQBlock; ++i) {
+    const float v = i < n ? std::nearbyint(x[i] * id) : 0.0f;
+    u[i] = (uint8_t)(std::clamp(v, -8.0f, 7.0f) + 8.0f);
+  }
+}
+
+void quantize_block_q4_0(const float* x, int n, uint16_t* d, uint8_t* u) {
+  float amax = 0, m = 0;  // m: the value of largest magnitude, with its sign (llama.cpp's choice: it maps to −8 exactly)
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      m = x[i];
+    }
+  const float s = m / -8.0f;
+  *d = fp32_to_fp16(s);
+  quantize_block_q4_0_scaled(x, n, s, u);
+}
+
+void quantize_activations(const float* x, int K, QuantizedRow& o) {
+  o.blocks = (K + kQBlock - 1) / kQBlock;
+  o.q.assign((size_t)o.blocks * kQBlock, 0);
+  o.d.resize(o.blocks);
+  o.sum.resize(o.blocks);
+  for (int b = 0; b < o.blocks; ++b) {
+    const int n = std::min(kQBlock, K - b * kQBlock);
+    const float* xb = x + (int64_t)b * kQBlock;
+    float amax = 0;
+    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < n; ++i) {
+      const int q = (int)std::nearbyint(xb[i] * id);
+      o.q[(size_t)b * kQBlock + i] = (int8_t)q;
+      s += q;
+    }
+    o.d[b] = d;
+    o.sum[b] = s;
+  }
+}
+
+namespace {
+
+int64_t row_groups(int64_t R) { return (R + kQRows - 1) / kQRows; }
+int64_t col_blocks(int64_t C) { return (C + kQBlock - 1) / kQBlock; }
+
+// ---------------------------------------------------------------- packing
+size_t q8_bytes(int64_t R, int64_t C) { return (size_t)(row_groups(R) * col_blocks(C)) * sizeof(BlockQ8_0x4); }
+size_t q4_bytes(int64_t R, int64_t C) { return (size_t)(row_groups(R) * col_blocks(C)) * sizeof(BlockQ4_0x4); }
+
+void q8_pack(const float* w, int64_t R, int64_t C, void* dst) {
+  auto* B = static_cast<BlockQ8_0x4*>(dst);
+  const int64_t nb = col_blocks(C);
+#pragma omp parallel for if (R * C > (1 << 18))
+  for (int64_t g = 0; g < row_groups(R); ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockQ8_0x4& blk = B[g * nb + b];
+      for (int r = 0; r < kQRows; ++r) {
+        const int64_t row = g * kQRows + r;
+        if (row < R) quantize_block_q8_0(w + row * C + b * kQBlock, (int)std::min<int64_t>(kQBlock, C - b * kQBlock), &blk.d[r], blk.qs[r]);
+        else {
+          blk.d[r] = 0;
+          std::memset(blk.qs[r], 128, kQBlock);
+        }
+      }
+    }
+}
+
+void q8_unpack(const void* p, int64_t R, int64_t C, float* dst) {
+  const auto* B = static_cast<const BlockQ8_0x4*>(p);
+  const int64_t nb = col_blocks(C);
+  for (int64_t row = 0; row < R; ++row)
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0x4& blk = B[(row / kQRows) * nb + b];
+      const int r = (int)(row % kQRows);
+      const float d = fp16_to_fp32(blk.d[r]);
+      for (int64_t i = 0; i < kQBlock && b * kQBlock + i < C; ++i) dst[row * C + b * kQBlock + i] = d * ((int)blk.qs[r][i] - 128);
+    }
+}
+
+void q4_pack(const float* w, int64_t R, int64_t C, void* dst) {
+  auto* B = static_cast<BlockQ4_0x4*>(dst);
+  const int64_t nb = col_blocks(C);
+#pragma omp parallel for if (R * C > (1 << 18))
+  for (int64_t g = 0; g < row_groups(R); ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockQ4_0x4& blk = B[g * nb + b];
+      for (int r = 0; r < kQRows; ++r) {
+        const int64_t row = g * kQRows + r;
+        uint8_t u[kQBlock];
+        if (row < R) quantize_block_q4_0(w + row * C + b * kQBlock, (int)std::min<int64_t>(kQBlock, C - b * kQBlock), &blk.d[r], u);
+        else {
+          blk.d[r] = 0;
+          std::fill(u, u + kQBlock, 8);
+        }
+        for (int i = 0; i < kQBlock / 2; ++i) blk.qs[r][i] = (uint8_t)(u[i] | (u[i + kQBlock / 2] << 4));
+      }
+    }
+}
+
+inline int q4_code(const BlockQ4_0x4& blk, int r, int i) {
+  return i < kQBlock / 2 ? blk.qs[r][i] & 0x0f : blk.qs[r][i - kQBlock / 2] >> 4;
+}
+
+void q4_unpack(const void* p, int64_t R, int64_t C, float* dst) {
+  const auto* B = static_cast<const BlockQ4_0x4*>(p);
+  const int64_t nb = col_blocks(C);
+  for (int64_t row = 0; row < R; ++row)
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ4_0x4& blk = B[(row / kQRows) * nb + b];
+      const int r = (int)(row % kQRows);
+      const float d = fp16_to_fp32(blk.d[r]);
+      for (int64_t i = 0; i < kQBlock && b * kQBlock + i < C; ++i) dst[row * C + b * kQBlock + i] = d * (q4_code(blk, r, (int)i) - 8);
+    }
+}
+
+// ---------------------------------------------------------------- the products of one row group
+// out[4] = the group's 4 rows · x (the quantized activations), by kernel.
+void group_q8_portable(const BlockQ8_0x4* B, const QuantizedRow& x, float* out) {
+  float acc[kQRows] = {0, 0, 0, 0};
+  for (int b = 0; b < x.blocks; ++b)
+    for (int r = 0; r < kQRows; ++r) {
+      int32_t s = 0;
+      for (int i = 0; i < kQBlock; ++i) s += (int32_t)B[b].qs[r][i] * x.q[(size_t)b * kQBlock + i];
+      acc[r] += fp16_to_fp32(B[b].d[r]) * x.d[b] * (float)(s - 128 * x.sum[b]);
+    }
+  std::copy(acc, acc + kQRows, out);
+}
+
+void group_q4_portable(const BlockQ4_0x4* B, const QuantizedRow& x, float* out) {
+  float acc[kQRows] = {0, 0, 0, 0};
+  for (int b = 0; b < x.blocks; ++b)
+    for (int r = 0; r < kQRows; ++r) {
+      int32_t s = 0;
+      for (int i = 0; i < kQBlock; ++i) s += q4_code(B[b], r, i) * x.q[(size_t)b * kQBlock + i];
+      acc[r] += fp16_to_fp32(B[b].d[r]) * x.d[b] * (float)(s - 8 * x.sum[b]);
+    }
+  std::copy(acc, acc + kQRows, out);
+}
+
+#ifdef LOOPLM_QUANT_X86
+#define LOOPLM_AVX2_Q __attribute__((target("avx2,fma,f16c")))
+#define LOOPLM_VNNI_Q __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
+
+// AVX2: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pairs, so q8's codes
+// go in as |q| with q's sign moved onto x (≤ 2·127² fits); q4's codes (≤ 15) go in directly.
+LOOPLM_AVX2_Q void group_q8_avx2(const BlockQ8_0x4* B, const QuantizedRow& x, float* out) {
+  __m256 acc[kQRows] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+  for (int b = 0; b < x.blocks; ++b) {
+    const __m256i X = _mm256_loadu_si256((const __m256i*)(x.q.data() + (size_t)b * kQBlock));
+    float s4[4];
+    _mm_storeu_ps(s4, _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b])));
+    for (int r = 0; r < kQRows; ++r) {
+      const __m256i W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)B[b].qs[r]), flip);  // q
+      const __m256i P = _mm256_maddubs_epi16(_mm256_abs_epi8(W), _mm256_sign_epi8(X, W));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set1_ps(s4[r]), acc[r]);
+    }
+  }
+  for (int r = 0; r < kQRows; ++r) {
+    float t[8];
+    _mm256_storeu_ps(t, acc[r]);
+    out[r] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  }
+}
+
+// Rows r, r + 1 of a q4 group (16 bytes each) against x's two halves; scales sa, sb.
+LOOPLM_AVX2_Q inline __m256 q4_pair_avx2(const uint8_t* q, __m256i Xlo, __m256i Xhi, __m128 sa, __m128 sb, __m256 acc) {
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
+  const __m256i W = _mm256_loadu_si256((const __m256i*)q);
+  const __m256i lo = _mm256_and_si256(W, low), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), low);
+  const __m256i P = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Xlo), _mm256_maddubs_epi16(hi, Xhi));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set_m128(sb, sa), acc);
+}
+
+LOOPLM_AVX2_Q void group_q4_avx2(const BlockQ4_0x4* B, const QuantizedRow& x, float* out) {
+  __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();
+  __m128 corr = _mm_setzero_ps();
+  for (int b = 0; b < x.blocks; ++b) {
+    const int8_t* xq = x.q.data() + (size_t)b * kQBlock;
+    const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
+    const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
+    const __m128 s4 = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b]));
+    corr = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x.sum[b]), corr);
+    acc01 = q4_pair_avx2(B[b].qs[0], Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0x00), _mm_shuffle_ps(s4, s4, 0x55), acc01);
+    acc23 = q4_pair_avx2(B[b].qs[2], Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0xaa), _mm_shuffle_ps(s4, s4, 0xff), acc23);
+  }
+  float t[16], c[4];
+  _mm256_storeu_ps(t, acc01);
+  _mm256_storeu_ps(t + 8, acc23);
+  _mm_storeu_ps(c, corr);
+  for (int r = 0; r < kQRows; ++r) out[r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+}
+
+// (g++ 12 warns falsely about the intrinsics' undefined pass-through operands once they inline.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// AVX-512 VNNI: vpdpbusd sums 4 unsigned × signed byte products into each int32 lane; a 64-byte
+// load covers two rows' blocks (q8) or all four (q4), against x broadcast to match.
+LOOPLM_VNNI_Q void group_q8_vnni(const BlockQ8_0x4* B, const QuantizedRow& x, float* out) {
+  __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+  __m128 corr = _mm_setzero_ps();
+  const __m512i idx01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i idx23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+  const __m512i zero = _mm512_setzero_si512();
+  for (int b = 0; b < x.blocks; ++b) {
+    const __m512i X = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x.q.data() + (size_t)b * kQBlock)));
+    const __m128 s4 = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b]));
+    const __m512 S = _mm512_castps128_ps512(s4);
+    const __m512i A01 = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(B[b].qs[0]), X);
+    const __m512i A23 = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(B[b].qs[2]), X);
+    acc01 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A01), _mm512_permutexvar_ps(idx01, S), acc01);
+    acc23 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A23), _mm512_permutexvar_ps(idx23, S), acc23);
+    corr = _mm_fmadd_ps(s4, _mm_set1_ps(128.0f * (float)x.sum[b]), corr);
+  }
+  float t[32], c[4];
+  _mm512_storeu_ps(t, acc01);
+  _mm512_storeu_ps(t + 16, acc23);
+  _mm_storeu_ps(c, corr);
+  for (int r = 0; r < kQRows; ++r) {
+    const float* v = t + 8 * r;
+    out[r] = (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) - c[r];
+  }
+}
+
+LOOPLM_VNNI_Q void group_q4_vnni(const BlockQ4_0x4* B, const QuantizedRow& x, float* out) {
+  __m512 acc = _mm512_setzero_ps();
+  __m128 corr = _mm_setzero_ps();
+  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+  for (int b = 0; b < x.blocks; ++b) {
+    const int8_t* xq = x.q.data() + (size_t)b * kQBlock;
+    const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
+    const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
+    const __m512i W = _mm512_loadu_si512(B[b].qs[0]);  // 4 rows x 16 bytes
+    const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
+    const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
+    const __m128 s4 = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc);
+    corr = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x.sum[b]), corr);
+  }
+  float t[16], c[4];
+  _mm512_storeu_ps(t, acc);
+  _mm_storeu_ps(c, corr);
+  for (int r = 0; r < kQRows; ++r) out[r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+}
+
+#pragma GCC diagnostic pop
+
+bool have_avx2_q() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+bool have_vnni_q() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni") && have_avx2_q();
+  return yes;
+}
+#else
+bool have_avx2_q() { return false; }
+bool have_vnni_q() { return false; }
+#endif
+
+template <class Block>
+using GroupFn = void (*)(const Block*, const QuantizedRow&, float*);
+
+template <class Block>
+GroupFn<Block> pick(GemvKernel k, GroupFn<Block> portable, GroupFn<Block> avx2, GroupFn<Block> vnni) {
+  if (k == GemvKernel::best) k = quant_kernels_available().back();
+#ifdef LOOPLM_QUANT_X86
+  if (k == GemvKernel::avx512_vnni && have_vnni_q()) return vnni;
+  if (k == GemvKernel::avx2 && have_avx2_q()) return avx2;
+#else
+  (void)avx2, (void)vnni;
+#endif
+  return portable;
+}
+
+// y[R] (+)= W x: x quantized once (per thread's call), the row groups split between the threads.
+template <class Block>
+void quant_gemv(int R, int C, const void* p, const float* x, float* y, bool accumulate, GroupFn<Block> group) {
+  static thread_local QuantizedRow xq;
+  quantize_activations(x, C, xq);
+  const auto* B = static_cast<const Block*>(p);
+  const int64_t nb = col_blocks(C), G = row_groups(R);
+#pragma omp parallel for schedule(static) if ((int64_t)R * C > (1 << 15))
+  for (int64_t g = 0; g < G; ++g) {
+    float o[kQRows];
+    group(B + g * nb, xq, o);
+    for (int r = 0; r < kQRows && g * kQRows + r < R; ++r) {
+      float& t = y[g * kQRows + r];
+      t = accumulate ? t + o[r] : o[r];
+    }
+  }
+}
+
+// Many rows (prefill, evaluation): panels of 64 weight rows dequantized (exactly) into a per-thread
+// buffer and multiplied there in fp32, the panels split between the threads; a few rows (batched
+// decoding): the matrix-vector product per row.
+constexpr int kPanel = 64;
+constexpr int kFewRows = 16;
+using Unpack = void (*)(const void*, int64_t, int64_t, float*);
+template <class Block>
+void quant_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch, GroupFn<Block> group,
+                Unpack unpack) {
+  if (N <= kFewRows) {
+    std::vector<float> row(R);
+    for (int n = 0; n < N; ++n) {
+      quant_gemv<Block>(R, C, p, x + (int64_t)n * C, row.data(), false, group);
+      std::copy(row.begin(), row.end(), y + (int64_t)n * R);
+    }
+    return;
+  }
+  const auto* B = static_cast<const Block*>(p);
+  const int64_t nb = col_blocks(C);
+  const int panels = (R + kPanel - 1) / kPanel;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < panels; ++i) {
+    const int r0 = i * kPanel, n = std::min(kPanel, R - r0);
+    float* w = scratch + (size_t)omp_get_thread_num() * kPanel * C;
+    unpack(B + (int64_t)(r0 / kQRows) * nb, n, C, w);  // a panel starts on a row group: a standalone [n, C] matrix
+    gemm(false, true, N, n, C, 1.0f, x, C, w, C, 0.0f, y + r0, R);  // sequential inside a parallel region
+  }
+}
+size_t quant_scratch(int64_t, int64_t C) { return (size_t)omp_get_max_threads() * kPanel * (size_t)C; }
+
+void q8_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
+  quant_gemv<BlockQ8_0x4>(R, C, p, x, y, acc, pick<BlockQ8_0x4>(k, group_q8_portable, group_q8_avx2, group_q8_vnni));
+}
+void q8_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
+  quant_gemm<BlockQ8_0x4>(N, R, C, p, x, y, scratch,
+                          pick<BlockQ8_0x4>(GemvKernel::best, group_q8_portable, group_q8_avx2, group_q8_vnni), q8_unpack);
+}
+void q4_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
+  quant_gemv<BlockQ4_0x4>(R, C, p, x, y, acc, pick<BlockQ4_0x4>(k, group_q4_portable, group_q4_avx2, group_q4_vnni));
+}
+void q4_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
+  quant_gemm<BlockQ4_0x4>(N, R, C, p, x, y, scratch,
+                          pick<BlockQ4_0x4>(GemvKernel::best, group_q4_portable, group_q4_avx2, group_q4_vnni), q4_unpack);
+}
+
+}  // namespace
+
+std::vector<GemvKernel> quant_kernels_available() {
+  std::vector<GemvKernel> k = {GemvKernel::portable};
+  if (have_avx2_q()) k.push_back(GemvKernel::avx2);
+  if (have_vnni_q()) k.push_back(GemvKernel::avx512_vnni);
+  return k;
+}
+
+extern const WeightFormat kQ8_0 = {
+    "q8_0", "int8 blocks of 32 with an fp16 scale (8.5 bits per weight; activations int8 per block in the products)",
+    kQRows, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available};
+extern const WeightFormat kQ4_0 = {
+    "q4_0", "4-bit blocks of 32 with an fp16 scale (4.5 bits per weight; activations int8 per block in the products)",
+    kQRows, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available};
+
+}  // namespace looplm

@@ -1,0 +1,53 @@
+// `looplm quantize`: a checkpoint's weight matrices to a quantized weight format (q8_0, q4_0),
+// written as a safetensors checkpoint that eval, generate and info read directly (docs/format.md).
+#include <sys/stat.h>
+
+#include <cstdio>
+
+#include "backend/cpu/weight_format.h"
+#include "cli.h"
+#include "cli_common.h"
+#include "model/model_io.h"
+
+namespace looplm::cli {
+
+int cmd_quantize(int argc, char** argv) {
+  CLI::App app{"Quantize a checkpoint's weight matrices (norms, biases and the rest stay fp32).", "looplm quantize"};
+  std::string in, out, format, method = "rtn";
+  bool allow_nonfinite = false;
+  app.add_option("--checkpoint", in, "the fp32 model.safetensors (or its run directory)")->required()->type_name("FILE");
+  app.add_option("--format", format, "q8_0 (8.5 bits per weight) or q4_0 (4.5 bits per weight)")
+      ->required()
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+  app.add_option("--method", method, "rtn: each block's scale from its largest value, every weight rounded to nearest (default)")
+      ->check(CLI::IsMember({"rtn"}));
+  app.add_option("--out", out, "the quantized checkpoint to write (a .safetensors file)")->required()->type_name("FILE");
+  app.add_flag("--allow-nonfinite", allow_nonfinite, "quantize a checkpoint whose tensors hold NaN/Inf");
+  ThreadsArg threads;
+  threads.add(app);
+  if (!parse(app, argc, argv, "quantize")) return 0;
+  set_threads(threads.n);
+  struct stat st;
+  if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) in += "/model.safetensors";
+  if (::stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw UsageError("quantize: --out " + out + " is a directory; name the file to write (e.g. " + out + "/model." + format + ".safetensors)");
+  struct stat si;
+  if (::stat(in.c_str(), &si) == 0 && ::stat(out.c_str(), &st) == 0 && si.st_ino == st.st_ino && si.st_dev == st.st_dev)
+    throw UsageError("quantize: --out is the input checkpoint; write the quantized one beside it");
+
+  LoadModelOptions lo;
+  lo.allow_nonfinite = allow_nonfinite;
+  std::unique_ptr<Model> m = load_model(in, lo);
+  if (const WeightFormat* own = m->params().prepacked_format())
+    throw UsageError("quantize: " + in + " is already " + own->name + "; quantize the fp32 checkpoint");
+  const WeightFormat* f = find_weight_format(format);
+  m->prepare_inference(*f);
+  save_model_packed(out, *m, {{"quantize_method", method}});
+  struct stat so;
+  const double in_mb = ::stat(in.c_str(), &si) == 0 ? si.st_size / 1e6 : 0, out_mb = ::stat(out.c_str(), &so) == 0 ? so.st_size / 1e6 : 0;
+  std::printf("%s: %zu weight matrices as %s (%s), the rest fp32: %.2f MB -> %.2f MB (%.2fx smaller)\n", out.c_str(),
+              m->params().matrices().size(), f->name, method.c_str(), in_mb, out_mb, out_mb > 0 ? in_mb / out_mb : 0.0);
+  return 0;
+}
+
+}  // namespace looplm::cli
