@@ -377,6 +377,37 @@ TEST_F(Cli, GeneratePrompts) {
   EXPECT_EQ(r.code, 2) << r.out;
 }
 
+// quantize writes a checkpoint that eval, generate and info read as it is; its errors name the
+// problem (a quantized input, a directory as --out, an unknown format).
+TEST_F(Cli, Quantize) {
+  const std::string q = dir + "/model.q8_0.safetensors";
+  CmdResult r = run("quantize --checkpoint " + ckpt() + " --format q8_0 --out " + q);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("as q8_0 (rtn)"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + q + " --data " + dir + "/val.txt --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double lq = nlohmann::json::parse(r.out)["loss"].get<double>();
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --json");
+  const double l = nlohmann::json::parse(r.out)["loss"].get<double>();
+  EXPECT_NEAR(lq, l, 0.01 * l);
+  EXPECT_NE(lq, l);
+  r = run("generate --checkpoint " + q + " --prompt hi -n 5 --quiet");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run("info --checkpoint " + q + " --no-measure --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["weights"], "q8_0");
+  r = run("quantize --checkpoint " + q + " --format q4_0 --out " + dir + "/again.safetensors");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("already q8_0"), std::string::npos) << r.out;
+  r = run("quantize --checkpoint " + ckpt() + " --format q4_0 --out " + dir);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+  EXPECT_EQ(run("quantize --checkpoint " + ckpt() + " --format q3 --out " + dir + "/x.safetensors").code, 2);
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --weights q5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown weight format 'q5'"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, HugeIntegerIsRejectedNotNarrowed) {
   // 4294967424 = 2^32 + 128 would read as 128 after a 32-bit narrowing.
   CmdResult r = run("train --preset looped --set d_model=4294967424 --out " + dir + "/run");

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/quant.h"
 #include "backend/cpu/weight_format.h"
 #include "core/rng.h"
 #include "looplm/looplm.h"
+#include "model/model_io.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -184,4 +186,72 @@ TEST(Quant, ModelLogitsStayClose) {
     EXPECT_LT(std::sqrt(err / var), tol) << w;
     EXPECT_GT(err, 0.0) << w;  // really quantized
   }
+}
+
+// A quantized checkpoint round trip: save_model_packed writes the packed bytes, load_model uses
+// them in place (the very bytes: the products read the file), and the model computes what the
+// model packed at load computes where the fp32 values agree (an untied head: the embedding is read
+// as fp32 either way). Damaged files are errors naming the problem.
+TEST(Quant, QuantizedCheckpointRoundTrip) {
+  Config c = load_preset("looped");
+  c.d_model = 64;
+  c.n_heads = 2;
+  c.context = 16;
+  c.tie_embeddings = false;
+  const std::string dir = ::testing::TempDir();
+  const std::string fp32 = dir + "/quant_rt.safetensors";
+  {
+    ParamStorage s;
+    s.grads = false;
+    Model m(c, s);
+    m.init_weights(11);
+    save_model(fp32, m);
+  }
+  const std::vector<int32_t> prompt = {3, 50, 200, 17, 9, 1};
+  for (const char* fmt : {"q8_0", "q4_0"}) {
+    const std::string q = dir + "/quant_rt." + fmt + ".safetensors";
+    std::unique_ptr<Model> m = load_model(fp32);
+    m->prepare_inference(*find_weight_format(fmt));
+    save_model_packed(q, *m, {{"quantize_method", "rtn"}});
+    std::unique_ptr<Model> back = load_model(q);
+    ASSERT_EQ(back->params().prepacked_format(), find_weight_format(fmt));
+    back->prepare_inference(*find_weight_format(fmt));
+    ASSERT_EQ(back->params().matrices().size(), m->params().matrices().size());
+    for (size_t i = 0; i < m->params().matrices().size(); ++i) {
+      const PackedMatrix& a = m->params().matrices()[i].packed;
+      const PackedMatrix& b = back->params().matrices()[i].packed;
+      ASSERT_EQ(std::memcmp(a.data, b.data, a.format->packed_bytes(a.rows, a.cols)), 0) << fmt << " matrix " << i;
+    }
+    LoadOptions own;  // the checkpoint's own format, through the public API
+    LanguageModel lm = LanguageModel::load(q, own);
+    LoadOptions at_load;
+    at_load.weights = fmt;
+    LanguageModel ref = LanguageModel::load(fp32, at_load);
+    EXPECT_EQ(lm.forward_logits(prompt), ref.forward_logits(prompt)) << fmt;
+    LoadOptions wider;  // another format from a quantized file: repacked from the dequantized values
+    wider.weights = "fp32";
+    EXPECT_NO_THROW(LanguageModel::load(q, wider).forward_logits(prompt));
+  }
+  // Damage: a packed tensor of the wrong size, a 'packed' entry naming an unknown param.
+  std::unique_ptr<Model> m = load_model(fp32);
+  m->prepare_inference(*find_weight_format("q8_0"));
+  const std::string bad = dir + "/quant_bad.safetensors";
+  save_model_packed(bad, *m, {{"weights", "q4_0"}});  // q8_0 bytes labelled q4_0
+  try {
+    load_model(bad);
+    FAIL() << "loaded a mislabelled file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be U8"), std::string::npos) << e.what();
+  }
+  save_model_packed(bad, *m, {{"packed", "[{\"tensor\": \"packed.x\", \"params\": [\"nope\"], \"rows\": 1, \"cols\": 1}]"}});
+  try {
+    load_model(bad);
+    FAIL() << "loaded a file with an unknown packed param";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not declare"), std::string::npos) << e.what();
+  }
+  LoadModelOptions train;
+  train.for_training = true;
+  save_model_packed(bad, *m);
+  EXPECT_THROW(load_model(bad, train), Error);
 }

@@ -2,16 +2,20 @@
 // parameters, unrolled depth, FLOPs per token, memory per token — and, for a looped model, the
 // dense controls a fair comparison needs: the dense depth with the same FLOPs (iso-FLOP) and with
 // the same parameters (iso-param).
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
+#include "model/model_io.h"
 #include "ops/ops.h"
 
 namespace looplm::cli {
@@ -98,8 +102,23 @@ int cmd_info(int argc, char** argv) {
   if (!parse(app, argc, argv, "info")) return 0;
   if (!ckpt.empty() && ca.explicit_base()) throw UsageError("--checkpoint names the config; do not give --preset or --config too");
   Config c;
+  // A checkpoint's weights: their format and bytes (a quantized checkpoint's packed matrices).
+  std::string weights = "fp32";
+  double weight_bytes = 0, file_bytes = 0;
+  size_t n_matrices = 0;
   if (!ckpt.empty()) {
-    c = LanguageModel::load(ckpt).config();
+    std::string path = ckpt;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
+    std::unique_ptr<Model> lm = load_model(path);
+    if (const WeightFormat* f = lm->params().prepacked_format()) {
+      weights = f->name;
+      lm->prepare_inference(*f);
+      weight_bytes = (double)lm->params().packed_bytes();
+      n_matrices = lm->params().matrices().size();
+    }
+    if (::stat(path.c_str(), &st) == 0) file_bytes = (double)st.st_size;
+    c = lm->config();
     ca.apply_sets(c);
     c.validate();
   } else {
@@ -152,6 +171,11 @@ int cmd_info(int argc, char** argv) {
         {"flops_per_token_parts", {{"prelude", fp.prelude}, {"core_per_step", fp.core}, {"rule_per_step", fp.rule},
                                    {"coda", fp.coda}, {"head", fp.head}}},
         {"kv_cache_bytes_per_token", kv_bytes}};
+    if (!ckpt.empty()) {
+      j["weights"] = weights;
+      j["file_bytes"] = file_bytes;
+      if (n_matrices) j["packed_matrix_bytes"] = weight_bytes;
+    }
     if (act >= 0) {
       j["activation_bytes_per_token"] = act;
       j["activation_grad_bytes_per_token"] = act_grad;
@@ -170,6 +194,11 @@ int cmd_info(int argc, char** argv) {
               c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(), c.d_model, c.n_heads,
               c.context, c.vocab_size);
   std::printf("unrolled depth: %d block applications at R = %d\n", N, c.R);
+  if (!ckpt.empty()) {
+    std::printf("weights: %s", weights.c_str());
+    if (n_matrices) std::printf(" (%zu weight matrices packed, %.2f MB; the rest fp32)", n_matrices, weight_bytes / 1e6);
+    std::printf(", file %.2f MB\n", file_bytes / 1e6);
+  }
   std::printf("parameters: %s (embeddings %s, non-embedding %s)\n", with_commas(n.total).c_str(),
               with_commas(n.embedding).c_str(), with_commas(n.non_embedding()).c_str());
   std::printf("  prelude %s | core %s | coda %s | loop rule %s | final norm %s\n", with_commas(n.prelude).c_str(),
