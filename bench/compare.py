@@ -2,7 +2,7 @@
 """looplm vs PyTorch on the bench presets: interleaved, repeated runs, medians, a markdown table.
 
     python3 bench/compare.py [--looplm build/looplm] [--threads 2] [--configs tiny,dense,looped,...]
-                             [--repeats 3] [--bf16]
+                             [--repeats 3] [--bf16] [--llamacpp]
 
 Configs (default: all nine): tiny, dense, looped, the looped systems on bench-looped's shape
 (1 + 2x4 + 1, d 384): recurrent_gpt (gated loop rule), deeploop (sandwich blocks, RMSNorm, α =
@@ -138,6 +138,9 @@ def main():
     ap.add_argument("--looplm-args", default="", help="extra arguments for looplm bench")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per single run")
     ap.add_argument("--verbose", action="store_true", help="print every run as it finishes")
+    ap.add_argument("--llamacpp", action="store_true",
+                    help="also compare batch-1 decoding with llama.cpp at every precision (bench/llamacpp.py; "
+                         "skipped with a note when npm is unreachable)")
     a = ap.parse_args()
 
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
@@ -284,6 +287,11 @@ def main():
     if via_file:
         print(f"\n(looplm ran {', '.join(via_file)} from configs/bench-<config>.json: this binary has "
               "no such preset yet.)")
+    if a.llamacpp:  # the llama.cpp column: batch-1 decoding at each precision, the same weights
+        import llamacpp
+        print()
+        llamacpp.main(["--looplm", a.looplm, "--threads", f"1,{a.threads}" if a.threads != 1 else "1",
+                       "--repeats", str(a.repeats)])
     if errors:
         print(f"\n{len(errors)} run(s) failed; see stderr.")
     return 1 if errors else 0

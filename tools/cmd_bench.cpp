@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
 #include "core/rng.h"
@@ -65,7 +66,7 @@ class BusyNeighbour {
 
 // The metrics of one repetition, in table order, with their JSON keys.
 struct Metric {
-  const char* key;
+  std::string key;
   std::string label;
 };
 
@@ -81,6 +82,21 @@ Stat stat(const std::vector<double>& v) {
   return s;
 }
 
+// "q8_0,q4_0" -> its formats ("none": none), each checked against the format table.
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  if (list == "none") return out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string f = list.substr(at, comma - at);
+    if (!find_weight_format(f)) throw UsageError("bench: --weights: unknown weight format '" + f + "' (" + weight_format_names() + ")");
+    out.push_back(f);
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -88,6 +104,7 @@ int cmd_bench(int argc, char** argv) {
   ConfigArgs cfg;
   cfg.add(app, "bench-dense");
   int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256, gen_batch = 8;
+  std::string weight_list = "q8_0,q4_0";
   bool as_json = false, as_csv = false, contended = false;
   app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
       ->check(at_least(0));
@@ -99,6 +116,8 @@ int cmd_bench(int argc, char** argv) {
       ->check(at_least(1));
   app.add_option("-n,--gen-tokens", gen_tokens, "new tokens of the generation test (default 256; 0: no generation)")
       ->check(at_least(0));
+  app.add_option("--weights", weight_list, "quantized weight formats to time besides fp32 and bf16, comma-separated (default q8_0,q4_0; 'none')")
+      ->type_name("LIST");
   app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
       ->check(at_least(1));
   app.add_flag("--contended", contended,
@@ -120,9 +139,14 @@ int cmd_bench(int argc, char** argv) {
   for (auto& t : y) t = (int32_t)rng.below(V);
   double train_rss = 0;  // peak RSS after training, before the generation models exist
   size_t act_peak = 0, grad_peak = 0;
-  std::unique_ptr<LanguageModel> lm32, lm16;  // made after the first training measurement
+  // The generation models, one per weight format (made after the first training measurement).
+  std::vector<std::string> formats = {"fp32", "bf16"};
+  for (const std::string& f : split_list(weight_list))
+    if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+  std::vector<std::unique_ptr<LanguageModel>> lms;
+  auto sfx_of = [](const std::string& f) { return f == "fp32" ? std::string() : f + "_"; };
 
-  const std::vector<Metric> metrics = {
+  std::vector<Metric> metrics = {
       {"train_tokens_per_s", "train (fwd + bwd + AdamW, " + std::to_string(B) + " x " + std::to_string(T) + " tokens)"},
       {"prompt_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " fp32"},
       {"prompt_bf16_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " bf16"},
@@ -132,6 +156,13 @@ int cmd_bench(int argc, char** argv) {
       {"decode_batch_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences bf16"},
       {"generate_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, fp32"},
       {"generate_bf16_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, bf16"}};
+  for (size_t i = 2; i < formats.size(); ++i) {  // the quantized formats: prompt, decoding, batched decoding
+    const std::string& f = formats[i];
+    metrics.push_back({"prompt_" + sfx_of(f) + "tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " " + f});
+    metrics.push_back({"decode_" + sfx_of(f) + "tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " " + f});
+    metrics.push_back({"decode_batch_" + sfx_of(f) + "tokens_per_s",
+                       "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences " + f});
+  }
 
   // One repetition: every metric once.
   auto measure = [&] {
@@ -163,13 +194,15 @@ int cmd_bench(int argc, char** argv) {
     //  * generation: gen_tokens new tokens, greedy, after a 16-token prompt: decoding alone, and end
     //    to end from the prefill on (as the PyTorch peer times it; like the peer, a full window
     //    restarts the cache on its last half).
-    if (!lm32) {
-      LoadOptions lo;
-      lm32 = std::make_unique<LanguageModel>(LanguageModel::from_config(c, c.seed, lo));
-      lo.weights = "bf16";
-      lm16 = std::make_unique<LanguageModel>(LanguageModel::from_config(c, c.seed, lo));
-    }
-    for (auto [lm, sfx] : {std::pair{lm32.get(), ""}, std::pair{lm16.get(), "bf16_"}}) {
+    if (lms.empty())
+      for (const std::string& f : formats) {
+        LoadOptions lo;
+        lo.weights = f;
+        lms.push_back(std::make_unique<LanguageModel>(LanguageModel::from_config(c, c.seed, lo)));
+      }
+    for (size_t fi = 0; fi < formats.size(); ++fi) {
+      LanguageModel* lm = lms[fi].get();
+      const std::string sfx = sfx_of(formats[fi]);
       GenerateStats st;
       GenerateOptions go;
       go.temperature = 0;
@@ -208,7 +241,7 @@ int cmd_bench(int argc, char** argv) {
   const double peak = measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
   const std::string name = cfg.file.empty() ? cfg.preset : cfg.file;
   const std::string thread_mode = threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available());
-  auto get = [](const std::map<std::string, Stat>& s, const char* k) {
+  auto get = [](const std::map<std::string, Stat>& s, const std::string& k) {
     auto it = s.find(k);
     return it == s.end() ? Stat{} : it->second;
   };

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights (issue 9).
+
+    python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
+
+The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
+shape of ../shared/anchors/llamacpp/README.md), written by `looplm train --steps 0` (random weights:
+decode speed does not depend on their values). llama.cpp's prebuilt CPU build comes from npm
+(../shared/anchors/llamacpp/setup.sh); `looplm_to_gguf.py` converts the checkpoint to GGUF F32 /
+F16 / Q8_0 / Q4_0 (llama.cpp's own round-to-nearest quantization of the fp32 weights) and
+`looplm quantize` makes looplm's q8_0 / q4_0 from the same fp32 weights (the same rounding rule).
+Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. For every repeat and thread count,
+every pair runs back to back (order alternating), 16-token prompt, --n-new greedy tokens; the table
+gives medians of decode tokens/s and their ratio (looplm / llama.cpp: above 1, looplm is faster).
+When npm or the prebuilt package is not reachable the comparison is skipped with a note (exit 0).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "llamacpp")
+PAIRS = (("fp32", "f32"), ("bf16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"))
+SETS = ["d_model=384", "n_heads=6", "n_core=6", "context=256", "R=1"]
+PROMPT = "And it came to pass"[:16]
+
+
+def sh(cmd, timeout=600):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def setup_llamacpp():
+    """The lcpp driver's path, or None (with the reason printed) when it cannot be installed."""
+    script = os.path.join(ANCHOR, "setup.sh")
+    if not os.path.exists(script):
+        print(f"(llama.cpp comparison skipped: {script} not found)")
+        return None
+    try:
+        r = sh(["bash", script], timeout=900)
+    except subprocess.TimeoutExpired:
+        print("(llama.cpp comparison skipped: its npm install timed out — is the npm registry reachable?)")
+        return None
+    if r.returncode != 0:
+        print(f"(llama.cpp comparison skipped: setup failed — npm unreachable? {r.stderr.strip()[-300:]})")
+        return None
+    return r.stdout.strip().splitlines()[-1]
+
+
+def looplm_decode(looplm, ckpt, weights, threads, n_new):
+    cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", PROMPT, "-n", str(n_new), "--temperature", "0",
+           "--threads", str(threads)]
+    if weights:
+        cmd += ["--weights", weights]
+    r = sh(cmd)
+    m = re.search(r"generation: (\d+) tokens in ([\d.]+) ms \(([\d.]+) tokens/s\)", r.stderr)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"looplm generate failed: {r.stderr[-400:]}")
+    # decode alone: the first new token comes from the prefill, the rest from one pass each
+    return (int(m.group(1)) - 1) / (float(m.group(2)) / 1e3)
+
+
+def lcpp_decode(lcpp, gguf, threads, n_new):
+    r = sh([lcpp, gguf, "--threads", str(threads), "--prompt-len", "16", "--n-new", str(n_new), "--reps", "1"])
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"llama.cpp failed: {r.stderr[-400:]}")
+    return json.loads(lines[-1])["decode_tok_s"]
+
+
+def run(looplm, threads_list, repeats, n_new, work):
+    lcpp = setup_llamacpp()
+    if not lcpp:
+        return None
+    run_dir = os.path.join(work, "llama384")
+    cmd = [looplm, "train", "--preset", "llama", "--steps", "0", "--out", run_dir, "--overwrite", "--quiet",
+           "--sample-len", "0"]
+    for s in SETS:
+        cmd += ["--set", s]
+    r = sh(cmd)
+    if r.returncode != 0:
+        raise RuntimeError(f"looplm train failed: {r.stderr[-400:]}")
+    ckpt = os.path.join(run_dir, "model.safetensors")
+    files = {}
+    for ours, theirs in PAIRS:
+        gguf = os.path.join(work, f"m.{theirs}.gguf")
+        r = sh(["/usr/bin/python3", os.path.join(ANCHOR, "looplm_to_gguf.py"), ckpt, gguf, "--type", theirs])
+        if r.returncode != 0:
+            raise RuntimeError(f"GGUF conversion failed: {r.stderr[-400:]}")
+        mine = (ckpt, ours)
+        if ours.startswith("q"):
+            q = os.path.join(work, f"m.{ours}.safetensors")
+            r = sh([looplm, "quantize", "--checkpoint", ckpt, "--format", ours, "--out", q])
+            if r.returncode != 0:
+                raise RuntimeError(f"looplm quantize failed: {r.stderr[-400:]}")
+            mine = (q, "")
+        files[ours] = (mine, gguf)
+    res = {(t, p): {"looplm": [], "llama.cpp": []} for t in threads_list for p, _ in PAIRS}
+    for rep in range(repeats):
+        for t in threads_list:
+            for p, _ in PAIRS:
+                (ck, w), gguf = files[p]
+                order = ("looplm", "llama.cpp") if rep % 2 == 0 else ("llama.cpp", "looplm")
+                for who in order:
+                    v = looplm_decode(looplm, ck, w, t, n_new) if who == "looplm" else lcpp_decode(lcpp, gguf, t, n_new)
+                    res[(t, p)][who].append(v)
+    sizes = {p: (os.path.getsize(files[p][0][0]), os.path.getsize(files[p][1])) for p, _ in PAIRS}
+    return res, sizes
+
+
+def table(res, sizes, repeats, n_new):
+    out = [f"Batch-1 decoding, 6 x d384 Llama-style, byte vocab, 16-token prompt + {n_new} greedy tokens; "
+           f"medians of {repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):", "",
+           "| threads | looplm / llama.cpp | file MB | looplm tok/s | llama.cpp tok/s | ratio |", "|---|---|---|---|---|---|"]
+    for (t, p), v in res.items():
+        a, b = statistics.median(v["looplm"]), statistics.median(v["llama.cpp"])
+        theirs = dict(PAIRS)[p].upper()
+        out.append(f"| {t} | {p} / {theirs} | {sizes[p][0] / 1e6:.1f} / {sizes[p][1] / 1e6:.1f} | {a:,.0f} | {b:,.0f} | "
+                   f"{a / b:.2f}x |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--looplm", default=os.path.join(ROOT, "build", "looplm"))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n-new", type=int, default=200)
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.looplm):
+        print(f"(llama.cpp comparison skipped: no looplm binary at {a.looplm})")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="looplm_lcpp_") as work:
+        got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, work)
+    if got is None:
+        return 0
+    print(table(*got, a.repeats, a.n_new))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
