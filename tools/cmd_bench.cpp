@@ -302,7 +302,7 @@ int cmd_bench(int argc, char** argv) {
   } else if (as_csv) {
     std::printf("metric,mean,stddev\n");
     for (const Metric& mt : metrics)
-      if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key, get(idle, mt.key).mean, get(idle, mt.key).sd);
+      if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
     std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
   } else {
     std::printf("%s: %.2fM parameters, threads %s, %d repetitions; training %.1f GFLOP/s = %.0f%% of the fp32 GEMM "

@@ -15,6 +15,7 @@ Init output_init(const Config& c) {
 }
 
 Node* linear(Graph& g, Node* x, const WeightMatrix& W, Node* b) {
+  g.tap_input(&W, x);
   if (W.packed && !g.grad_enabled()) return op::linear_packed(g, x, W.packed, b);
   return op::linear(g, x, W.node, b);
 }
@@ -116,6 +117,7 @@ Node* Mlp::operator()(Graph& g, Node* x) const {
     }
     g.tap("mlp.down.in", a);
     if (packed) return linear(g, a, *Wdown, bdown);
+    g.tap_input(Wdown, a);  // the fused op below multiplies by Wdown outside linear()
   }
   return op::gelu_linear(g, u, Wdown->node, bdown);
 }

@@ -40,6 +40,7 @@ struct TapSite {
   int block, step;
   bool diagnostic;  // a value eval reports (its mean per loop step) under "diagnostics"
   bool descent = false;  // a per-token value [N, 1] whose fall from step to step eval counts (energy)
+  const void* matrix = nullptr;  // "linear.in": the weight matrix (a WeightMatrix) this input multiplies
 };
 
 class Graph {
@@ -113,6 +114,10 @@ class Graph {
   bool observing() const { return taps_; }  // someone sees tap(): worth making a tensor for it
   void tap(const char* name, Node* x) {
     if (taps_) observer_(*this, {name, block_, step_, false}, x);
+  }
+  // The input x of a product with weight matrix `matrix` (every linear layer: calibration, GPTQ).
+  void tap_input(const void* matrix, Node* x) {
+    if (taps_) observer_(*this, {"linear.in", block_, step_, false, false, matrix}, x);
   }
   void diagnostic(const char* name, Node* x, bool descent = false) {
     if (observer_) observer_(*this, {name, block_, step_, true, descent}, x);

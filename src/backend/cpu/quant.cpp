@@ -416,6 +416,46 @@ void q4_gemm(int N, int R, int C, const void* p, const float* x, float* y, float
                           pick<BlockQ4_0x4>(GemvKernel::best, group_q4_portable, group_q4_avx2, group_q4_vnni), q4_unpack);
 }
 
+// ---------------------------------------------------------------- GPTQ's hooks
+float q8_block_scale(const float* x, int n) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+}
+float q4_block_scale(const float* x, int n) {
+  float amax = 0, m = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), m = x[i];
+  return fp16_to_fp32(fp32_to_fp16(m / -8.0f));
+}
+float q8_snap(float x, float d) { return d == 0 ? 0.0f : d * std::clamp(std::nearbyint(x / d), -127.0f, 127.0f); }
+float q4_snap(float x, float d) { return d == 0 ? 0.0f : d * std::clamp(std::nearbyint(x / d), -8.0f, 7.0f); }
+
+template <class Block, bool Q4>
+void pack_scaled(const float* w, const float* scales, int64_t R, int64_t C, void* dst) {
+  auto* B = static_cast<Block*>(dst);
+  const int64_t nb = col_blocks(C);
+  for (int64_t g = 0; g < row_groups(R); ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      Block& blk = B[g * nb + b];
+      for (int r = 0; r < kQRows; ++r) {
+        const int64_t row = g * kQRows + r;
+        uint8_t u[kQBlock];
+        const float d = row < R ? scales[row * nb + b] : 0.0f;
+        blk.d[r] = fp32_to_fp16(d);
+        const int n = row < R ? (int)std::min<int64_t>(kQBlock, C - b * kQBlock) : 0;
+        const float* x = row < R ? w + row * C + b * kQBlock : nullptr;
+        if (Q4) quantize_block_q4_0_scaled(x, n, d, u);
+        else quantize_block_q8_0_scaled(x, n, d, u);
+        if constexpr (Q4) {
+          for (int i = 0; i < kQBlock / 2; ++i) blk.qs[r][i] = (uint8_t)(u[i] | (u[i + kQBlock / 2] << 4));
+        } else {
+          std::memcpy(blk.qs[r], u, kQBlock);
+        }
+      }
+    }
+}
+
 }  // namespace
 
 std::vector<GemvKernel> quant_kernels_available() {
@@ -427,9 +467,11 @@ std::vector<GemvKernel> quant_kernels_available() {
 
 extern const WeightFormat kQ8_0 = {
     "q8_0", "int8 blocks of 32 with an fp16 scale (8.5 bits per weight; activations int8 per block in the products)",
-    kQRows, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available};
+    kQRows, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
+    q8_block_scale, q8_snap, pack_scaled<BlockQ8_0x4, false>};
 extern const WeightFormat kQ4_0 = {
     "q4_0", "4-bit blocks of 32 with an fp16 scale (4.5 bits per weight; activations int8 per block in the products)",
-    kQRows, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available};
+    kQRows, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
+    q4_block_scale, q4_snap, pack_scaled<BlockQ4_0x4, true>};
 
 }  // namespace looplm

@@ -33,6 +33,12 @@ struct WeightFormat {
   size_t (*gemm_scratch)(int64_t rows, int64_t cols);
   // The gemv kernels this CPU has for the format (portable first, best last): tests run each.
   std::vector<GemvKernel> (*kernels)();
+  // Quantized formats only (null otherwise), for GPTQ: a block's scale from its values (as stored:
+  // fp16-rounded), a value's nearest point on a block's grid, and packing with given scales
+  // [rows, ceil(cols / block_cols)] of values already on their grids (exact).
+  float (*block_scale)(const float* x, int n) = nullptr;
+  float (*snap)(float x, float scale) = nullptr;
+  void (*pack_scaled)(const float* w, const float* scales, int64_t rows, int64_t cols, void* dst) = nullptr;
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
