@@ -130,6 +130,7 @@ GptqReport quantize_gptq(Model& m, const WeightFormat& f, const GptqOptions& o) 
     std::vector<double> H;
     int64_t cols = 0, rows = 0;
     std::vector<float> x;  // scratch: one input's xᵀx
+    int first_step = -1;
   };
   std::map<const void*, Acc> acc;
   for (const WeightMatrix& w : ps.matrices()) {
@@ -144,8 +145,11 @@ GptqReport quantize_gptq(Model& m, const WeightFormat& f, const GptqOptions& o) 
     if (!s.matrix) return;
     auto it = acc.find(s.matrix);
     if (it == acc.end()) return;
-    if (o.first_step_only && s.step > 1) return;  // core blocks run at steps 1..R; the rest report 0
     Acc& a = it->second;
+    // first_step_only: the first loop step the matrix runs in (a core block's step 1; a per-loop
+    // map's own step; 0 for the prelude, coda and head, which run once)
+    if (a.first_step < 0) a.first_step = s.step;
+    if (o.first_step_only && s.step != a.first_step) return;
     // xᵀx of this input in fp32 (the fast GEMM; as GPTQ's reference code keeps H), summed in double
     a.x.resize(a.cols * a.cols);
     gemm(true, false, (int)a.cols, (int)a.cols, (int)x->rows, 1.0f, x->v, (int)a.cols, x->v, (int)a.cols, 0.0f,

@@ -5,7 +5,8 @@
 //
 // Loop-aware calibration: a shared core block's matrices see inputs at every loop step, so their
 // Hessian sums the inputs of all the steps they run in (the weights must serve every step);
-// `first_step_only` keeps step 1's alone, the naive choice the experiment compares against.
+// `first_step_only` keeps only the first step a matrix runs in (step 1 for a core block), the
+// naive choice the experiment compares against.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,7 +20,7 @@ struct GptqOptions {
   std::vector<int32_t> tokens;  // calibration tokens: consecutive windows of `context`
   int64_t max_tokens = 16384;   // at most this many (whole windows)
   int batch = 8;                // windows per forward pass
-  bool first_step_only = false; // core matrices: step 1's inputs only (not loop-aware)
+  bool first_step_only = false; // each matrix's inputs from the first loop step it runs in only (not loop-aware)
   double damp = 0.01;           // added to H's diagonal, as a fraction of its mean
 };
 
