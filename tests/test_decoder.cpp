@@ -205,3 +205,47 @@ TEST(Decoder, MeanSlotAveragesTheSteps) {
   EXPECT_FLOAT_EQ(k[d], 2.0f * (d + 1));
   EXPECT_TRUE(std::isfinite(y->v[0]));
 }
+
+// Self-speculative decoding keeps plain greedy decoding's output for every draft depth and draft
+// length, through window restarts (60 new tokens in a 16-token context), for loop rules with one
+// stream and with four; a draft at depth R − 1 of a model whose steps barely move is mostly
+// accepted. Bad settings are usage errors.
+TEST(Decoder, SpeculativeIsGreedy) {
+  for (const char* preset : {"looped", "hyperloop"}) {
+    const Config c = small(preset);
+    LanguageModel lm = LanguageModel::from_config(c, 17);
+    const auto prompt = some_tokens(6, 5);
+    GenerateOptions g;
+    g.max_new = 60;
+    g.temperature = 0;
+    const auto want = lm.generate(prompt, g);
+    EXPECT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 3u) << preset;
+    int64_t rejected = 0;
+    for (int K : {1, 3, 5})
+      for (int r = 1; r < c.R; ++r) {
+        GenerateStats st;
+        GenerateOptions s = g;
+        s.speculative = K;
+        s.draft_depth = r;
+        s.stats = &st;
+        EXPECT_EQ(lm.generate(prompt, s), want) << preset << " K " << K << " r " << r;
+        EXPECT_GT(st.draft_tokens, 0);
+        EXPECT_LE(st.accepted_tokens, st.draft_tokens);
+        EXPECT_EQ(st.new_tokens, 60);
+        rejected += st.draft_tokens - st.accepted_tokens;
+      }
+    EXPECT_GT(rejected, 0) << preset;  // the rejection path ran
+  }
+  LanguageModel lm = LanguageModel::from_config(small("looped"), 13);
+  GenerateOptions s;
+  s.speculative = 2;
+  s.draft_depth = 2;
+  s.temperature = 1;
+  EXPECT_THROW(lm.generate({5, 6}, s), UsageError);  // greedy only
+  s.temperature = 0;
+  s.draft_depth = 4;  // = R
+  EXPECT_THROW(lm.generate({5, 6}, s), UsageError);
+  s.draft_depth = 2;
+  s.exit = {ExitRule::kl, 0.1};
+  EXPECT_THROW(lm.generate({5, 6}, s), UsageError);
+}

@@ -69,13 +69,18 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("-n,--max-new", g.max_new, "tokens to generate (default 200)")->check(at_least(0));
   app.add_option("--num-samples", num_samples, "samples from the same prompt, seeds seed, seed+1, ... (default 1)")
       ->check(at_least(1));
-  app.add_option("--temperature", g.temperature, "0 = greedy (default 1.0)")->check(at_least(0));
+  auto* temp_opt = app.add_option("--temperature", g.temperature, "0 = greedy (default 1.0; with --speculative 0)")->check(at_least(0));
   app.add_option("--top-k", g.top_k, "keep the k most likely tokens (0 = off)")->check(at_least(0));
   app.add_option("--top-p", g.top_p, "nucleus sampling mass (1 = off)")->check(within(0, 1, true, "greater than 0 and at most 1"));
   app.add_option("--seed", g.seed, "sampling seed (default 0)");
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(at_least(0));
   ExitArgs ex;
   ex.add(app, " (default per_step)");
+  app.add_option("--speculative", g.speculative,
+                 "self-speculative decoding: draft K tokens with the first --draft-depth loop steps, verify them with "
+                 "all in one pass (greedy; the output is plain greedy decoding's)")
+      ->check(at_least(1));
+  app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,
                  "weight format read per token: " + weight_format_names() +
                      " (default: the checkpoint's own; bf16 / q8_0 / q4_0 copies are made at load)")
@@ -85,8 +90,12 @@ int cmd_generate(int argc, char** argv) {
   ThreadsArg threads;
   threads.add(app);
   if (!parse(app, argc, argv, "generate")) return 0;
+  const size_t temperature_given = temp_opt->count();
   set_threads(threads.n);
   g.exit = ex.exit();
+  if ((g.speculative > 0) != (g.draft_depth > 0))
+    throw UsageError("generate: --speculative K and --draft-depth r go together");
+  if (g.speculative > 0 && temperature_given == 0) g.temperature = 0;  // speculative decoding is greedy
   g.kv_policy = ex.kv_policy();
   if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
     throw UsageError("generate: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
@@ -123,6 +132,8 @@ int cmd_generate(int argc, char** argv) {
     total.gen_seconds += st.gen_seconds;
     total.mean_steps += st.mean_steps * st.new_tokens;
     total.kv_bytes_per_token = st.kv_bytes_per_token;
+    total.draft_tokens += st.draft_tokens;
+    total.accepted_tokens += st.accepted_tokens;
   };
   if (ids.size() == 1) {  // one sequence: stream each token's bytes as it is made
     std::fputs(prompt.c_str(), stdout);
@@ -172,6 +183,11 @@ int cmd_generate(int argc, char** argv) {
     if (g.exit.rule != ExitRule::fixed)
       std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
                    ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
+    if (g.speculative > 0)
+      std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per full pass",
+                   (long long)total.draft_tokens, g.draft_depth, (long long)total.accepted_tokens,
+                   100.0 * total.accepted_tokens / std::max<int64_t>(total.draft_tokens, 1),
+                   (double)total.new_tokens / std::max<double>(1.0, (double)total.draft_tokens / g.speculative));
     std::fprintf(stderr, "\n");
   }
   return 0;

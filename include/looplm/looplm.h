@@ -124,6 +124,7 @@ struct GenerateStats {
   double mean_steps = 0;      // loop steps per decoded token (to its exit)
   double kv_bytes_per_token = 0;  // what the KV policy keeps per position (EvalResult's)
   double kv_cache_bytes = 0;      // what the cache allocated
+  int64_t draft_tokens = 0, accepted_tokens = 0;  // speculative decoding: drafted, and kept by the verification
 };
 struct GenerateOptions {
   int max_new = 200;
@@ -134,6 +135,12 @@ struct GenerateOptions {
   int depth = -1;            // loop steps; -1 = trained R; 0 = no loop step (h_pre)
   EarlyExit exit;            // per-token early exit of each decoded token (the prompt runs `depth`)
   KvPolicy kv_policy = KvPolicy::per_step;
+  // Self-speculative decoding (greedy, one sequence): draft `speculative` tokens with the first
+  // draft_depth loop steps (their KV cache shared with the full model), verify them with every
+  // step in one pass, keep the agreeing prefix and the first correction. The output is plain
+  // greedy decoding's.
+  int speculative = 0;
+  int draft_depth = 0;
   GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
 };
 struct LoadOptions {

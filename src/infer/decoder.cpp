@@ -26,8 +26,11 @@ const char* kv_policy_name(KvPolicy p) {
 }
 
 namespace {
-// Exits when tokens exit early: one coda slot per exit, since the coda reads the exit's state.
-int coda_slots(const DecoderOptions& o) { return o.exit.rule != ExitRule::fixed && o.depth >= 1 ? o.depth : 1; }
+// Exits when tokens exit early (or drafts exit at draft_depth): one coda slot per exit, since the
+// coda reads the exit's state.
+int coda_slots(const DecoderOptions& o) {
+  return (o.exit.rule != ExitRule::fixed || o.draft_depth > 0) && o.depth >= 1 ? o.depth : 1;
+}
 }  // namespace
 
 Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptions& o)
@@ -38,6 +41,8 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
       len_(sequences, 0),
       exits_(std::max(o.depth, 0) + 1, 0) {
   LOOPLM_ASSERT(sequences >= 1 && capacity >= 1 && o.depth >= 0, "Decoder: bad shape");
+  LOOPLM_ASSERT(o.draft_depth == 0 || (o.draft_depth < o.depth && o.exit.rule == ExitRule::fixed),
+                "Decoder: a draft depth needs 1 <= draft_depth < depth and no early exit");
 }
 
 void Decoder::keep(int steps_run, int64_t positions) {
@@ -56,36 +61,67 @@ void Decoder::keep(int steps_run, int64_t positions) {
   kept_positions_ += positions;
 }
 
-void Decoder::prefill(int seq, const int32_t* ids, int n, float* logits) {
-  LOOPLM_ASSERT(seq >= 0 && seq < (int)len_.size() && n >= 1 && n <= capacity(), "Decoder::prefill: bad sequence or length");
+void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logits, bool all) {
   const int V = m_.config().vocab_size;
   g_.reset();
   Graph::NoGrad ng(g_);
   RunOptions o;
   o.depth = o_.depth;
   o.cache = &cache_;
-  o.place.pos0 = 0;
+  o.place.pos0 = from;
   o.place.rows = &seq;
-  if (!exiting()) {
-    Node* z = m_.logits(g_, ids, 1, n, o);
-    std::memcpy(logits, z->v + (int64_t)(n - 1) * V, sizeof(float) * V);
-  } else {
-    // Every exit's coda keys and values (the decoded tokens that exit at r read them); the next
-    // token comes from the last prompt token's own exit.
+  const int64_t first = all ? 0 : n - 1;
+  if (exiting() || o_.draft_depth > 0) {
+    // Every exit's coda keys and values the later tokens read (every exit with early exit; the
+    // draft's and the last with drafts); the next token comes from the last one's own exit.
     const int d = m_.config().d_model;
     ExitTracker last(o_.exit, o_.depth, 1, V, d);
     m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
-      if (r == 0) return;
+      if (r == 0 || (!exiting() && r != o_.draft_depth && r != o_.depth)) return;
       o.coda_step = r - 1;
       Node* z = m_.head(g_, hr, 1, n, o);
+      if (!exiting()) {
+        if (r == o_.depth) std::memcpy(logits, z->v + first * V, sizeof(float) * (n - first) * V);
+        return;
+      }
       const float* zl = z->v + (int64_t)(n - 1) * V;
       if (last.exit_step(0) == 0 && !last.step(r, zl, hr->v + (int64_t)(n - 1) * d).empty())
         std::memcpy(logits, zl, sizeof(float) * V);
     });
+  } else {
+    Node* z = m_.logits(g_, ids, 1, n, o);
+    std::memcpy(logits, z->v + first * V, sizeof(float) * (n - first) * V);
   }
   g_.reset();
-  len_[seq] = n;
+  len_[seq] = from + n;
   keep(o_.depth, n);
+}
+
+void Decoder::prefill(int seq, const int32_t* ids, int n, float* logits) {
+  LOOPLM_ASSERT(seq >= 0 && seq < (int)len_.size() && n >= 1 && n <= capacity(), "Decoder::prefill: bad sequence or length");
+  run_full(seq, 0, ids, n, logits, false);
+}
+
+void Decoder::verify(int seq, int from, const int32_t* tokens, int n, float* logits) {
+  LOOPLM_ASSERT(o_.draft_depth > 0 && seq >= 0 && seq < (int)len_.size() && from >= 0 && n >= 1 && from + n <= capacity(),
+                "Decoder::verify: bad sequence, position or length");
+  run_full(seq, from, tokens, n, logits, true);
+}
+
+void Decoder::draft(int seq, int32_t token, float* logits) {
+  LOOPLM_ASSERT(o_.draft_depth > 0 && len_[seq] < capacity(), "Decoder::draft: no draft depth, or the cache is full");
+  g_.reset();
+  Graph::NoGrad ng(g_);
+  RunOptions o;
+  o.depth = o_.draft_depth;  // the first draft_depth steps: their cache slots are the full model's
+  o.cache = &cache_;
+  o.place.pos0 = len_[seq];
+  o.place.rows = &seq;
+  o.coda_step = o_.draft_depth - 1;
+  Node* z = m_.logits(g_, &token, 1, 1, o);
+  std::memcpy(logits, z->v, sizeof(float) * m_.config().vocab_size);
+  g_.reset();
+  ++len_[seq];
 }
 
 void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logits) {

@@ -18,6 +18,10 @@ struct DecoderOptions {
   int depth = 0;  // loop steps (the prompt's, and each decoded token's at most)
   EarlyExit exit;
   KvPolicy policy = KvPolicy::per_step;
+  // Self-speculative decoding (1 ≤ draft_depth < depth): draft() runs a token through the first
+  // draft_depth loop steps only, sharing their cache; prefill and verify also write the coda's keys
+  // at exit draft_depth, which the drafts read.
+  int draft_depth = 0;
 };
 
 class Decoder {
@@ -30,6 +34,12 @@ class Decoder {
   // One new token for each of n distinct sequences seqs[i], each at its next position; the
   // logits [n, V] of each at its exit.
   void decode(const int* seqs, const int32_t* tokens, int n, float* logits);
+  // Speculative decoding, one sequence: draft() feeds one token at draft_depth (logits [V] at that
+  // exit); verify() feeds n tokens at once at the full depth (logits [n, V], one per token) from
+  // position `from`, overwriting what the drafts wrote there; truncate() drops positions ≥ len.
+  void draft(int seq, int32_t token, float* logits);
+  void verify(int seq, int from, const int32_t* tokens, int n, float* logits);
+  void truncate(int seq, int len) { len_[seq] = std::min(len_[seq], len); }
   int length(int seq) const { return len_[seq]; }
   int capacity() const { return cache_.capacity(); }
   const KVCache& cache() const { return cache_; }
@@ -42,6 +52,9 @@ class Decoder {
 
  private:
   bool exiting() const { return o_.exit.rule != ExitRule::fixed && o_.depth >= 1; }
+  // A full-depth pass over n tokens of `seq` from `from`, writing the coda at every exit tokens can
+  // read it from; the last token's logits (or all n, `all`) at its exit into `logits`.
+  void run_full(int seq, int from, const int32_t* ids, int n, float* logits, bool all);
   void keep(int steps_run, int64_t positions);  // the policy's bytes for positions that ran steps_run steps
   const Model& m_;
   DecoderOptions o_;

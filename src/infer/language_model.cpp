@@ -15,6 +15,9 @@
 
 namespace looplm {
 
+std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                          const std::function<void(int32_t)>& on_token);  // speculative.cpp
+
 struct LanguageModel::Impl {
   std::unique_ptr<Model> model;
   Tokenizer tok;
@@ -103,6 +106,7 @@ std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tok
 
 std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                              const std::function<void(int32_t)>& on_token) const {
+  if (opt.speculative > 0) return generate_speculative(*impl_->model, prompt, opt, on_token);
   auto outs = generate_batch({prompt}, opt, [&](int, int32_t t) {
     if (on_token) on_token(t);
   });
@@ -117,6 +121,17 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   const int V = c.vocab_size, ctx = c.context, B = (int)prompts.size();
   const int depth = opt.depth < 0 ? c.R : opt.depth;
   if (B == 0) throw UsageError("generate: no prompts");
+  if (opt.speculative > 0) {  // one sequence at a time
+    std::vector<std::vector<int32_t>> outs;
+    for (int i = 0; i < B; ++i) {
+      GenerateOptions oi = opt;
+      oi.seed = opt.seed + (uint64_t)i;
+      outs.push_back(generate_speculative(m, prompts[i], oi, [&](int32_t t) {
+        if (on_token) on_token(i, t);
+      }));
+    }
+    return outs;
+  }
   if (depth < 0) throw UsageError("generate: --depth must be >= 0");
   if (opt.max_new < 0) throw UsageError("generate: max_new must be >= 0");
   size_t longest = 0;
