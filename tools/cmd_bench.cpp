@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "core/threads.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
+#include "model/model_io.h"
 #include "ops/ops.h"
 #include "train/optimizer.h"
 
@@ -104,7 +106,7 @@ int cmd_bench(int argc, char** argv) {
   ConfigArgs cfg;
   cfg.add(app, "bench-dense");
   int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256, gen_batch = 8;
-  std::string weight_list = "q8_0,q4_0";
+  std::string weight_list = "q8_0,q4_0", ckpt;
   bool as_json = false, as_csv = false, contended = false;
   app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
       ->check(at_least(0));
@@ -116,6 +118,10 @@ int cmd_bench(int argc, char** argv) {
       ->check(at_least(1));
   app.add_option("-n,--gen-tokens", gen_tokens, "new tokens of the generation test (default 256; 0: no generation)")
       ->check(at_least(0));
+  app.add_option("--checkpoint", ckpt,
+                 "time generation from this checkpoint (its own format too, e.g. a quantized one) instead of random "
+                 "weights; training is timed on its config")
+      ->type_name("FILE");
   app.add_option("--weights", weight_list, "quantized weight formats to time besides fp32 and bf16, comma-separated (default q8_0,q4_0; 'none')")
       ->type_name("LIST");
   app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
@@ -126,7 +132,22 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--csv", as_csv, "print CSV (metric, mean, stddev) instead of a markdown table")->excludes(json_flag);
   if (!parse(app, argc, argv, "bench")) return 0;
   set_threads(threads);
-  Config c = cfg.resolve();
+  // --checkpoint: its config for every measurement, and generation from its weights in its own
+  // format (a quantized checkpoint's packed matrices) besides the --weights formats.
+  std::string own;
+  Config c;
+  if (!ckpt.empty()) {
+    if (cfg.explicit_base()) throw UsageError("bench: --checkpoint names the config; do not give --preset or --config too");
+    struct stat st;
+    if (::stat(ckpt.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ckpt += "/model.safetensors";
+    std::unique_ptr<Model> probe = load_model(ckpt);
+    if (const WeightFormat* f = probe->params().prepacked_format()) own = f->name;
+    c = probe->config();
+    cfg.apply_sets(c);
+    c.validate();
+  } else {
+    c = cfg.resolve();
+  }
   const int B = c.batch_size, T = c.context, V = c.vocab_size;
   pp_tokens = std::min(pp_tokens, T);
 
@@ -143,6 +164,7 @@ int cmd_bench(int argc, char** argv) {
   std::vector<std::string> formats = {"fp32", "bf16"};
   for (const std::string& f : split_list(weight_list))
     if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+  if (!own.empty() && std::find(formats.begin(), formats.end(), own) == formats.end()) formats.push_back(own);
   std::vector<std::unique_ptr<LanguageModel>> lms;
   auto sfx_of = [](const std::string& f) { return f == "fp32" ? std::string() : f + "_"; };
 
@@ -197,8 +219,9 @@ int cmd_bench(int argc, char** argv) {
     if (lms.empty())
       for (const std::string& f : formats) {
         LoadOptions lo;
-        lo.weights = f;
-        lms.push_back(std::make_unique<LanguageModel>(LanguageModel::from_config(c, c.seed, lo)));
+        lo.weights = f == own ? "" : f;  // the checkpoint's own packed matrices in place
+        lms.push_back(std::make_unique<LanguageModel>(ckpt.empty() ? LanguageModel::from_config(c, c.seed, lo)
+                                                                   : LanguageModel::load(ckpt, lo)));
       }
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       LanguageModel* lm = lms[fi].get();
@@ -239,7 +262,7 @@ int cmd_bench(int argc, char** argv) {
   };
   const auto idle = repeat();
   const double peak = measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
-  const std::string name = cfg.file.empty() ? cfg.preset : cfg.file;
+  const std::string name = !ckpt.empty() ? ckpt : cfg.file.empty() ? cfg.preset : cfg.file;
   const std::string thread_mode = threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available());
   auto get = [](const std::map<std::string, Stat>& s, const std::string& k) {
     auto it = s.find(k);

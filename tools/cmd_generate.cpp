@@ -116,9 +116,11 @@ int cmd_generate(int argc, char** argv) {
   for (size_t p = 0; p < texts.size(); ++p) {
     std::vector<int32_t> t = lm.encode(texts[p]);
     if (t.empty()) throw UsageError("generate: prompt " + std::to_string(p + 1) + " is empty");
-    if ((int)t.size() > ctx)
-      std::fprintf(stderr, "warning: prompt %zu has %zu tokens and the context holds %d: the first %zu are not seen\n",
-                   p + 1, t.size(), ctx, t.size() - ctx);
+    if ((int)t.size() > ctx) {
+      const std::string which = texts.size() == 1 ? "the prompt" : "prompt " + std::to_string(p + 1);
+      std::fprintf(stderr, "warning: %s has %zu tokens and the context holds %d: the first %zu are not seen\n",
+                   which.c_str(), t.size(), ctx, t.size() - ctx);
+    }
     for (int s = 0; s < num_samples; ++s) {
       ids.push_back(t);
       text_of.push_back((int)p);
