@@ -54,5 +54,8 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
 // A few rows (batched decoding): Y[m, :N] = W · X[m, :K] for m < M, every weight read once for all
 // M rows (AVX512_BF16, x as hi + lo bf16 like gemv_rows_bf16). False where the CPU lacks the ISA.
 bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy);
+// The same for fp32 weights W [N, K] (row stride ldw), each output bit-identical to gemv_rows's
+// (AVX-512). False where the CPU lacks it.
+bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float* X, int ldx, float* Y, int ldy);
 
 }  // namespace looplm

@@ -146,6 +146,54 @@ LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int 
   }
 }
 
+// A few input rows at once (batched decoding, fp32 weights): each block of RB weight rows is read
+// once and multiplied with MG input rows; per (weight row, input row) the sums run in
+// span_f32_avx512's order (one 16-lane accumulator, the masked tail, the same reduction), so each
+// output is bit-identical to the matrix-vector product's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <int RB, int MG>
+LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int ldx, int K, float* Y, int ldy, int j) {
+  const int full = K / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
+  __m512 a[RB][MG];
+  for (int r = 0; r < RB; ++r)
+    for (int g = 0; g < MG; ++g) a[r][g] = _mm512_setzero_ps();
+  for (int i = 0; i < full; i += 16) {
+    __m512 wv[RB];
+    for (int r = 0; r < RB; ++r) wv[r] = _mm512_loadu_ps(w + (int64_t)r * ldw + i);
+    for (int g = 0; g < MG; ++g) {
+      const __m512 xv = _mm512_loadu_ps(X + (int64_t)g * ldx + i);
+      for (int r = 0; r < RB; ++r) a[r][g] = _mm512_fmadd_ps(wv[r], xv, a[r][g]);
+    }
+  }
+  if (tail)
+    for (int g = 0; g < MG; ++g) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, X + (int64_t)g * ldx + full);
+      for (int r = 0; r < RB; ++r) a[r][g] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + r * ldw + full), xv, a[r][g]);
+    }
+  for (int g = 0; g < MG; ++g)
+    for (int r = 0; r < RB; ++r) store_row(Y + (int64_t)g * ldy + j + r, a[r][g], false);
+}
+#pragma GCC diagnostic pop
+
+// Two weight rows per sweep and up to 8 input rows (16 accumulators): one pass over the weights
+// serves the whole batch, so they stream from memory once.
+LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
+                                 int lo, int n) {
+  int j = lo;
+  for (; j + 2 <= lo + n; j += 2) {
+    const float* w = W + (int64_t)j * ldw;
+    int m = 0;
+    for (; m + 8 <= M; m += 8) block_f32_rows<2, 8>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j);
+    for (; m + 4 <= M; m += 4) block_f32_rows<2, 4>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j);
+    for (; m < M; ++m) block_f32_rows<2, 1>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j);
+  }
+  for (int m = 0; m < M && j < lo + n; ++m)  // an odd last row, as the gemv does it
+    span_f32_avx512(W + (int64_t)j * ldw, ldw, X + (int64_t)m * ldx, K, Y + (int64_t)m * ldy + j, lo + n - j, false);
+}
+
 // bf16 in the decode layout (bf16.h). One 64-byte load holds a row's 32 weights of a chunk; in
 // 32-bit lane l, bits 0-15 are column 2l and bits 16-31 column 2l+1, so `w << 16` is the even
 // columns as fp32 and `w & 0xffff0000` the odd ones (exact). x comes de-interleaved
@@ -396,6 +444,17 @@ bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, 
   return true;
 #else
   (void)M, (void)N, (void)K, (void)W, (void)X, (void)ldx, (void)Y, (void)ldy;
+  return false;
+#endif
+}
+
+bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float* X, int ldx, float* Y, int ldy) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (!have_avx512() || M < 1) return false;
+  for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+  return true;
+#else
+  (void)M, (void)N, (void)K, (void)W, (void)ldw, (void)X, (void)ldx, (void)Y, (void)ldy;
   return false;
 #endif
 }

@@ -20,7 +20,9 @@ void f32_unpack(const void* p, int64_t r, int64_t c, float* dst) {
 void f32_gemv(int rows, int cols, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
   gemv_rows(rows, cols, static_cast<const float*>(p), cols, x, y, acc, k);
 }
+constexpr int kFewRowsF32 = 16;  // batched decoding: the few-rows kernel reads each weight once
 void f32_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float*) {
+  if (N <= kFewRowsF32 && gemm_rows_f32_few(N, rows, cols, static_cast<const float*>(p), cols, x, cols, y, rows)) return;
   gemm_fixed_split(false, true, N, rows, cols, 1.0f, x, cols, static_cast<const float*>(p), cols, 0.0f, y, rows);
 }
 size_t no_scratch(int64_t, int64_t) { return 0; }
