@@ -408,6 +408,24 @@ TEST_F(Cli, Quantize) {
   EXPECT_NE(r.out.find("unknown weight format 'q5'"), std::string::npos) << r.out;
 }
 
+// generate --speculative K --draft-depth r prints what greedy decoding prints, with the acceptance
+// line; the two flags go together.
+TEST_F(Cli, GenerateSpeculative) {
+  CmdResult plain = run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --temperature 0 --quiet");
+  CmdResult spec = run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --speculative 2 --draft-depth 1 --quiet");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  EXPECT_EQ(spec.out, plain.out);
+  CmdResult r = run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --speculative 2 --draft-depth 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("speculative: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("accepted"), std::string::npos) << r.out;
+  EXPECT_EQ(run("generate --checkpoint " + ckpt() + " --prompt hi --speculative 2").code, 2);
+  r = run("generate --checkpoint " + ckpt() + " --prompt hi --speculative 2 --draft-depth 3");  // = R
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--draft-depth must be from 1"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, HugeIntegerIsRejectedNotNarrowed) {
   // 4294967424 = 2^32 + 128 would read as 128 after a 32-bit narrowing.
   CmdResult r = run("train --preset looped --set d_model=4294967424 --out " + dir + "/run");
