@@ -154,13 +154,16 @@ LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <int RB, int MG>
-LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int ldx, int K, float* Y, int ldy, int j) {
+LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int ldx, int K, float* Y, int ldy, int j,
+                                  const float* next = nullptr) {
   const int full = K / 16 * 16;
   const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
   __m512 a[RB][MG];
   for (int r = 0; r < RB; ++r)
     for (int g = 0; g < MG; ++g) a[r][g] = _mm512_setzero_ps();
   for (int i = 0; i < full; i += 16) {
+    if (next)  // the next block's rows, one cache line each per step, while this one computes from L1
+      for (int r = 0; r < RB; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + (int64_t)r * ldw + i), _MM_HINT_T0);
     __m512 wv[RB];
     for (int r = 0; r < RB; ++r) wv[r] = _mm512_loadu_ps(w + (int64_t)r * ldw + i);
     for (int g = 0; g < MG; ++g) {
@@ -183,14 +186,17 @@ LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int l
 LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
                                  int lo, int n) {
   int j = lo;
-  for (; j + 2 <= lo + n; j += 2) {
+  for (; j + 4 <= lo + n; j += 4) {
     const float* w = W + (int64_t)j * ldw;
     int m = 0;
-    for (; m + 8 <= M; m += 8) block_f32_rows<2, 8>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j);
-    for (; m + 4 <= M; m += 4) block_f32_rows<2, 4>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j);
-    for (; m < M; ++m) block_f32_rows<2, 1>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j);
+    // the last pass over this block (its weights in L1 by then) fetches the next block's
+    const float* next = j + 8 <= lo + n ? w + 4 * (int64_t)ldw : nullptr;
+    for (; m + 4 <= M; m += 4)
+      block_f32_rows<4, 4>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j, m + 4 >= M ? next : nullptr);
+    for (; m < M; ++m)
+      block_f32_rows<4, 1>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j, m + 1 == M ? next : nullptr);
   }
-  for (int m = 0; m < M && j < lo + n; ++m)  // an odd last row, as the gemv does it
+  for (int m = 0; m < M && j < lo + n; ++m)  // the last rows (N % 4) one at a time, as the gemv does
     span_f32_avx512(W + (int64_t)j * ldw, ldw, X + (int64_t)m * ldx, K, Y + (int64_t)m * ldy + j, lo + n - j, false);
 }
 
@@ -301,7 +307,7 @@ LOOPLM_AVX512BF16 void span_bf16_dp(const uint16_t* W, const uint16_t* xh, const
 #pragma GCC diagnostic ignored "-Wuninitialized"
 template <int MG>
 LOOPLM_AVX512BF16 void block_bf16_dp_rows(const uint16_t* w, const uint16_t* XH, const uint16_t* XL, int ldxp, int K,
-                                          float* Y, int ldy, int j) {
+                                          float* Y, int ldy, int j, const uint16_t* next = nullptr) {
   const int full = K / 32 * 32, rem = K - full;
   const __mmask32 tail = rem ? (__mmask32)((1u << rem) - 1) : 0;
   __m512 a[4][MG];
@@ -309,6 +315,8 @@ LOOPLM_AVX512BF16 void block_bf16_dp_rows(const uint16_t* w, const uint16_t* XH,
     for (int g = 0; g < MG; ++g) a[r][g] = _mm512_setzero_ps();
   const uint16_t* wi = w;
   for (int i = 0; i < full; i += 32, wi += 128) {
+    if (next)  // the next block's 256 bytes of this step, while this one computes from L1
+      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(next + (wi - w) + 32 * l), _MM_HINT_T0);
     const __m512i w0 = _mm512_loadu_si512(wi), w1 = _mm512_loadu_si512(wi + 32), w2 = _mm512_loadu_si512(wi + 64),
                   w3 = _mm512_loadu_si512(wi + 96);
     for (int g = 0; g < MG; ++g) {
@@ -335,11 +343,14 @@ LOOPLM_AVX512BF16 void span_bf16_dp_rows(int M, const uint16_t* W, const uint16_
   int j = lo;
   for (; j + 4 <= lo + n; j += 4) {
     const uint16_t* w = W + (int64_t)j * K;
+    const uint16_t* next = j + 8 <= lo + n ? w + 4 * (int64_t)K : nullptr;  // fetched by the block's last pass
     int m = 0;
     for (; m + 4 <= M; m += 4)
-      block_bf16_dp_rows<4>(w, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, ldxp, K, Y + (int64_t)m * ldy, ldy, j);
+      block_bf16_dp_rows<4>(w, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, ldxp, K, Y + (int64_t)m * ldy, ldy, j,
+                            m + 4 >= M ? next : nullptr);
     for (; m < M; ++m)
-      block_bf16_dp_rows<1>(w, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, ldxp, K, Y + (int64_t)m * ldy, ldy, j);
+      block_bf16_dp_rows<1>(w, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, ldxp, K, Y + (int64_t)m * ldy, ldy, j,
+                            m + 1 == M ? next : nullptr);
   }
   for (int m = 0; m < M && j < lo + n; ++m)  // the last rows (N % 4) are plain
     span_bf16_dp(W + (int64_t)j * K, XH + (int64_t)m * ldxp, XL + (int64_t)m * ldxp, K, Y + (int64_t)m * ldy + j,
