@@ -38,6 +38,7 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
       o_(o),
       cache_(m.config(), sequences, capacity, std::max(o.depth, 1), m.kv_width(), coda_slots(o),
              o.policy == KvPolicy::mean),
+      tracker_(o.exit, std::max(o.depth, 0), 0, m.config().vocab_size, m.config().d_model),
       len_(sequences, 0),
       exits_(std::max(o.depth, 0) + 1, 0) {
   LOOPLM_ASSERT(sequences >= 1 && capacity >= 1 && o.depth >= 0, "Decoder: bad shape");
@@ -75,7 +76,7 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
     // Every exit's coda keys and values the later tokens read (every exit with early exit; the
     // draft's and the last with drafts); the next token comes from the last one's own exit.
     const int d = m_.config().d_model;
-    ExitTracker last(o_.exit, o_.depth, 1, V, d);
+    if (exiting()) tracker_.reset(1);  // the last token's
     m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
       if (r == 0 || (!exiting() && r != o_.draft_depth && r != o_.depth)) return;
       o.coda_step = r - 1;
@@ -85,7 +86,7 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
         return;
       }
       const float* zl = z->v + (int64_t)(n - 1) * V;
-      if (last.exit_step(0) == 0 && !last.step(r, zl, hr->v + (int64_t)(n - 1) * d).empty())
+      if (tracker_.exit_step(0) == 0 && !tracker_.step(r, zl, hr->v + (int64_t)(n - 1) * d).empty())
         std::memcpy(logits, zl, sizeof(float) * V);
     });
   } else {
@@ -162,7 +163,8 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
   h_pre_.assign(hp->v, hp->v + (int64_t)n * d);
   z_.assign((size_t)n * V, 0.0f);
   h_.assign((size_t)n * d, 0.0f);
-  ExitTracker tracker(o_.exit, o_.depth, n, V, d);
+  ExitTracker& tracker = tracker_;
+  tracker.reset(n);
   active_.resize(n);
   for (int i = 0; i < n; ++i) active_[i] = i;
   for (int r = 1; r <= o_.depth && !active_.empty(); ++r) {

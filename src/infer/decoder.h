@@ -60,6 +60,7 @@ class Decoder {
   DecoderOptions o_;
   KVCache cache_;
   Graph g_;
+  ExitTracker tracker_;  // the rows of the current pass through their exits (early exit only)
   std::vector<int> len_, pos_, act_seq_, act_pos_, active_;
   std::vector<float> state_, h_pre_, z_, h_;
   int64_t decoded_ = 0, steps_ = 0;

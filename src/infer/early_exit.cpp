@@ -63,9 +63,16 @@ double exit_score(ExitRule rule, const double* logp, const double* prev_logp, in
 }
 
 ExitTracker::ExitTracker(EarlyExit rule, int depth, int64_t rows, int64_t V, int d)
-    : rule_(rule), depth_(depth), d_(d), rows_(rows), V_(V), logp_(rows * V), exit_(rows, 0) {
-  if (rule.rule == ExitRule::kl) prev_logp_.resize(rows * V);
-  if (rule.rule == ExitRule::latent) prev_h_.resize(rows * d);
+    : rule_(rule), depth_(depth), d_(d), V_(V) {
+  reset(rows);
+}
+
+void ExitTracker::reset(int64_t rows) {
+  rows_ = rows;
+  logp_.resize(rows * V_);  // every row's is written before it is read (step r = 1 reads no previous exit)
+  exit_.assign(rows, 0);
+  if (rule_.rule == ExitRule::kl) prev_logp_.resize(rows * V_);
+  if (rule_.rule == ExitRule::latent) prev_h_.resize(rows * d_);
 }
 
 const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const float* h) {

@@ -23,6 +23,8 @@ double exit_score(ExitRule rule, const double* logp, const double* prev_logp, in
 class ExitTracker {
  public:
   ExitTracker(EarlyExit rule, int depth, int64_t rows, int64_t V, int d);
+  // A new forward pass of `rows` rows, reusing the buffers (incremental decoding: one per token).
+  void reset(int64_t rows);
   // Exit r's logits [rows, V] and states [rows, d]; returns the rows that exit here.
   const std::vector<int64_t>& step(int r, const float* logits, const float* h);
   const double* logp(int64_t row) const { return logp_.data() + row * V_; }  // this exit's, any row

@@ -15,8 +15,9 @@
 
 namespace looplm {
 
+// speculative.cpp: one sequence, after generate_batch has checked the prompt and the options
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
-                                          const std::function<void(int32_t)>& on_token);  // speculative.cpp
+                                          const std::function<void(int32_t)>& on_token);
 
 struct LanguageModel::Impl {
   std::unique_ptr<Model> model;
@@ -106,7 +107,6 @@ std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tok
 
 std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                              const std::function<void(int32_t)>& on_token) const {
-  if (opt.speculative > 0) return generate_speculative(*impl_->model, prompt, opt, on_token);
   auto outs = generate_batch({prompt}, opt, [&](int, int32_t t) {
     if (on_token) on_token(t);
   });
@@ -121,17 +121,6 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   const int V = c.vocab_size, ctx = c.context, B = (int)prompts.size();
   const int depth = opt.depth < 0 ? c.R : opt.depth;
   if (B == 0) throw UsageError("generate: no prompts");
-  if (opt.speculative > 0) {  // one sequence at a time
-    std::vector<std::vector<int32_t>> outs;
-    for (int i = 0; i < B; ++i) {
-      GenerateOptions oi = opt;
-      oi.seed = opt.seed + (uint64_t)i;
-      outs.push_back(generate_speculative(m, prompts[i], oi, [&](int32_t t) {
-        if (on_token) on_token(i, t);
-      }));
-    }
-    return outs;
-  }
   if (depth < 0) throw UsageError("generate: --depth must be >= 0");
   if (opt.max_new < 0) throw UsageError("generate: max_new must be >= 0");
   size_t longest = 0;
@@ -144,6 +133,17 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
         throw UsageError("generate: prompt" + which + " token " + std::to_string(t) + " is outside the vocabulary");
     longest = std::max(longest, std::min<size_t>(prompts[i].size(), ctx));
   }
+  if (opt.speculative > 0) {  // one sequence at a time
+    std::vector<std::vector<int32_t>> outs;
+    for (int i = 0; i < B; ++i) {
+      GenerateOptions oi = opt;
+      oi.seed = opt.seed + (uint64_t)i;
+      outs.push_back(generate_speculative(m, prompts[i], oi, [&](int32_t t) {
+        if (on_token) on_token(i, t);
+      }));
+    }
+    return outs;
+  }
   // The cache holds what the window can hold: the longest prompt (at most a context) and the new tokens.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
   Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy});
@@ -153,7 +153,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   std::vector<float> work, last((size_t)B * V), z((size_t)B * V);
   std::vector<std::vector<int32_t>> seq(prompts), out(B);
   std::vector<int> rows;
-  std::vector<int32_t> next(B);
+  std::vector<int32_t> next(B), in;
 
   // Sequence i restarts its cache on its last n tokens (positions from 0).
   auto prefill = [&](int i, int n) {
@@ -177,13 +177,16 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     }
     if (step + 1 == opt.max_new) break;
     rows.clear();
+    in.clear();
     for (int i = 0; i < B; ++i) {
-      if (dec.length(i) == capacity) prefill(i, std::max(1, ctx / 2));  // window full: restart on the last half context
-      else rows.push_back(i);
+      if (dec.length(i) == capacity) {
+        prefill(i, std::max(1, ctx / 2));  // window full: restart on the last half context
+      } else {
+        rows.push_back(i);
+        in.push_back(next[i]);
+      }
     }
     if (rows.empty()) continue;
-    std::vector<int32_t> in(rows.size());
-    for (size_t a = 0; a < rows.size(); ++a) in[a] = next[rows[a]];
     adapt_threads();
     dec.decode(rows.data(), in.data(), (int)rows.size(), z.data());
     for (size_t a = 0; a < rows.size(); ++a)

@@ -22,9 +22,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   const Config& c = m.config();
   const int V = c.vocab_size, ctx = c.context, K = opt.speculative;
   const int depth = opt.depth < 0 ? c.R : opt.depth;
-  if (prompt_in.empty()) throw UsageError("generate: the prompt is empty");
-  for (int32_t t : prompt_in)
-    if (t < 0 || t >= V) throw UsageError("generate: prompt token " + std::to_string(t) + " is outside the vocabulary");
+  // (the prompt, the depth and max_new are checked by LanguageModel::generate_batch, the caller)
   if (opt.temperature != 0) throw UsageError("generate: speculative decoding is greedy (--temperature 0)");
   if (opt.exit.rule != ExitRule::fixed) throw UsageError("generate: speculative decoding runs every token at the full depth (no --exit-rule)");
   if (opt.draft_depth < 1 || opt.draft_depth >= depth)

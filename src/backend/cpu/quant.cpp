@@ -51,38 +51,43 @@ float fp16_to_fp32(uint16_t h) {
 }
 
 // ---------------------------------------------------------------- the scalar reference
-void quantize_block_q8_0_scaled(const float* x, int n, float d, uint8_t* u) {
+namespace {
+// Codes u = clamp(round(x / d), lo, hi) + offset of a block (n ≤ 32 values, the rest 0).
+void block_codes(const float* x, int n, float d, float lo, float hi, float offset, uint8_t* u) {
   const float id = d != 0 ? 1.0f / d : 0.0f;
   for (int i = 0; i < kQBlock; ++i) {
     const float v = i < n ? std::nearbyint(x[i] * id) : 0.0f;
-    u[i] = (uint8_t)(std::clamp(v, -127.0f, 127.0f) + 128.0f);
+    u[i] = (uint8_t)(std::clamp(v, lo, hi) + offset);
   }
 }
-
-void quantize_block_q8_0(const float* x, int n, uint16_t* d, uint8_t* u) {
+inline float block_amax(const float* x, int n) {
   float amax = 0;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float s = amax / 127.0f;
-  *d = fp32_to_fp16(s);
-  quantize_block_q8_0_scaled(x, n, s, u);
+  return amax;
 }
-
-void quantize_block_q4_0_scaled(const float* x, int n, float d, uint8_t* u) {
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  for (int i = 0; i < kQBlock; ++i) {
-    const float v = i < n ? std::nearbyint(x[i] * id) : 0.0f;
-    u[i] = (uint8_t)(std::clamp(v, -8.0f, 7.0f) + 8.0f);
-  }
-}
-
-void quantize_block_q4_0(const float* x, int n, uint16_t* d, uint8_t* u) {
-  float amax = 0, m = 0;  // m: the value of largest magnitude, with its sign (llama.cpp's choice: it maps to −8 exactly)
+// The value of largest magnitude, with its sign (q4_0's scale, llama.cpp's choice: it maps to −8 exactly).
+float block_extreme(const float* x, int n) {
+  float amax = 0, m = 0;
   for (int i = 0; i < n; ++i)
     if (std::fabs(x[i]) > amax) {
       amax = std::fabs(x[i]);
       m = x[i];
     }
-  const float s = m / -8.0f;
+  return m;
+}
+}  // namespace
+
+void quantize_block_q8_0_scaled(const float* x, int n, float d, uint8_t* u) { block_codes(x, n, d, -127, 127, 128, u); }
+void quantize_block_q4_0_scaled(const float* x, int n, float d, uint8_t* u) { block_codes(x, n, d, -8, 7, 8, u); }
+
+void quantize_block_q8_0(const float* x, int n, uint16_t* d, uint8_t* u) {
+  const float s = block_amax(x, n) / 127.0f;
+  *d = fp32_to_fp16(s);
+  quantize_block_q8_0_scaled(x, n, s, u);
+}
+
+void quantize_block_q4_0(const float* x, int n, uint16_t* d, uint8_t* u) {
+  const float s = block_extreme(x, n) / -8.0f;
   *d = fp32_to_fp16(s);
   quantize_block_q4_0_scaled(x, n, s, u);
 }
@@ -93,9 +98,7 @@ LOOPLM_ISA_CLONES static void quantize_blocks(const float* x, int K, int blocks,
   for (int b = 0; b < blocks; ++b) {
     const int n = std::min(kQBlock, K - b * kQBlock);
     const float* xb = x + (int64_t)b * kQBlock;
-    float amax = 0;
-    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const float d = block_amax(xb, n) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     int32_t s = 0;
     for (int i = 0; i < n; ++i) {
       const int v = (int)std::nearbyint(xb[i] * id);
@@ -395,17 +398,12 @@ void quant_gemv(int R, int C, const void* p, const float* x, float* y, bool accu
 // buffer and multiplied there in fp32, the panels split between the threads; a few rows (batched
 // decoding): the matrix-vector product per row.
 constexpr int kPanel = 64;
-constexpr int kFewRows = 16;
 using Unpack = void (*)(const void*, int64_t, int64_t, float*);
 template <class Block>
 void quant_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch, GroupFn<Block> group,
                 Unpack unpack) {
   if (N <= kFewRows) {
-    std::vector<float> row(R);
-    for (int n = 0; n < N; ++n) {
-      quant_gemv<Block>(R, C, p, x + (int64_t)n * C, row.data(), false, group);
-      std::copy(row.begin(), row.end(), y + (int64_t)n * R);
-    }
+    for (int n = 0; n < N; ++n) quant_gemv<Block>(R, C, p, x + (int64_t)n * C, y + (int64_t)n * R, false, group);
     return;
   }
   const auto* B = static_cast<const Block*>(p);
@@ -437,17 +435,8 @@ void q4_gemm(int N, int R, int C, const void* p, const float* x, float* y, float
 }
 
 // ---------------------------------------------------------------- GPTQ's hooks
-float q8_block_scale(const float* x, int n) {
-  float amax = 0;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  return fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
-}
-float q4_block_scale(const float* x, int n) {
-  float amax = 0, m = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), m = x[i];
-  return fp16_to_fp32(fp32_to_fp16(m / -8.0f));
-}
+float q8_block_scale(const float* x, int n) { return fp16_to_fp32(fp32_to_fp16(block_amax(x, n) / 127.0f)); }
+float q4_block_scale(const float* x, int n) { return fp16_to_fp32(fp32_to_fp16(block_extreme(x, n) / -8.0f)); }
 float q8_snap(float x, float d) { return d == 0 ? 0.0f : d * std::clamp(std::nearbyint(x / d), -127.0f, 127.0f); }
 float q4_snap(float x, float d) { return d == 0 ? 0.0f : d * std::clamp(std::nearbyint(x / d), -8.0f, 7.0f); }
 

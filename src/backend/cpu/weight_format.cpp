@@ -20,9 +20,8 @@ void f32_unpack(const void* p, int64_t r, int64_t c, float* dst) {
 void f32_gemv(int rows, int cols, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
   gemv_rows(rows, cols, static_cast<const float*>(p), cols, x, y, acc, k);
 }
-constexpr int kFewRowsF32 = 16;  // batched decoding: the few-rows kernel reads each weight once
 void f32_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float*) {
-  if (N <= kFewRowsF32 && gemm_rows_f32_few(N, rows, cols, static_cast<const float*>(p), cols, x, cols, y, rows)) return;
+  if (N <= kFewRows && gemm_rows_f32_few(N, rows, cols, static_cast<const float*>(p), cols, x, cols, y, rows)) return;
   gemm_fixed_split(false, true, N, rows, cols, 1.0f, x, cols, static_cast<const float*>(p), cols, 0.0f, y, rows);
 }
 size_t no_scratch(int64_t, int64_t) { return 0; }
@@ -62,7 +61,6 @@ LOOPLM_ISA_CLONES void widen_panel(const uint16_t* src, int64_t n, int64_t C, fl
 void bf16_unpack(const void* p, int64_t r, int64_t c, float* dst) { widen_panel(static_cast<const uint16_t*>(p), r, c, dst); }
 
 // Batched decoding (a few rows): the multi-row matrix-vector kernel reads each weight once.
-constexpr int kFewRows = 16;
 void bf16_gemm(int N, int rows, int cols, const void* p, const float* x, float* y, float* scratch) {
   const uint16_t* W = static_cast<const uint16_t*>(p);
   if (N <= kFewRows && gemm_rows_bf16_few(N, rows, cols, W, x, cols, y, rows)) return;

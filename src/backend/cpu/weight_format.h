@@ -16,6 +16,10 @@
 
 namespace looplm {
 
+// A product with at most this many rows is batched decoding: the formats' few-rows paths read each
+// weight once for all of them (or, quantized, run the matrix-vector product per row).
+constexpr int kFewRows = 16;
+
 struct WeightFormat {
   const char* name;     // "fp32", "bf16": the --weights value
   const char* summary;  // one line for --help and errors
