@@ -396,6 +396,15 @@ TEST_F(Cli, Quantize) {
   r = run("info --checkpoint " + q + " --no-measure --json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["weights"], "q8_0");
+  // q4_k by GPTQ: eval reads it, its loss near fp32's
+  const std::string qk = dir + "/model.q4_k.safetensors";
+  r = run("quantize --checkpoint " + ckpt() + " --format q4_k --method gptq --calib " + dir + "/val.txt --out " + qk);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("as q4_k (gptq)"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + qk + " --data " + dir + "/val.txt --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double lk = nlohmann::json::parse(r.out)["loss"].get<double>();
+  EXPECT_NEAR(lk, l, 0.05 * l);
   r = run("quantize --checkpoint " + q + " --format q4_0 --out " + dir + "/again.safetensors");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("already q8_0"), std::string::npos) << r.out;

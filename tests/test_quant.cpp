@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -87,6 +88,49 @@ TEST(Quant, ReferenceBlocks) {
   }
 }
 
+// q4_k's reference: codes in 0..15 and 6-bit scales and mins, on whole and truncated
+// super-blocks; a constant sub-block is its value (to fp16 and 6-bit rounding: the min alone holds
+// it); on Gaussian weights its squared error is below q4_0's at the same 4.5 bits per weight (the
+// least-squares scale and min per 32 against q4_0's largest-value scale; measured 0.73 of it).
+TEST(Quant, ReferenceSuperBlocks) {
+  Rng rng(9);
+  double e_k = 0, e_0 = 0;
+  for (int t = 0; t < 40; ++t) {
+    const int n = t % 4 == 0 ? 100 : 256;
+    std::vector<float> x(256, 0.0f);
+    for (int i = 0; i < n; ++i) x[i] = (float)rng.normal();
+    const GridQ4_K g = fit_grid_q4_k(x.data(), n);
+    uint8_t u[256];
+    quantize_superblock_q4_k(x.data(), n, g, u);
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_LE(g.sc[j], 63);
+      EXPECT_LE(g.m[j], 63);
+    }
+    for (int i = 0; i < n; ++i) {
+      EXPECT_LE(u[i], 15);
+      const double v = g.value(i / 32, u[i]);
+      e_k += (v - x[i]) * (v - x[i]);
+    }
+    for (int b = 0; b * 32 < n; ++b) {
+      const int m = std::min(32, n - b * 32);
+      uint16_t d;
+      uint8_t q[32];
+      quantize_block_q4_0(x.data() + b * 32, m, &d, q);
+      for (int i = 0; i < m; ++i) {
+        const double v = (double)fp16_to_fp32(d) * (q[i] - 8);
+        e_0 += (v - x[b * 32 + i]) * (v - x[b * 32 + i]);
+      }
+    }
+  }
+  std::printf("q4_k / q4_0 squared error on Gaussian weights: %.3f\n", e_k / e_0);
+  EXPECT_LT(e_k, 0.85 * e_0);
+  std::vector<float> c(32, -0.37f);
+  const GridQ4_K g = fit_grid_q4_k(c.data(), 32);
+  uint8_t u[32];
+  quantize_superblock_q4_k(c.data(), 32, g, u);
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(g.value(0, u[i]), -0.37f, 0.37f * 0x1p-10f);
+}
+
 namespace {
 // What the kernels compute, in double: Σ_b d_w · d_x · Σ_i w_code · x_code, from the unpacked
 // weights (d_w · code exactly) and the quantized activations.
@@ -107,17 +151,18 @@ double quantized_dot(const float* wrow, const QuantizedRow& xq, int C, double* m
 // integer products (1e-5 of Σ|terms|: fp32 partial sums per block and scale), a few rows (batched
 // decoding) the same, and many rows (prefill) against the dequantized matrix in double.
 TEST(Quant, KernelsMatchTheScalarReference) {
-  for (const char* name : {"q8_0", "q4_0"}) {
+  for (const char* name : {"q8_0", "q4_0", "q4_k"}) {
     const WeightFormat* f = find_weight_format(name);
     ASSERT_NE(f, nullptr);
-    for (auto [R, C] : {std::pair{1, 1}, {3, 31}, {4, 32}, {7, 33}, {13, 100}, {67, 384}, {130, 65}}) {
+    // q4_k: also whole, truncated and several super-blocks of 256
+    for (auto [R, C] : {std::pair{1, 1}, {3, 31}, {4, 32}, {7, 33}, {13, 100}, {67, 384}, {130, 65}, {5, 256}, {9, 545}}) {
       std::vector<float> w((size_t)R * C), back((size_t)R * C);
       Rng rng(R * 1000 + C);
       for (auto& v : w) v = (float)rng.normal();
       std::vector<uint8_t> packed(f->packed_bytes(R, C));
       f->pack(w.data(), R, C, packed.data());
       f->unpack(packed.data(), R, C, back.data());
-      for (int N : {1, 3, 20}) {
+      for (int N : {1, 3, 7, 20}) {
         std::vector<float> x((size_t)N * C), y((size_t)N * R, 9.0f), scratch(f->gemm_scratch(R, C));
         for (auto& v : x) v = (float)rng.normal();
         std::vector<QuantizedRow> xq(N);
@@ -141,6 +186,13 @@ TEST(Quant, KernelsMatchTheScalarReference) {
         } else if (N <= 16) {
           f->gemm(N, R, C, packed.data(), x.data(), y.data(), scratch.data());
           check_quantized("gemm (few rows)", 0);
+          // batched decoding gives each row the bits of decoding it alone (several rows share each
+          // weight load, but every row's sums are its own)
+          std::vector<float> one(R);
+          for (int n = 0; n < N; ++n) {
+            f->gemv(R, C, packed.data(), x.data() + (size_t)n * C, one.data(), false, GemvKernel::best);
+            for (int r = 0; r < R; ++r) ASSERT_EQ(y[(size_t)n * R + r], one[r]) << name << " row " << n << " of " << N;
+          }
         } else {
           f->gemm(N, R, C, packed.data(), x.data(), y.data(), scratch.data());
           for (int n = 0; n < N; ++n)
@@ -180,7 +232,7 @@ TEST(Quant, ModelLogitsStayClose) {
   double mean = 0, var = 0;
   for (float v : ref) mean += v / ref.size();
   for (float v : ref) var += (v - mean) * (v - mean) / ref.size();
-  for (auto [w, tol] : {std::pair{"q8_0", 0.04}, {"q4_0", 0.4}}) {
+  for (auto [w, tol] : {std::pair{"q8_0", 0.04}, {"q4_0", 0.4}, {"q4_k", 0.4}}) {
     const auto q = logits(w);
     double err = 0;
     for (size_t i = 0; i < ref.size(); ++i) err += (q[i] - ref[i]) * (q[i] - ref[i]) / ref.size();
@@ -209,7 +261,7 @@ TEST(Quant, QuantizedCheckpointRoundTrip) {
     save_model(fp32, m);
   }
   const std::vector<int32_t> prompt = {3, 50, 200, 17, 9, 1};
-  for (const char* fmt : {"q8_0", "q4_0"}) {
+  for (const char* fmt : {"q8_0", "q4_0", "q4_k"}) {
     const std::string q = dir + "/quant_rt." + fmt + ".safetensors";
     std::unique_ptr<Model> m = load_model(fp32);
     m->prepare_inference(*find_weight_format(fmt));
@@ -274,16 +326,21 @@ double output_error(const std::vector<float>& W, const std::vector<float>& Q, in
 // round to nearest (up to near-ties); with correlated inputs its layer-output error is below RTN's; its
 // weights are on the format's grids, so packing them with their scales is exact.
 TEST(Gptq, OneMatrix) {
-  const int64_t R = 9, C = 70;  // odd shapes: a partial row group and a partial last block
   Rng rng(21);
-  std::vector<float> W(R * C);
-  for (auto& v : W) v = (float)rng.normal();
-  for (const char* name : {"q8_0", "q4_0"}) {
+  for (const char* name : {"q8_0", "q4_0", "q4_k"}) {
     const WeightFormat& f = *find_weight_format(name);
-    const int64_t nb = (C + 31) / 32;
+    // odd shapes: a partial row group and a partial last block (q4_k: super-block)
+    const int64_t R = 9, C = f.grid_cols == 32 ? 70 : 300, ng = (C + f.grid_cols - 1) / f.grid_cols;
+    std::vector<float> W(R * C);
+    for (auto& v : W) v = (float)rng.normal();
+    // a grid's step where column i is: q8_0 / q4_0: the block's scale; q4_k: d · sc of its sub-block
+    auto step = [&](const std::vector<float>& S, int64_t i) {
+      const float* g = S.data() + ((i / C) * ng + (i % C) / f.grid_cols) * f.grid_floats;
+      return f.grid_floats == 1 ? std::fabs(g[0]) : g[0] * g[2 + (i % C % f.grid_cols) / 32];
+    };
     std::vector<uint8_t> p(f.packed_bytes(R, C));
     f.pack(W.data(), R, C, p.data());
-    std::vector<float> rtn(R * C), Q(R * C), S(R * nb), back(R * C);
+    std::vector<float> rtn(R * C), Q(R * C), S(R * ng * f.grid_floats), back(R * C);
     f.unpack(p.data(), R, C, rtn.data());
     std::vector<double> I(C * C, 0.0);
     for (int64_t i = 0; i < C; ++i) I[i * C + i] = 3.0;
@@ -294,7 +351,7 @@ TEST(Gptq, OneMatrix) {
     for (int64_t i = 0; i < R * C; ++i)
       if (Q[i] != rtn[i]) {
         ++differ;
-        EXPECT_NEAR(Q[i], rtn[i], 1.01 * std::fabs(S[(i / C) * nb + (i % C) / 32])) << name << " " << i;
+        EXPECT_NEAR(Q[i], rtn[i], 1.01 * step(S, i)) << name << " " << i;
       }
     EXPECT_LE(differ, R * C / 100) << name;
     // inputs x = z + 0.9 · (the previous column's z): neighbouring inputs correlate
@@ -309,7 +366,7 @@ TEST(Gptq, OneMatrix) {
     gptq_matrix(W.data(), R, C, H, f, 0.01, Q.data(), S.data());
     const double eg = output_error(W, Q, R, C, H), er = output_error(W, rtn, R, C, H);
     EXPECT_LT(eg, 0.8 * er) << name << ": gptq " << eg << " rtn " << er;
-    f.pack_scaled(Q.data(), S.data(), R, C, p.data());
+    f.pack_on_grids(Q.data(), S.data(), R, C, p.data());
     f.unpack(p.data(), R, C, back.data());
     EXPECT_EQ(back, Q) << name;
   }

@@ -84,7 +84,7 @@ Stat stat(const std::vector<double>& v) {
   return s;
 }
 
-// "q8_0,q4_0" -> its formats ("none": none), each checked against the format table.
+// "q8_0,q4_0,q4_k" -> its formats ("none": none), each checked against the format table.
 std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
   if (list == "none") return out;
@@ -106,7 +106,7 @@ int cmd_bench(int argc, char** argv) {
   ConfigArgs cfg;
   cfg.add(app, "bench-dense");
   int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256, gen_batch = 8;
-  std::string weight_list = "q8_0,q4_0", ckpt;
+  std::string weight_list = "q8_0,q4_0,q4_k", ckpt;
   bool as_json = false, as_csv = false, contended = false;
   app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
       ->check(at_least(0));
@@ -122,7 +122,7 @@ int cmd_bench(int argc, char** argv) {
                  "time generation from this checkpoint (its own format too, e.g. a quantized one) instead of random "
                  "weights; training is timed on its config")
       ->type_name("FILE");
-  app.add_option("--weights", weight_list, "quantized weight formats to time besides fp32 and bf16, comma-separated (default q8_0,q4_0; 'none')")
+  app.add_option("--weights", weight_list, "quantized weight formats to time besides fp32 and bf16, comma-separated (default q8_0,q4_0,q4_k; 'none')")
       ->type_name("LIST");
   app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
       ->check(at_least(1));

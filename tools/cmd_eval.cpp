@@ -29,7 +29,7 @@ int cmd_eval(int argc, char** argv) {
                  "loop steps to run (default: the trained R; more shows the curve beyond R; 0: the loss of h_pre)")
       ->check(at_least(0));
   app.add_option("--weights", lo.weights,
-                 "weight format: " + weight_format_names() + " (default: the checkpoint's own; q8_0 / q4_0 quantize at load)")
+                 "weight format: " + weight_format_names() + " (default: the checkpoint's own; q8_0 / q4_0 / q4_k quantize at load)")
       ->check(weights_check());
   ExitArgs ex;
   ex.add(app, "; given, eval scores through incremental decoding, token by token (default: full passes, per_step)");

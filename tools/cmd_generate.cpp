@@ -83,7 +83,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,
                  "weight format read per token: " + weight_format_names() +
-                     " (default: the checkpoint's own; bf16 / q8_0 / q4_0 copies are made at load)")
+                     " (default: the checkpoint's own; bf16 / q8_0 / q4_0 / q4_k copies are made at load)")
       ->check(weights_check());
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   app.add_flag("--quiet", quiet, "no timing summary");

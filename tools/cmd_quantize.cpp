@@ -1,4 +1,4 @@
-// `looplm quantize`: a checkpoint's weight matrices to a quantized weight format (q8_0, q4_0),
+// `looplm quantize`: a checkpoint's weight matrices to a quantized weight format (q8_0, q4_0, q4_k),
 // written as a safetensors checkpoint that eval, generate and info read directly (docs/format.md).
 #include <sys/stat.h>
 
@@ -19,11 +19,11 @@ int cmd_quantize(int argc, char** argv) {
   std::string in, out, format, method = "rtn";
   bool allow_nonfinite = false;
   app.add_option("--checkpoint", in, "the fp32 model.safetensors (or its run directory)")->required()->type_name("FILE");
-  app.add_option("--format", format, "q8_0 (8.5 bits per weight) or q4_0 (4.5 bits per weight)")
+  app.add_option("--format", format, "q8_0 (8.5 bits per weight), q4_0 or q4_k (4.5 bits per weight; q4_k: 6-bit scales and mins per 32 in super-blocks of 256)")
       ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k"}));
   app.add_option("--method", method,
-                 "rtn: each block's scale from its largest value, every weight rounded to nearest (default); gptq: "
+                 "rtn: each block's grid from its own values (q8_0 / q4_0: the largest; q4_k: a least-squares scale and min), every weight rounded to nearest (default); gptq: "
                  "GPTQ on calibration text, each weight's rounding error moved onto the weights not yet quantized")
       ->check(CLI::IsMember({"rtn", "gptq"}));
   std::string calib, calib_steps = "all";

@@ -19,7 +19,7 @@ const char* kUsage =
     "  bench      training and generation speed against the machine's GEMM peak\n"
     "  data       tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets\n"
     "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n"
-    "  quantize   a checkpoint's weight matrices to q8_0 / q4_0 (read by eval, generate, info)\n";
+    "  quantize   a checkpoint's weight matrices to q8_0 / q4_0 / q4_k (read by eval, generate, info)\n";
 
 }  // namespace
 

@@ -84,9 +84,9 @@ double quadratic(const std::vector<double>& E, int64_t rows, int64_t cols, const
 }  // namespace
 
 void gptq_matrix(const float* W0, int64_t R, int64_t C, std::vector<double> H, const WeightFormat& f, double damp,
-                 float* Wq, float* scales) {
-  LOOPLM_ASSERT(f.block_scale && f.snap, "gptq: not a quantized format");
-  const int64_t bc = f.block_cols, nb = (C + bc - 1) / bc;
+                 float* Wq, float* grids) {
+  LOOPLM_ASSERT(f.choose_grid && f.snap, "gptq: not a quantized format");
+  const int64_t gc = f.grid_cols, ng = (C + gc - 1) / gc, gf = f.grid_floats;
   std::vector<double> W(W0, W0 + R * C);
   double mean = 0;
   for (int64_t i = 0; i < C; ++i) {
@@ -103,15 +103,15 @@ void gptq_matrix(const float* W0, int64_t R, int64_t C, std::vector<double> H, c
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t r = 0; r < R; ++r) {
     double* w = W.data() + r * C;
-    std::vector<float> block(bc);
+    std::vector<float> group(gc);
     for (int64_t i = 0; i < C; ++i) {
-      const int64_t b = i / bc;
-      if (i % bc == 0) {  // the block's scale from its current (error-updated) values, as GPTQ's groups do
-        const int n = (int)std::min(bc, C - i);
-        for (int k = 0; k < n; ++k) block[k] = (float)w[i + k];
-        scales[r * nb + b] = f.block_scale(block.data(), n);
+      float* grid = grids + (r * ng + i / gc) * gf;
+      if (i % gc == 0) {  // the group's grid from its current (error-updated) values, as GPTQ's groups do
+        const int n = (int)std::min(gc, C - i);
+        for (int k = 0; k < n; ++k) group[k] = (float)w[i + k];
+        f.choose_grid(group.data(), n, grid);
       }
-      const float q = f.snap((float)w[i], scales[r * nb + b]);
+      const float q = f.snap((float)w[i], grid, (int)(i % gc));
       Wq[r * C + i] = q;
       const double e = (w[i] - q) / U[i * C + i];
       const double* u = U.data() + i * C;
@@ -121,7 +121,7 @@ void gptq_matrix(const float* W0, int64_t R, int64_t C, std::vector<double> H, c
 }
 
 GptqReport quantize_gptq(Model& m, const WeightFormat& f, const GptqOptions& o) {
-  if (!f.pack_scaled) throw UsageError(std::string("gptq: ") + f.name + " is not a quantized format");
+  if (!f.pack_on_grids) throw UsageError(std::string("gptq: ") + f.name + " is not a quantized format");
   ParamStore& ps = m.params();
   if (ps.packed_format()) throw UsageError("gptq: the model is already packed; calibrate the fp32 model");
   const Config& c = m.config();
@@ -180,13 +180,13 @@ GptqReport quantize_gptq(Model& m, const WeightFormat& f, const GptqOptions& o) 
   std::map<int, const void*> data;
   for (auto [wp, off] : where) {
     const WeightMatrix& w = *wp;
-    const int64_t R = w.node->rows, C = w.node->cols, nb = (C + f.block_cols - 1) / f.block_cols;
+    const int64_t R = w.node->rows, C = w.node->cols, ng = (C + f.grid_cols - 1) / f.grid_cols;
     Acc& a = acc[wp];
     if (a.rows == 0)
       throw Error("gptq: weight matrix '" + ps.infos()[w.first].name + "' saw no calibration input (is it multiplied outside linear()?)");
-    std::vector<float> Wq(R * C), scales(R * nb), rtn(R * C);
-    gptq_matrix(w.node->v, R, C, a.H, f, o.damp, Wq.data(), scales.data());
-    f.pack_scaled(Wq.data(), scales.data(), R, C, bytes.get() + off);
+    std::vector<float> Wq(R * C), grids(R * ng * f.grid_floats), rtn(R * C);
+    gptq_matrix(w.node->v, R, C, a.H, f, o.damp, Wq.data(), grids.data());
+    f.pack_on_grids(Wq.data(), grids.data(), R, C, bytes.get() + off);
     data[w.first] = bytes.get() + off;
     // The layer-output error of both methods against this Hessian, relative to the output's size.
     std::vector<uint8_t> tmp(f.packed_bytes(R, C));

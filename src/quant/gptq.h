@@ -25,9 +25,9 @@ struct GptqOptions {
 };
 
 // GPTQ of one matrix W [rows, cols] with the Hessian H [cols, cols] (double, row-major; changed:
-// damped): Wq (on the format's grids) and the scales [rows, ceil(cols / f.block_cols)].
+// damped): Wq (on the format's grids) and the grids [rows, ceil(cols / f.grid_cols), f.grid_floats].
 void gptq_matrix(const float* W, int64_t rows, int64_t cols, std::vector<double> H, const WeightFormat& f,
-                 double damp, float* Wq, float* scales);
+                 double damp, float* Wq, float* grids);
 
 struct GptqReport {
   int64_t tokens = 0;                 // calibration tokens run

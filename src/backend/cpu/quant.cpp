@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/quant_driver.h"
 #include "backend/cpu/weight_format.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -214,81 +215,124 @@ LOOPLM_ISA_CLONES void q4_unpack(const void* p, int64_t R, int64_t C, float* dst
 }
 
 // ---------------------------------------------------------------- the products of one row group
-// out[4] = the group's 4 rows · x (the quantized activations), by kernel.
-void group_q8_portable(const BlockQ8_0x4* B, const QuantizedRow& x, float* out) {
-  float acc[kQRows] = {0, 0, 0, 0};
-  for (int b = 0; b < x.blocks; ++b)
-    for (int r = 0; r < kQRows; ++r) {
-      int32_t s = 0;
-      for (int i = 0; i < kQBlock; ++i) s += (int32_t)B[b].qs[r][i] * x.q[(size_t)b * kQBlock + i];
-      acc[r] += fp16_to_fp32(B[b].d[r]) * x.d[b] * (float)(s - 128 * x.sum[b]);
-    }
-  std::copy(acc, acc + kQRows, out);
+// Each kernel: out[n · 4 + r] = the group's row r · x[n] (the quantized activations), n < nx.
+void group_q8_portable(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  const auto* B = reinterpret_cast<const BlockQ8_0x4*>(g);
+  for (int n = 0; n < nx; ++n) {
+    float acc[kQRows] = {0, 0, 0, 0};
+    for (int b = 0; b < x[n]->blocks; ++b)
+      for (int r = 0; r < kQRows; ++r) {
+        int32_t s = 0;
+        for (int i = 0; i < kQBlock; ++i) s += (int32_t)B[b].qs[r][i] * x[n]->q[(size_t)b * kQBlock + i];
+        acc[r] += fp16_to_fp32(B[b].d[r]) * x[n]->d[b] * (float)(s - 128 * x[n]->sum[b]);
+      }
+    std::copy(acc, acc + kQRows, out + n * kQRows);
+  }
 }
 
-void group_q4_portable(const BlockQ4_0x4* B, const QuantizedRow& x, float* out) {
-  float acc[kQRows] = {0, 0, 0, 0};
-  for (int b = 0; b < x.blocks; ++b)
-    for (int r = 0; r < kQRows; ++r) {
-      int32_t s = 0;
-      for (int i = 0; i < kQBlock; ++i) s += q4_code(B[b], r, i) * x.q[(size_t)b * kQBlock + i];
-      acc[r] += fp16_to_fp32(B[b].d[r]) * x.d[b] * (float)(s - 8 * x.sum[b]);
-    }
-  std::copy(acc, acc + kQRows, out);
+void group_q4_portable(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  const auto* B = reinterpret_cast<const BlockQ4_0x4*>(g);
+  for (int n = 0; n < nx; ++n) {
+    float acc[kQRows] = {0, 0, 0, 0};
+    for (int b = 0; b < x[n]->blocks; ++b)
+      for (int r = 0; r < kQRows; ++r) {
+        int32_t s = 0;
+        for (int i = 0; i < kQBlock; ++i) s += q4_code(B[b], r, i) * x[n]->q[(size_t)b * kQBlock + i];
+        acc[r] += fp16_to_fp32(B[b].d[r]) * x[n]->d[b] * (float)(s - 8 * x[n]->sum[b]);
+      }
+    std::copy(acc, acc + kQRows, out + n * kQRows);
+  }
 }
 
 #ifdef LOOPLM_QUANT_X86
 #define LOOPLM_AVX2_Q __attribute__((target("avx2,fma,f16c")))
 #define LOOPLM_VNNI_Q __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
 
+// One kernel body per input count NX (1..4, unrolled: the accumulators stay in registers).
+#define LOOPLM_BY_INPUTS(body, B, x, nx, out) \
+  switch (nx) {                               \
+    case 1: return body<1>(B, x, out);        \
+    case 2: return body<2>(B, x, out);        \
+    case 3: return body<3>(B, x, out);        \
+    default: return body<4>(B, x, out);       \
+  }
+
 // AVX2: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pairs, so q8's codes
 // go in as |q| with q's sign moved onto x (≤ 2·127² fits); q4's codes (≤ 15) go in directly.
-LOOPLM_AVX2_Q void group_q8_avx2(const BlockQ8_0x4* B, const QuantizedRow& x, float* out) {
-  __m256 acc[kQRows] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+template <int NX>
+LOOPLM_AVX2_Q void q8_avx2(const BlockQ8_0x4* B, const QuantizedRow* const* x, float* out) {
+  __m256 acc[NX][kQRows];
+  for (int n = 0; n < NX; ++n)
+    for (int r = 0; r < kQRows; ++r) acc[n][r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-  for (int b = 0; b < x.blocks; ++b) {
-    const __m256i X = _mm256_loadu_si256((const __m256i*)(x.q.data() + (size_t)b * kQBlock));
-    float s4[4];
-    _mm_storeu_ps(s4, _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b])));
+  for (int b = 0; b < x[0]->blocks; ++b) {
+    __m256i W[kQRows], A[kQRows];  // q, |q|
     for (int r = 0; r < kQRows; ++r) {
-      const __m256i W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)B[b].qs[r]), flip);  // q
-      const __m256i P = _mm256_maddubs_epi16(_mm256_abs_epi8(W), _mm256_sign_epi8(X, W));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set1_ps(s4[r]), acc[r]);
+      W[r] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)B[b].qs[r]), flip);
+      A[r] = _mm256_abs_epi8(W[r]);
+    }
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
+#pragma GCC unroll 4
+    for (int n = 0; n < NX; ++n) {
+      const __m256i X = _mm256_loadu_si256((const __m256i*)(x[n]->q.data() + (size_t)b * kQBlock));
+      float s4[4];
+      _mm_storeu_ps(s4, _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b])));
+      for (int r = 0; r < kQRows; ++r) {
+        const __m256i P = _mm256_maddubs_epi16(A[r], _mm256_sign_epi8(X, W[r]));
+        acc[n][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set1_ps(s4[r]), acc[n][r]);
+      }
     }
   }
-  for (int r = 0; r < kQRows; ++r) {
-    float t[8];
-    _mm256_storeu_ps(t, acc[r]);
-    out[r] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-  }
+  for (int n = 0; n < NX; ++n)
+    for (int r = 0; r < kQRows; ++r) {
+      float t[8];
+      _mm256_storeu_ps(t, acc[n][r]);
+      out[n * kQRows + r] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+    }
+}
+LOOPLM_AVX2_Q void group_q8_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q8_avx2, reinterpret_cast<const BlockQ8_0x4*>(g), x, nx, out)
 }
 
-// Rows r, r + 1 of a q4 group (16 bytes each) against x's two halves; scales sa, sb.
-LOOPLM_AVX2_Q inline __m256 q4_pair_avx2(const uint8_t* q, __m256i Xlo, __m256i Xhi, __m128 sa, __m128 sb, __m256 acc) {
-  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
-  const __m256i W = _mm256_loadu_si256((const __m256i*)q);
-  const __m256i lo = _mm256_and_si256(W, low), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), low);
+// Rows r, r + 1 of a q4 group (their low and high nibbles) against x's two halves; scales sa, sb.
+LOOPLM_AVX2_Q inline __m256 q4_pair_avx2(__m256i lo, __m256i hi, __m256i Xlo, __m256i Xhi, __m128 sa, __m128 sb, __m256 acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i P = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Xlo), _mm256_maddubs_epi16(hi, Xhi));
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set_m128(sb, sa), acc);
 }
 
-LOOPLM_AVX2_Q void group_q4_avx2(const BlockQ4_0x4* B, const QuantizedRow& x, float* out) {
-  __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();
-  __m128 corr = _mm_setzero_ps();
-  for (int b = 0; b < x.blocks; ++b) {
-    const int8_t* xq = x.q.data() + (size_t)b * kQBlock;
-    const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
-    const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
-    const __m128 s4 = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b]));
-    corr = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x.sum[b]), corr);
-    acc01 = q4_pair_avx2(B[b].qs[0], Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0x00), _mm_shuffle_ps(s4, s4, 0x55), acc01);
-    acc23 = q4_pair_avx2(B[b].qs[2], Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0xaa), _mm_shuffle_ps(s4, s4, 0xff), acc23);
+template <int NX>
+LOOPLM_AVX2_Q void q4_avx2(const BlockQ4_0x4* B, const QuantizedRow* const* x, float* out) {
+  __m256 acc01[NX], acc23[NX];
+  __m128 corr[NX];
+  for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm256_setzero_ps(), corr[n] = _mm_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int b = 0; b < x[0]->blocks; ++b) {
+    const __m256i W01 = _mm256_loadu_si256((const __m256i*)B[b].qs[0]), W23 = _mm256_loadu_si256((const __m256i*)B[b].qs[2]);
+    const __m256i lo01 = _mm256_and_si256(W01, low), hi01 = _mm256_and_si256(_mm256_srli_epi16(W01, 4), low);
+    const __m256i lo23 = _mm256_and_si256(W23, low), hi23 = _mm256_and_si256(_mm256_srli_epi16(W23, 4), low);
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
+#pragma GCC unroll 4
+    for (int n = 0; n < NX; ++n) {
+      const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
+      const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
+      const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
+      const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b]));
+      corr[n] = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x[n]->sum[b]), corr[n]);
+      acc01[n] = q4_pair_avx2(lo01, hi01, Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0x00), _mm_shuffle_ps(s4, s4, 0x55), acc01[n]);
+      acc23[n] = q4_pair_avx2(lo23, hi23, Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0xaa), _mm_shuffle_ps(s4, s4, 0xff), acc23[n]);
+    }
   }
-  float t[16], c[4];
-  _mm256_storeu_ps(t, acc01);
-  _mm256_storeu_ps(t + 8, acc23);
-  _mm_storeu_ps(c, corr);
-  for (int r = 0; r < kQRows; ++r) out[r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+  for (int n = 0; n < NX; ++n) {
+    float t[16], c[4];
+    _mm256_storeu_ps(t, acc01[n]);
+    _mm256_storeu_ps(t + 8, acc23[n]);
+    _mm_storeu_ps(c, corr[n]);
+    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+  }
+}
+LOOPLM_AVX2_Q void group_q4_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q4_avx2, reinterpret_cast<const BlockQ4_0x4*>(g), x, nx, out)
 }
 
 // (g++ 12 warns falsely about the intrinsics' undefined pass-through operands once they inline.)
@@ -297,56 +341,83 @@ LOOPLM_AVX2_Q void group_q4_avx2(const BlockQ4_0x4* B, const QuantizedRow& x, fl
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // AVX-512 VNNI: vpdpbusd sums 4 unsigned × signed byte products into each int32 lane; a 64-byte
 // load covers two rows' blocks (q8) or all four (q4), against x broadcast to match.
-LOOPLM_VNNI_Q void group_q8_vnni(const BlockQ8_0x4* B, const QuantizedRow& x, float* out) {
-  __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
-  __m128 corr = _mm_setzero_ps();
+template <int NX>
+LOOPLM_VNNI_Q void q8_vnni(const BlockQ8_0x4* B, const QuantizedRow* const* x, float* out) {
+  __m512 acc01[NX], acc23[NX];
+  __m128 corr[NX];
+  for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
   const __m512i idx01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i idx23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   const __m512i zero = _mm512_setzero_si512();
-  for (int b = 0; b < x.blocks; ++b) {
-    const __m512i X = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x.q.data() + (size_t)b * kQBlock)));
-    const __m128 s4 = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b]));
-    const __m512 S = _mm512_castps128_ps512(s4);
-    const __m512i A01 = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(B[b].qs[0]), X);
-    const __m512i A23 = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(B[b].qs[2]), X);
-    acc01 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A01), _mm512_permutexvar_ps(idx01, S), acc01);
-    acc23 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A23), _mm512_permutexvar_ps(idx23, S), acc23);
-    corr = _mm_fmadd_ps(s4, _mm_set1_ps(128.0f * (float)x.sum[b]), corr);
+  for (int b = 0; b < x[0]->blocks; ++b) {
+    const __m512i W01 = _mm512_loadu_si512(B[b].qs[0]), W23 = _mm512_loadu_si512(B[b].qs[2]);
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
+#pragma GCC unroll 4
+    for (int n = 0; n < NX; ++n) {
+      const __m512i X = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x[n]->q.data() + (size_t)b * kQBlock)));
+      const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b]));
+      const __m512 S = _mm512_castps128_ps512(s4);
+      acc01[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, W01, X)), _mm512_permutexvar_ps(idx01, S), acc01[n]);
+      acc23[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, W23, X)), _mm512_permutexvar_ps(idx23, S), acc23[n]);
+      corr[n] = _mm_fmadd_ps(s4, _mm_set1_ps(128.0f * (float)x[n]->sum[b]), corr[n]);
+    }
   }
-  float t[32], c[4];
-  _mm512_storeu_ps(t, acc01);
-  _mm512_storeu_ps(t + 16, acc23);
-  _mm_storeu_ps(c, corr);
-  for (int r = 0; r < kQRows; ++r) {
-    const float* v = t + 8 * r;
-    out[r] = (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) - c[r];
+  for (int n = 0; n < NX; ++n) {
+    float t[32], c[4];
+    _mm512_storeu_ps(t, acc01[n]);
+    _mm512_storeu_ps(t + 16, acc23[n]);
+    _mm_storeu_ps(c, corr[n]);
+    for (int r = 0; r < kQRows; ++r) {
+      const float* v = t + 8 * r;
+      out[n * kQRows + r] = (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) - c[r];
+    }
   }
 }
+LOOPLM_VNNI_Q void group_q8_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q8_vnni, reinterpret_cast<const BlockQ8_0x4*>(g), x, nx, out)
+}
 
-LOOPLM_VNNI_Q void group_q4_vnni(const BlockQ4_0x4* B, const QuantizedRow& x, float* out) {
-  __m512 acc = _mm512_setzero_ps();
-  __m128 corr = _mm_setzero_ps();
+template <int NX>
+LOOPLM_VNNI_Q void q4_vnni(const BlockQ4_0x4* B, const QuantizedRow* const* x, float* out) {
+  __m512 acc[NX];
+  __m128 corr[NX];
+  for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
   const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
-  for (int b = 0; b < x.blocks; ++b) {
-    const int8_t* xq = x.q.data() + (size_t)b * kQBlock;
-    const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
-    const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
+  for (int b = 0; b < x[0]->blocks; ++b) {
     const __m512i W = _mm512_loadu_si512(B[b].qs[0]);  // 4 rows x 16 bytes
     const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
-    const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
-    const __m128 s4 = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d)), _mm_set1_ps(x.d[b]));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc);
-    corr = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x.sum[b]), corr);
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
+#pragma GCC unroll 4
+    for (int n = 0; n < NX; ++n) {
+      const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
+      const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
+      const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
+      const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
+      const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b]));
+      acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc[n]);
+      corr[n] = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x[n]->sum[b]), corr[n]);
+    }
   }
-  float t[16], c[4];
-  _mm512_storeu_ps(t, acc);
-  _mm_storeu_ps(c, corr);
-  for (int r = 0; r < kQRows; ++r) out[r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+  for (int n = 0; n < NX; ++n) {
+    float t[16], c[4];
+    _mm512_storeu_ps(t, acc[n]);
+    _mm_storeu_ps(c, corr[n]);
+    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+  }
+}
+LOOPLM_VNNI_Q void group_q4_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q4_vnni, reinterpret_cast<const BlockQ4_0x4*>(g), x, nx, out)
 }
 
 #pragma GCC diagnostic pop
+#else
+constexpr GroupFn group_q8_avx2 = nullptr, group_q8_vnni = nullptr, group_q4_avx2 = nullptr, group_q4_vnni = nullptr;
+#endif
 
+}  // namespace
+
+#ifdef LOOPLM_QUANT_X86
 bool have_avx2_q() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return yes;
@@ -361,32 +432,32 @@ bool have_avx2_q() { return false; }
 bool have_vnni_q() { return false; }
 #endif
 
-template <class Block>
-using GroupFn = void (*)(const Block*, const QuantizedRow&, float*);
+std::vector<GemvKernel> quant_kernels_available() {
+  std::vector<GemvKernel> k = {GemvKernel::portable};
+  if (have_avx2_q()) k.push_back(GemvKernel::avx2);
+  if (have_vnni_q()) k.push_back(GemvKernel::avx512_vnni);
+  return k;
+}
 
-template <class Block>
-GroupFn<Block> pick(GemvKernel k, GroupFn<Block> portable, GroupFn<Block> avx2, GroupFn<Block> vnni) {
-  if (k == GemvKernel::best) k = quant_kernels_available().back();
-#ifdef LOOPLM_QUANT_X86
-  if (k == GemvKernel::avx512_vnni && have_vnni_q()) return vnni;
-  if (k == GemvKernel::avx2 && have_avx2_q()) return avx2;
-#else
-  (void)avx2, (void)vnni;
-#endif
+GroupFn pick_group_kernel(GemvKernel k, GroupFn portable, GroupFn avx2, GroupFn vnni) {
+  static const GemvKernel best = quant_kernels_available().back();
+  if (k == GemvKernel::best) k = best;
+  if (k == GemvKernel::avx512_vnni && vnni && have_vnni_q()) return vnni;
+  if (k == GemvKernel::avx2 && avx2 && have_avx2_q()) return avx2;
   return portable;
 }
 
-// y[R] (+)= W x: x quantized once (per thread's call), the row groups split between the threads.
-template <class Block>
-void quant_gemv(int R, int C, const void* p, const float* x, float* y, bool accumulate, GroupFn<Block> group) {
+// ---------------------------------------------------------------- the drivers (quant_driver.h)
+void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x, float* y, bool accumulate, GroupFn f) {
   static thread_local QuantizedRow xq;
   quantize_activations(x, C, xq);
-  const auto* B = static_cast<const Block*>(p);
-  const int64_t nb = col_blocks(C), G = row_groups(R);
+  const QuantizedRow* xs[1] = {&xq};
+  const auto* p = static_cast<const uint8_t*>(W);
+  const int64_t G = row_groups(R);
 #pragma omp parallel for schedule(static) if ((int64_t)R * C > (1 << 15))
   for (int64_t g = 0; g < G; ++g) {
     float o[kQRows];
-    group(B + g * nb, xq, o);
+    f(p + g * group_bytes, C, xs, 1, o);
     for (int r = 0; r < kQRows && g * kQRows + r < R; ++r) {
       float& t = y[g * kQRows + r];
       t = accumulate ? t + o[r] : o[r];
@@ -394,54 +465,71 @@ void quant_gemv(int R, int C, const void* p, const float* x, float* y, bool accu
   }
 }
 
-// Many rows (prefill, evaluation): panels of 64 weight rows dequantized (exactly) into a per-thread
-// buffer and multiplied there in fp32, the panels split between the threads; a few rows (batched
-// decoding): the matrix-vector product per row.
-constexpr int kPanel = 64;
-using Unpack = void (*)(const void*, int64_t, int64_t, float*);
-template <class Block>
-void quant_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch, GroupFn<Block> group,
-                Unpack unpack) {
+constexpr int kPanel = 64;  // rows per dequantized panel (many rows)
+static_assert(kPanel % kQRows == 0);
+
+void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
+                GroupFn f, UnpackFn unpack) {
+  const auto* p = static_cast<const uint8_t*>(W);
   if (N <= kFewRows) {
-    for (int n = 0; n < N; ++n) quant_gemv<Block>(R, C, p, x + (int64_t)n * C, y + (int64_t)n * R, false, group);
+    static thread_local std::vector<QuantizedRow> xq;
+    if ((int)xq.size() < N) xq.resize(N);
+    const QuantizedRow* xs[kFewRows];
+    for (int n = 0; n < N; ++n) {
+      quantize_activations(x + (int64_t)n * C, C, xq[n]);
+      xs[n] = &xq[n];
+    }
+    const int64_t G = row_groups(R);
+    // Per group, every input row against its weights while they are in L1 (kGroupInputs at a time).
+#pragma omp parallel for schedule(static) if ((int64_t)R * C * N > (1 << 15))
+    for (int64_t g = 0; g < G; ++g)
+      for (int n0 = 0; n0 < N; n0 += kGroupInputs) {
+        const int nx = std::min(kGroupInputs, N - n0);
+        float o[kGroupInputs * kQRows];
+        f(p + g * group_bytes, C, xs + n0, nx, o);
+        for (int j = 0; j < nx; ++j)
+          for (int r = 0; r < kQRows && g * kQRows + r < R; ++r) y[(int64_t)(n0 + j) * R + g * kQRows + r] = o[j * kQRows + r];
+      }
     return;
   }
-  const auto* B = static_cast<const Block*>(p);
-  const int64_t nb = col_blocks(C);
   const int panels = (R + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < panels; ++i) {
     const int r0 = i * kPanel, n = std::min(kPanel, R - r0);
     float* w = scratch + (size_t)omp_get_thread_num() * kPanel * C;
-    unpack(B + (int64_t)(r0 / kQRows) * nb, n, C, w);  // a panel starts on a row group: a standalone [n, C] matrix
+    unpack(p + (int64_t)(r0 / kQRows) * group_bytes, n, C, w);  // a panel starts on a row group: a standalone [n, C] matrix
     gemm(false, true, N, n, C, 1.0f, x, C, w, C, 0.0f, y + r0, R);  // sequential inside a parallel region
   }
 }
 size_t quant_scratch(int64_t, int64_t C) { return (size_t)omp_get_max_threads() * kPanel * (size_t)C; }
 
+namespace {
+
+size_t q8_group_bytes(int C) { return (size_t)col_blocks(C) * sizeof(BlockQ8_0x4); }
+size_t q4_group_bytes(int C) { return (size_t)col_blocks(C) * sizeof(BlockQ4_0x4); }
 void q8_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
-  quant_gemv<BlockQ8_0x4>(R, C, p, x, y, acc, pick<BlockQ8_0x4>(k, group_q8_portable, group_q8_avx2, group_q8_vnni));
+  quant_gemv(R, C, p, q8_group_bytes(C), x, y, acc, pick_group_kernel(k, group_q8_portable, group_q8_avx2, group_q8_vnni));
 }
 void q8_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
-  quant_gemm<BlockQ8_0x4>(N, R, C, p, x, y, scratch,
-                          pick<BlockQ8_0x4>(GemvKernel::best, group_q8_portable, group_q8_avx2, group_q8_vnni), q8_unpack);
+  quant_gemm(N, R, C, p, q8_group_bytes(C), x, y, scratch,
+             pick_group_kernel(GemvKernel::best, group_q8_portable, group_q8_avx2, group_q8_vnni), q8_unpack);
 }
 void q4_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
-  quant_gemv<BlockQ4_0x4>(R, C, p, x, y, acc, pick<BlockQ4_0x4>(k, group_q4_portable, group_q4_avx2, group_q4_vnni));
+  quant_gemv(R, C, p, q4_group_bytes(C), x, y, acc, pick_group_kernel(k, group_q4_portable, group_q4_avx2, group_q4_vnni));
 }
 void q4_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
-  quant_gemm<BlockQ4_0x4>(N, R, C, p, x, y, scratch,
-                          pick<BlockQ4_0x4>(GemvKernel::best, group_q4_portable, group_q4_avx2, group_q4_vnni), q4_unpack);
+  quant_gemm(N, R, C, p, q4_group_bytes(C), x, y, scratch,
+             pick_group_kernel(GemvKernel::best, group_q4_portable, group_q4_avx2, group_q4_vnni), q4_unpack);
 }
 
-// ---------------------------------------------------------------- GPTQ's hooks
-float q8_block_scale(const float* x, int n) { return fp16_to_fp32(fp32_to_fp16(block_amax(x, n) / 127.0f)); }
-float q4_block_scale(const float* x, int n) { return fp16_to_fp32(fp32_to_fp16(block_extreme(x, n) / -8.0f)); }
-float q8_snap(float x, float d) { return d == 0 ? 0.0f : d * std::clamp(std::nearbyint(x / d), -127.0f, 127.0f); }
-float q4_snap(float x, float d) { return d == 0 ? 0.0f : d * std::clamp(std::nearbyint(x / d), -8.0f, 7.0f); }
+// ---------------------------------------------------------------- GPTQ's hooks: a grid is a block's scale
+void q8_choose_grid(const float* x, int n, float* g) { *g = fp16_to_fp32(fp32_to_fp16(block_amax(x, n) / 127.0f)); }
+void q4_choose_grid(const float* x, int n, float* g) { *g = fp16_to_fp32(fp32_to_fp16(block_extreme(x, n) / -8.0f)); }
+float q8_snap(float x, const float* g, int) { return *g == 0 ? 0.0f : *g * std::clamp(std::nearbyint(x / *g), -127.0f, 127.0f); }
+float q4_snap(float x, const float* g, int) { return *g == 0 ? 0.0f : *g * std::clamp(std::nearbyint(x / *g), -8.0f, 7.0f); }
 
 template <class Block, bool Q4>
-void pack_scaled(const float* w, const float* scales, int64_t R, int64_t C, void* dst) {
+void pack_on_grids(const float* w, const float* scales, int64_t R, int64_t C, void* dst) {
   auto* B = static_cast<Block*>(dst);
   const int64_t nb = col_blocks(C);
   for (int64_t g = 0; g < row_groups(R); ++g)
@@ -467,20 +555,13 @@ void pack_scaled(const float* w, const float* scales, int64_t R, int64_t C, void
 
 }  // namespace
 
-std::vector<GemvKernel> quant_kernels_available() {
-  std::vector<GemvKernel> k = {GemvKernel::portable};
-  if (have_avx2_q()) k.push_back(GemvKernel::avx2);
-  if (have_vnni_q()) k.push_back(GemvKernel::avx512_vnni);
-  return k;
-}
-
 extern const WeightFormat kQ8_0 = {
     "q8_0", "int8 blocks of 32 with an fp16 scale (8.5 bits per weight; activations int8 per block in the products)",
     kQRows, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
-    q8_block_scale, q8_snap, pack_scaled<BlockQ8_0x4, false>};
+    kQBlock, 1, q8_choose_grid, q8_snap, pack_on_grids<BlockQ8_0x4, false>};
 extern const WeightFormat kQ4_0 = {
     "q4_0", "4-bit blocks of 32 with an fp16 scale (4.5 bits per weight; activations int8 per block in the products)",
     kQRows, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
-    q4_block_scale, q4_snap, pack_scaled<BlockQ4_0x4, true>};
+    kQBlock, 1, q4_choose_grid, q4_snap, pack_on_grids<BlockQ4_0x4, true>};
 
 }  // namespace looplm

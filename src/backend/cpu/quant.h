@@ -1,5 +1,5 @@
 // Weight-only quantized formats (issue 9; SPEC §2.5): q8_0 and q4_0, llama.cpp's block
-// quantizations (32 weights and one fp16 scale per block) in a layout for the stream: the blocks of
+// quantizations, and q4_k (below), its super-block one with 6-bit scales and mins; (32 weights and one fp16 scale per block) in a layout for the stream: the blocks of
 // 4 consecutive rows at the same 32 columns sit together, so one pass over a 4-row group reads one
 // sequential stream (like bf16.h's layout). A matrix [R, C] is stored as ceil(R/4) row groups of
 // ceil(C/32) group blocks, rows and columns padded with zeros.
@@ -36,6 +36,41 @@ struct BlockQ4_0x4 {
   uint8_t qs[kQRows][kQBlock / 2];    // u (0..15): element i low nibble of byte i, element i + 16 high nibble
 };
 static_assert(sizeof(BlockQ4_0x4) == 72, "q4_0: 4 x (2 + 16) bytes, 4.5 bits per weight");
+
+// q4_k: llama.cpp's k-quant shape — super-blocks of 256 weights in 8 sub-blocks of 32, each
+// sub-block with its own 6-bit scale sc and 6-bit min m, the super-block's scales and mins scaled
+// in turn by an fp16 pair (d, dmin):
+//   w = (d · sc_j) · u − (dmin · m_j),  u in 0..15 (nibbles as q4_0),  4.5 bits per weight.
+// The min lets a sub-block's grid sit where its values are (asymmetric), the 6-bit scales cost
+// 0.375 bits per weight where q4_0's fp16 scales cost 0.5. Interleaved like q4_0: one BlockQ4_Kx4
+// holds the 4 rows of a group at the same 256 columns; a matrix's last super-block holds only the
+// sub-blocks its columns reach (so a width of 384 is 1.5 super-blocks, not 2).
+constexpr int kQKBlock = 256;  // weights per super-block
+constexpr int kQKSubs = 8;     // sub-blocks of 32
+struct BlockQ4_Kx4 {
+  uint16_t d[kQRows];                  // fp16: each row's scale of its sub-block scales
+  uint16_t dmin[kQRows];               // fp16: the same for the mins
+  uint8_t sm_lo[kQKSubs * kQRows];     // entry k = j·4 + r (sub-block j, row r): sc & 15 | (m & 15) << 4
+  uint8_t sm_hi[kQKSubs * kQRows / 2]; // entry k's top bits, sc >> 4 | (m >> 4) << 2: the low nibble of
+                                       // byte k for k < 16, the high nibble of byte k − 16 otherwise
+  uint8_t qs[kQKSubs][kQRows][kQBlock / 2];  // per sub-block, as q4_0's codes
+};
+static_assert(sizeof(BlockQ4_Kx4) == 576, "q4_k: 4 x (2 + 2 + 12 + 128) bytes, 4.5 bits per weight");
+// The header (d, dmin, sm) of a super-block: what a truncated last one holds before its sub-blocks.
+constexpr int kQKHeader = 64;
+static_assert(offsetof(BlockQ4_Kx4, qs) == kQKHeader);
+
+// The q4_k grid of one row's super-block: d and dmin (fp16-rounded), sc[8], m[8] (0..63) — the
+// 18 numbers GPTQ's grid hooks carry — and the value of code u in sub-block j.
+struct GridQ4_K {
+  float d = 0, dmin = 0;
+  uint8_t sc[kQKSubs] = {}, m[kQKSubs] = {};
+  float value(int j, int u) const;
+};
+// The scalar reference: a super-block's grid from its values (n ≤ 256; the sub-blocks' (scale,
+// min) fitted by least squares, then rounded to 6 bits of d and dmin), and codes on a grid.
+GridQ4_K fit_grid_q4_k(const float* x, int n);
+void quantize_superblock_q4_k(const float* x, int n, const GridQ4_K& g, uint8_t* u /* n codes */);
 
 // IEEE half <-> float, round to nearest even (portable; the kernels use F16C).
 uint16_t fp32_to_fp16(float f);

@@ -82,10 +82,10 @@ const WeightFormat kBF16 = {"bf16",
 
 }  // namespace
 
-extern const WeightFormat kQ8_0, kQ4_0;  // quant.cpp
+extern const WeightFormat kQ8_0, kQ4_0, kQ4_K;  // quant.cpp, quant_k.cpp
 
 const std::vector<const WeightFormat*>& weight_formats() {
-  static const std::vector<const WeightFormat*> t = {&kF32, &kBF16, &kQ8_0, &kQ4_0};
+  static const std::vector<const WeightFormat*> t = {&kF32, &kBF16, &kQ8_0, &kQ4_0, &kQ4_K};
   return t;
 }
 

@@ -2,7 +2,7 @@
 // is stored and multiplied. A format is one row of a table — its packing unit, pack / unpack, and
 // the two products an inference pass needs: the matrix-vector kernel for a single row (batch-1
 // decoding, memory-bound; the ISA is picked inside by CPU feature) and the GEMM for many rows
-// (prefill, evaluation). fp32, bf16, and the quantized q8_0 / q4_0 (backend/cpu/quant.h).
+// (prefill, evaluation). fp32, bf16, and the quantized q8_0 / q4_0 / q4_k (backend/cpu/quant.h).
 //
 // A format is chosen once, when a model is loaded for inference (ParamStore::pack); training
 // never sees it.
@@ -37,18 +37,22 @@ struct WeightFormat {
   size_t (*gemm_scratch)(int64_t rows, int64_t cols);
   // The gemv kernels this CPU has for the format (portable first, best last): tests run each.
   std::vector<GemvKernel> (*kernels)();
-  // Quantized formats only (null otherwise), for GPTQ: a block's scale from its values (as stored:
-  // fp16-rounded), a value's nearest point on a block's grid, and packing with given scales
-  // [rows, ceil(cols / block_cols)] of values already on their grids (exact).
-  float (*block_scale)(const float* x, int n) = nullptr;
-  float (*snap)(float x, float scale) = nullptr;
-  void (*pack_scaled)(const float* w, const float* scales, int64_t rows, int64_t cols, void* dst) = nullptr;
+  // Quantized formats only (null otherwise), for GPTQ. A grid is the set of values a group of
+  // `grid_cols` consecutive columns of a row can take (q8_0 / q4_0: a block's scale; q4_k: a
+  // super-block's scales and mins), described by `grid_floats` numbers: chosen from the group's
+  // values (n ≤ grid_cols of them) as the format stores it (fp16, 6-bit), a value's nearest point on
+  // it (i: the value's column within the group), and packing with given grids
+  // [rows, ceil(cols / grid_cols), grid_floats] of values already on them (exact).
+  int grid_cols = 0, grid_floats = 0;
+  void (*choose_grid)(const float* x, int n, float* grid) = nullptr;
+  float (*snap)(float x, const float* grid, int i) = nullptr;
+  void (*pack_on_grids)(const float* w, const float* grids, int64_t rows, int64_t cols, void* dst) = nullptr;
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
 const std::vector<const WeightFormat*>& weight_formats();
 const WeightFormat* find_weight_format(const std::string& name);
-std::string weight_format_names();  // "fp32, bf16, q8_0, q4_0"
+std::string weight_format_names();  // "fp32, bf16, q8_0, q4_0, q4_k"
 
 // One weight matrix in an inference format.
 struct PackedMatrix {

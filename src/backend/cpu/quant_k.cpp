@@ -1,0 +1,384 @@
+// q4_k (quant.h): the scalar reference (fitting a super-block's grid), packing, and the group
+// kernels per ISA; the drivers are quant.cpp's (quant_driver.h).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_driver.h"
+#include "backend/cpu/weight_format.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LOOPLM_QUANT_X86 1
+#endif
+
+namespace looplm {
+
+// One rounding (fma) wherever a q4_k value is formed — the reference, GPTQ's grid, the unpacking —
+// so that packing values already on a grid gives them back bit for bit.
+float GridQ4_K::value(int j, int u) const { return std::fma(d * (float)sc[j], (float)u, -(dmin * (float)m[j])); }
+
+namespace {
+
+constexpr int kHalf = kQBlock / 2;
+
+// The (scale a ≥ 0, min b ≥ 0) of one sub-block, w ≈ a·u − b with u in 0..15, minimizing the squared
+// error: alternate assigning codes and solving the 2 × 2 least-squares system for (a, b), from
+// the full range and from two narrower ones (clipping the extremes can pay at 16 levels); the best
+// fit seen wins. The grid's low end is at most 0 (b ≥ 0), as the format stores a min, not an offset.
+void fit_sub_block(const float* x, int n, float* a_out, float* b_out) {
+  float lo = 0, hi = -INFINITY;
+  for (int i = 0; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+  *a_out = 0;
+  *b_out = -lo;
+  if (n == 0 || !(hi > lo)) return;  // every value equal: w = lo exactly (or nothing to fit)
+  auto error = [&](float a, float b) {
+    double e = 0;
+    for (int i = 0; i < n; ++i) {
+      const float u = std::clamp(std::nearbyint((x[i] + b) / a), 0.0f, 15.0f);
+      e += (double)(a * u - b - x[i]) * (a * u - b - x[i]);
+    }
+    return e;
+  };
+  double best = INFINITY;
+  for (float shrink : {1.0f, 0.9f, 0.8f}) {
+    float a = shrink * (hi - lo) / 15.0f, b = -lo * shrink;
+    for (int it = 0; it < 6 && a > 0; ++it) {
+      const double e = error(a, b);
+      if (e < best) best = e, *a_out = a, *b_out = b;
+      double su = 0, suu = 0, sx = 0, sux = 0;
+      for (int i = 0; i < n; ++i) {
+        const double u = std::clamp(std::nearbyint((x[i] + b) / a), 0.0f, 15.0f);
+        su += u, suu += u * u, sx += x[i], sux += u * x[i];
+      }
+      const double det = suu * n - su * su;
+      if (det <= 0) break;  // one code for every value: nothing to solve
+      double na = (n * sux - su * sx) / det, nb = (su * sux - suu * sx) / det;
+      if (nb < 0) nb = 0, na = sux / suu;  // the grid may not start above 0
+      if (!(na > 0)) break;
+      a = (float)na, b = (float)nb;
+    }
+  }
+}
+
+// Codes of values on (or near) sub-block j's grid.
+inline uint8_t code_on(const GridQ4_K& g, int j, float x) {
+  const float a = g.d * (float)g.sc[j], b = g.dmin * (float)g.m[j];
+  return a > 0 ? (uint8_t)std::clamp(std::nearbyint((x + b) / a), 0.0f, 15.0f) : 0;
+}
+
+// A 6-bit multiple of the stored fp16 scale s (0 when s is).
+inline uint8_t six_bits(float v, float s) { return s > 0 ? (uint8_t)std::clamp(std::nearbyint(v / s), 0.0f, 63.0f) : 0; }
+
+}  // namespace
+
+GridQ4_K fit_grid_q4_k(const float* x, int n) {
+  float a[kQKSubs] = {}, b[kQKSubs] = {}, amax = 0, bmax = 0;
+  for (int j = 0; j * kQBlock < n; ++j) {
+    fit_sub_block(x + j * kQBlock, std::min(kQBlock, n - j * kQBlock), &a[j], &b[j]);
+    amax = std::max(amax, a[j]), bmax = std::max(bmax, b[j]);
+  }
+  GridQ4_K g;
+  g.d = fp16_to_fp32(fp32_to_fp16(amax / 63.0f));
+  g.dmin = fp16_to_fp32(fp32_to_fp16(bmax / 63.0f));
+  for (int j = 0; j < kQKSubs; ++j) g.sc[j] = six_bits(a[j], g.d), g.m[j] = six_bits(b[j], g.dmin);
+  return g;
+}
+
+void quantize_superblock_q4_k(const float* x, int n, const GridQ4_K& g, uint8_t* u) {
+  for (int i = 0; i < n; ++i) u[i] = code_on(g, i / kQBlock, x[i]);
+}
+
+namespace {
+
+int64_t row_groups(int64_t R) { return (R + kQRows - 1) / kQRows; }
+int64_t col_blocks(int64_t C) { return (C + kQBlock - 1) / kQBlock; }
+// Bytes of one row group: the whole super-blocks, then a header and the sub-blocks of the last.
+size_t group_bytes(int64_t C) {
+  const int64_t full = C / kQKBlock, tail = col_blocks(C % kQKBlock);
+  return (size_t)full * sizeof(BlockQ4_Kx4) + (tail ? kQKHeader + tail * kQRows * kHalf : 0);
+}
+size_t q4k_bytes(int64_t R, int64_t C) { return (size_t)row_groups(R) * group_bytes(C); }
+
+// ---------------------------------------------------------------- packing
+// Writes row r's grid and codes (u[256]: 0 past the matrix's columns) into super-block `blk`.
+void put_row(BlockQ4_Kx4* blk, int r, const GridQ4_K& g, const uint8_t* u, int subs) {
+  blk->d[r] = fp32_to_fp16(g.d);
+  blk->dmin[r] = fp32_to_fp16(g.dmin);
+  for (int j = 0; j < kQKSubs; ++j) {
+    const int k = j * kQRows + r;
+    blk->sm_lo[k] = (uint8_t)((g.sc[j] & 15) | (g.m[j] & 15) << 4);
+    const uint8_t top = (uint8_t)(g.sc[j] >> 4 | (g.m[j] >> 4) << 2);
+    uint8_t& h = blk->sm_hi[k % 16];
+    h = k < 16 ? (uint8_t)((h & 0xf0) | top) : (uint8_t)((h & 0x0f) | top << 4);
+  }
+  for (int j = 0; j < subs; ++j)
+    for (int i = 0; i < kHalf; ++i) blk->qs[j][r][i] = (uint8_t)(u[j * kQBlock + i] | u[j * kQBlock + i + kHalf] << 4);
+}
+
+GridQ4_K get_row(const BlockQ4_Kx4* blk, int r) {
+  GridQ4_K g;
+  g.d = fp16_to_fp32(blk->d[r]);
+  g.dmin = fp16_to_fp32(blk->dmin[r]);
+  for (int j = 0; j < kQKSubs; ++j) {
+    const int k = j * kQRows + r;
+    const int top = k < 16 ? blk->sm_hi[k] & 15 : blk->sm_hi[k - 16] >> 4;
+    g.sc[j] = (uint8_t)((blk->sm_lo[k] & 15) | (top & 3) << 4);
+    g.m[j] = (uint8_t)((blk->sm_lo[k] >> 4) | (top >> 2) << 4);
+  }
+  return g;
+}
+
+// Every row's super-blocks through `grid(row, s, x, n)` (the fitted or the given grid).
+template <class GridOf>
+void pack_rows(const float* w, int64_t R, int64_t C, void* dst, GridOf grid) {
+  auto* base = static_cast<uint8_t*>(dst);
+  const int64_t supers = (C + kQKBlock - 1) / kQKBlock;
+  std::memset(dst, 0, q4k_bytes(R, C));
+#pragma omp parallel for if (R * C > (1 << 18))
+  for (int64_t g = 0; g < row_groups(R); ++g)
+    for (int64_t s = 0; s < supers; ++s) {
+      auto* blk = reinterpret_cast<BlockQ4_Kx4*>(base + g * group_bytes(C) + s * sizeof(BlockQ4_Kx4));
+      const int n = (int)std::min<int64_t>(kQKBlock, C - s * kQKBlock), subs = (int)col_blocks(n);
+      for (int r = 0; r < kQRows; ++r) {
+        const int64_t row = g * kQRows + r;
+        uint8_t u[kQKBlock] = {};
+        GridQ4_K gr;  // a padding row: all zero
+        if (row < R) {
+          const float* x = w + row * C + s * kQKBlock;
+          gr = grid(row, s, x, n);
+          quantize_superblock_q4_k(x, n, gr, u);
+        }
+        put_row(blk, r, gr, u, subs);
+      }
+    }
+}
+
+void q4k_pack(const float* w, int64_t R, int64_t C, void* dst) {
+  pack_rows(w, R, C, dst, [](int64_t, int64_t, const float* x, int n) { return fit_grid_q4_k(x, n); });
+}
+
+// Rows in order, super-block by super-block (ISA-cloned: the prefill path dequantizes 64-row
+// panels with it at every long prompt).
+LOOPLM_ISA_CLONES void q4k_unpack(const void* p, int64_t R, int64_t C, float* dst) {
+  const auto* base = static_cast<const uint8_t*>(p);
+  for (int64_t row = 0; row < R; ++row) {
+    const int r = (int)(row % kQRows);
+    const uint8_t* group = base + (row / kQRows) * group_bytes(C);
+    for (int64_t s = 0; s * kQKBlock < C; ++s) {
+      const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
+      const GridQ4_K g = get_row(blk, r);
+      for (int j = 0; j < kQKSubs && s * kQKBlock + j * kQBlock < C; ++j) {
+        const int64_t c0 = s * kQKBlock + j * kQBlock, n = std::min<int64_t>(kQBlock, C - c0);
+        const uint8_t* q = blk->qs[j][r];
+        float* o = dst + row * C + c0;
+        for (int64_t i = 0; i < n; ++i) o[i] = g.value(j, i < kHalf ? q[i] & 15 : q[i - kHalf] >> 4);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- GPTQ's hooks: a grid is a super-block's GridQ4_K
+constexpr int kGridFloats = 2 + 2 * kQKSubs;
+void to_floats(const GridQ4_K& g, float* f) {
+  f[0] = g.d, f[1] = g.dmin;
+  for (int j = 0; j < kQKSubs; ++j) f[2 + j] = g.sc[j], f[2 + kQKSubs + j] = g.m[j];
+}
+GridQ4_K from_floats(const float* f) {
+  GridQ4_K g;
+  g.d = f[0], g.dmin = f[1];
+  for (int j = 0; j < kQKSubs; ++j) g.sc[j] = (uint8_t)f[2 + j], g.m[j] = (uint8_t)f[2 + kQKSubs + j];
+  return g;
+}
+void q4k_choose_grid(const float* x, int n, float* grid) { to_floats(fit_grid_q4_k(x, n), grid); }
+float q4k_snap(float x, const float* grid, int i) {
+  const GridQ4_K g = from_floats(grid);
+  return g.value(i / kQBlock, code_on(g, i / kQBlock, x));
+}
+void q4k_pack_on_grids(const float* w, const float* grids, int64_t R, int64_t C, void* dst) {
+  const int64_t supers = (C + kQKBlock - 1) / kQKBlock;
+  pack_rows(w, R, C, dst, [&](int64_t row, int64_t s, const float*, int) {
+    return from_floats(grids + (row * supers + s) * kGridFloats);
+  });
+}
+
+// ---------------------------------------------------------------- the products of one row group
+// Per super-block the 4 rows' sub-block scales d·sc and mins dmin·m, as S[j·4 + r], M[j·4 + r];
+// then per sub-block j, as q4_0: y += dx · (S_j · Σ u·qx − M_j · Σ qx).
+void decode_scales(const BlockQ4_Kx4* blk, float* S, float* M) {
+  for (int r = 0; r < kQRows; ++r) {
+    const GridQ4_K g = get_row(blk, r);
+    for (int j = 0; j < kQKSubs; ++j) S[j * kQRows + r] = g.d * (float)g.sc[j], M[j * kQRows + r] = g.dmin * (float)g.m[j];
+  }
+}
+
+void group_q4k_portable(const uint8_t* group, int C, const QuantizedRow* const* x, int nx, float* out) {
+  const int blocks = (int)col_blocks(C);
+  for (int n = 0; n < nx; ++n) {
+    float acc[kQRows] = {0, 0, 0, 0};
+    for (int s = 0; s * kQKSubs < blocks; ++s) {
+      const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
+      float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
+      decode_scales(blk, S, M);
+      for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
+        const int b = s * kQKSubs + j;
+        const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
+        for (int r = 0; r < kQRows; ++r) {
+          int32_t dot = 0;
+          for (int i = 0; i < kHalf; ++i) dot += (blk->qs[j][r][i] & 15) * xq[i] + (blk->qs[j][r][i] >> 4) * xq[i + kHalf];
+          acc[r] += x[n]->d[b] * (S[j * kQRows + r] * (float)dot - M[j * kQRows + r] * (float)x[n]->sum[b]);
+        }
+      }
+    }
+    std::copy(acc, acc + kQRows, out + n * kQRows);
+  }
+}
+
+#ifdef LOOPLM_QUANT_X86
+#define LOOPLM_AVX2_Q __attribute__((target("avx2,fma,f16c")))
+#define LOOPLM_VNNI_Q __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
+
+// decode_scales with vector instructions: the 32 low nibble pairs and 32 top-bit nibbles, widened
+// to floats and multiplied by the rows' d / dmin (lane k's row is k mod 4).
+LOOPLM_AVX2_Q inline void decode_scales_avx2(const BlockQ4_Kx4* blk, float* S, float* M) {
+  const __m256i L = _mm256_loadu_si256((const __m256i*)blk->sm_lo);
+  const __m128i H = _mm_loadu_si128((const __m128i*)blk->sm_hi);
+  const __m256i nib = _mm256_set1_epi8(15);
+  const __m256i top = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(H, 4), H), nib);
+  const __m256i sc = _mm256_or_si256(_mm256_and_si256(L, nib), _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi8(3)), 4));
+  const __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), nib),
+                                    _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi8(12)), 2));
+  const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)blk->d)), m4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)blk->dmin));
+  const __m256 D = _mm256_set_m128(d4, d4), Dm = _mm256_set_m128(m4, m4);
+  alignas(32) uint8_t scb[32], mb[32];
+  _mm256_store_si256((__m256i*)scb, sc);
+  _mm256_store_si256((__m256i*)mb, m);
+  for (int k = 0; k < 32; k += 8) {
+    _mm256_storeu_ps(S + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(scb + k)))), D));
+    _mm256_storeu_ps(M + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mb + k)))), Dm));
+  }
+}
+
+template <int NX>
+LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* group, const QuantizedRow* const* x, float* out) {
+  __m256 acc01[NX], acc23[NX];
+  __m128 corr[NX];
+  for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm256_setzero_ps(), corr[n] = _mm_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const int blocks = x[0]->blocks;
+  for (int s = 0; s * kQKSubs < blocks; ++s) {
+    const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
+    alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
+    decode_scales_avx2(blk, S, M);
+    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
+      const int b = s * kQKSubs + j;
+      const __m256i W01 = _mm256_loadu_si256((const __m256i*)blk->qs[j][0]), W23 = _mm256_loadu_si256((const __m256i*)blk->qs[j][2]);
+      const __m256i lo01 = _mm256_and_si256(W01, low), hi01 = _mm256_and_si256(_mm256_srli_epi16(W01, 4), low);
+      const __m256i lo23 = _mm256_and_si256(W23, low), hi23 = _mm256_and_si256(_mm256_srli_epi16(W23, 4), low);
+      const __m128 sw = _mm_load_ps(S + j * kQRows), mw = _mm_load_ps(M + j * kQRows);
+#pragma GCC unroll 4
+      for (int n = 0; n < NX; ++n) {
+        const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
+        const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
+        const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
+        const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
+        corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
+        const __m256i P01 = _mm256_add_epi16(_mm256_maddubs_epi16(lo01, Xlo), _mm256_maddubs_epi16(hi01, Xhi));
+        const __m256i P23 = _mm256_add_epi16(_mm256_maddubs_epi16(lo23, Xlo), _mm256_maddubs_epi16(hi23, Xhi));
+        const __m256 s01 = _mm256_set_m128(_mm_shuffle_ps(s4, s4, 0x55), _mm_shuffle_ps(s4, s4, 0x00));
+        const __m256 s23 = _mm256_set_m128(_mm_shuffle_ps(s4, s4, 0xff), _mm_shuffle_ps(s4, s4, 0xaa));
+        acc01[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P01, ones)), s01, acc01[n]);
+        acc23[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P23, ones)), s23, acc23[n]);
+      }
+    }
+  }
+  for (int n = 0; n < NX; ++n) {
+    float t[16], c[4];
+    _mm256_storeu_ps(t, acc01[n]);
+    _mm256_storeu_ps(t + 8, acc23[n]);
+    _mm_storeu_ps(c, corr[n]);
+    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+  }
+}
+
+#define LOOPLM_BY_INPUTS(body, g, x, nx, out) \
+  switch (nx) {                               \
+    case 1: return body<1>(g, x, out);        \
+    case 2: return body<2>(g, x, out);        \
+    case 3: return body<3>(g, x, out);        \
+    default: return body<4>(g, x, out);       \
+  }
+
+LOOPLM_AVX2_Q void group_q4k_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q4k_avx2, g, x, nx, out)
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// AVX-512 VNNI: one 64-byte load holds a sub-block's 4 rows (as q4_0's kernel).
+template <int NX>
+LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* group, const QuantizedRow* const* x, float* out) {
+  __m512 acc[NX];
+  __m128 corr[NX];
+  for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
+  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+  const int blocks = x[0]->blocks;
+  for (int s = 0; s * kQKSubs < blocks; ++s) {
+    const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
+    alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
+    decode_scales_avx2(blk, S, M);
+    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
+      const int b = s * kQKSubs + j;
+      const __m512i W = _mm512_loadu_si512(blk->qs[j][0]);
+      const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
+      const __m128 sw = _mm_load_ps(S + j * kQRows), mw = _mm_load_ps(M + j * kQRows);
+#pragma GCC unroll 4
+      for (int n = 0; n < NX; ++n) {
+        const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
+        const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
+        const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
+        const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
+        const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
+        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc[n]);
+        corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
+      }
+    }
+  }
+  for (int n = 0; n < NX; ++n) {
+    float t[16], c[4];
+    _mm512_storeu_ps(t, acc[n]);
+    _mm_storeu_ps(c, corr[n]);
+    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
+  }
+}
+LOOPLM_VNNI_Q void group_q4k_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q4k_vnni, g, x, nx, out)
+}
+#pragma GCC diagnostic pop
+#else
+constexpr GroupFn group_q4k_avx2 = nullptr, group_q4k_vnni = nullptr;
+#endif
+
+void q4k_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
+  quant_gemv(R, C, p, group_bytes(C), x, y, acc, pick_group_kernel(k, group_q4k_portable, group_q4k_avx2, group_q4k_vnni));
+}
+void q4k_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
+  quant_gemm(N, R, C, p, group_bytes(C), x, y, scratch,
+             pick_group_kernel(GemvKernel::best, group_q4k_portable, group_q4k_avx2, group_q4k_vnni), q4k_unpack);
+}
+
+}  // namespace
+
+extern const WeightFormat kQ4_K = {
+    "q4_k",
+    "4-bit super-blocks of 256: 6-bit scale and min per 32, fp16 pair per 256 (4.5 bits per weight; activations int8 per block)",
+    kQRows, kQKBlock, q4k_bytes, q4k_pack, q4k_unpack, q4k_gemv, q4k_gemm, quant_scratch, quant_kernels_available,
+    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids};
+
+}  // namespace looplm
