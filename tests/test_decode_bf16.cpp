@@ -121,6 +121,28 @@ TEST(Bf16, FewRowsF32KernelIsTheMatrixVectorKernelPerRow) {
       }
 }
 
+// dot_rows (attention's scores over cached keys: sixteen rows reduced together) against a double
+// product on row counts around 16 and widths around the 16-lane steps and its 128 limit; 1e-5 of
+// Σ|w x| (fp32 partial sums in another order).
+TEST(Gemv, DotRowsMatchDouble) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0, 1);
+  for (int N : {1, 15, 16, 17, 40})
+    for (int K : {1, 16, 33, 64, 128, 200}) {
+      const int ld = K + 3;
+      std::vector<float> W((size_t)N * ld), x(K), y(N + 1, -7.0f);
+      for (auto& w : W) w = nd(rng);
+      for (auto& v : x) v = nd(rng);
+      dot_rows(N, K, W.data(), ld, x.data(), y.data());
+      for (int n = 0; n < N; ++n) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; ++k) ref += (double)W[(size_t)n * ld + k] * x[k], mag += std::fabs((double)W[(size_t)n * ld + k] * x[k]);
+        ASSERT_NEAR(y[n], ref, 1e-5 * mag) << "N " << N << " K " << K << " row " << n;
+      }
+      ASSERT_EQ(y[N], -7.0f);
+    }
+}
+
 namespace {
 // Greedy decode of `steps` tokens from a one-token prompt, every step batch 1 (so every matrix
 // product takes the decode path); returns all logits.

@@ -106,6 +106,42 @@ LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int 
   }
 }
 
+// Sixteen short rows at a time (attention's scores: K = a head's width): each row's partial sums
+// stay in their own register and the sixteen are reduced together by a transposing tree (45
+// shuffles and adds per 16 rows where reducing each alone costs ~8 per row, more than its FMAs
+// at K = 64). Requires K ≤ 128 for x to stay in registers; the rest by span_f32_avx512.
+LOOPLM_AVX512 inline __m512 reduce16(__m512* a) {
+  __m512 t[8], u[4], v[2];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] of rows 2i, 2i + 1
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the lane's sums of rows 4i .. 4i + 3
+    const __m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  for (int i = 0; i < 2; ++i)  // lanes pairwise: quarters (0 + 1, 2 + 3) of u[2i] then of u[2i + 1]
+    v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88), _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x88), _mm512_shuffle_f32x4(v[0], v[1], 0xdd));  // lane r: row r
+}
+
+LOOPLM_AVX512 void dot_rows_avx512(int n, int K, const float* W, int ldw, const float* x, float* y) {
+  const int full = K / 16 * 16, steps = full / 16;
+  const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
+  __m512 xv[8];
+  for (int i = 0; i < steps; ++i) xv[i] = _mm512_loadu_ps(x + 16 * i);
+  const __m512 xt = _mm512_maskz_loadu_ps(tail, x + full);
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 a[16];
+    for (int r = 0; r < 16; ++r) {
+      const float* w = W + (int64_t)(j + r) * ldw;
+      a[r] = tail ? _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, w + full), xt) : _mm512_setzero_ps();
+      for (int i = 0; i < steps; ++i) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * i), xv[i], a[r]);
+    }
+    _mm512_storeu_ps(y + j, reduce16(a));
+  }
+  if (j < n) span_f32_avx512(W + (int64_t)j * ldw, ldw, x, K, y + j, n - j, false);
+}
+
 // A few input rows at once (batched decoding, fp32 weights): each block of RB weight rows is read
 // once and multiplied with MG input rows; per (weight row, input row) the sums run in
 // span_f32_avx512's order (one 16-lane accumulator, the masked tail, the same reduction), so each
@@ -359,6 +395,13 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
   });
 }
 
+void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (have_avx512()) return K <= 128 ? dot_rows_avx512(N, K, W, ldw, x, y) : span_f32_avx512(W, ldw, x, K, y, N, false);
+#endif
+  span_f32_portable(W, ldw, x, K, y, N, false);
+}
+
 std::vector<GemvKernel> gemv_kernels_available() {
   std::vector<GemvKernel> k = {GemvKernel::portable};
   if (have_avx512()) k.push_back(GemvKernel::avx512);
@@ -367,7 +410,8 @@ std::vector<GemvKernel> gemv_kernels_available() {
 }
 
 void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate, GemvKernel kernel) {
-  if (kernel == GemvKernel::best) kernel = gemv_kernels_available().back();
+  static const GemvKernel best = gemv_kernels_available().back();
+  if (kernel == GemvKernel::best) kernel = best;
   // Per-thread buffers for x in the form the kernel wants; they only grow (no allocation on the
   // hot path after the first token) and are filled once, before the threads split the rows.
   static thread_local std::vector<float> xbuf;

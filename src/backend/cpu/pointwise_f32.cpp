@@ -152,7 +152,7 @@ LOOPLM_ISA_CLONES static void weighted_rows_sum(const float* p, const float* V, 
 
 void attend_cached_row(const float* q, const float* K, const float* V, int ld, int n, int hd, float scale, float* s,
                        float* out) {
-  gemv_rows(n, hd, K, ld, q, s, false);  // s = K q: four keys per pass, like a weight matrix
+  dot_rows(n, hd, K, ld, q, s);  // s = K q: sixteen keys per pass
   for (int j = 0; j < n; ++j) s[j] *= scale;
   softmax_row(s, n);
   weighted_rows_sum(s, V, ld, n, hd, out);
