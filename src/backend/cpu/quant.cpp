@@ -12,10 +12,6 @@
 #include "backend/cpu/quant_driver.h"
 #include "backend/cpu/weight_format.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define LOOPLM_QUANT_X86 1
-#endif
 
 namespace looplm {
 
@@ -245,18 +241,6 @@ void group_q4_portable(const uint8_t* g, int, const QuantizedRow* const* x, int 
 }
 
 #ifdef LOOPLM_QUANT_X86
-#define LOOPLM_AVX2_Q __attribute__((target("avx2,fma,f16c")))
-#define LOOPLM_VNNI_Q __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
-
-// One kernel body per input count NX (1..4, unrolled: the accumulators stay in registers).
-#define LOOPLM_BY_INPUTS(body, B, x, nx, out) \
-  switch (nx) {                               \
-    case 1: return body<1>(B, x, out);        \
-    case 2: return body<2>(B, x, out);        \
-    case 3: return body<3>(B, x, out);        \
-    default: return body<4>(B, x, out);       \
-  }
-
 // AVX2: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pairs, so q8's codes
 // go in as |q| with q's sign moved onto x (≤ 2·127² fits); q4's codes (≤ 15) go in directly.
 template <int NX>

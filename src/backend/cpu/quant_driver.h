@@ -10,6 +10,23 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/quant.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LOOPLM_QUANT_X86 1
+#define LOOPLM_AVX2_Q __attribute__((target("avx2,fma,f16c")))
+#define LOOPLM_VNNI_Q __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
+#endif
+
+// A group kernel's body per input count NX (1..kGroupInputs, unrolled, so the accumulators stay in
+// registers): `body<NX>(blocks, x, out)`.
+#define LOOPLM_BY_INPUTS(body, blocks, x, nx, out) \
+  switch (nx) {                                    \
+    case 1: return body<1>(blocks, x, out);        \
+    case 2: return body<2>(blocks, x, out);        \
+    case 3: return body<3>(blocks, x, out);        \
+    default: return body<4>(blocks, x, out);       \
+  }
+
 namespace looplm {
 
 // Input rows one group kernel call multiplies (batched decoding reads each weight block once for

@@ -11,10 +11,6 @@
 #include "backend/cpu/quant_driver.h"
 #include "backend/cpu/weight_format.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define LOOPLM_QUANT_X86 1
-#endif
 
 namespace looplm {
 
@@ -239,8 +235,6 @@ void group_q4k_portable(const uint8_t* group, int C, const QuantizedRow* const* 
 }
 
 #ifdef LOOPLM_QUANT_X86
-#define LOOPLM_AVX2_Q __attribute__((target("avx2,fma,f16c")))
-#define LOOPLM_VNNI_Q __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
 
 // decode_scales with vector instructions: the 32 low nibble pairs and 32 top-bit nibbles, widened
 // to floats and multiplied by the rows' d / dmin (lane k's row is k mod 4).
@@ -304,14 +298,6 @@ LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* group, const QuantizedRow* const* x, 
     for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
   }
 }
-
-#define LOOPLM_BY_INPUTS(body, g, x, nx, out) \
-  switch (nx) {                               \
-    case 1: return body<1>(g, x, out);        \
-    case 2: return body<2>(g, x, out);        \
-    case 3: return body<3>(g, x, out);        \
-    default: return body<4>(g, x, out);       \
-  }
 
 LOOPLM_AVX2_Q void group_q4k_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4k_avx2, g, x, nx, out)
