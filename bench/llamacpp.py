@@ -78,6 +78,10 @@ def run(looplm, threads_list, repeats, n_new, work):
     lcpp = setup_llamacpp()
     if not lcpp:
         return None
+    if sh(["/usr/bin/python3", "-c", "import numpy"]).returncode != 0:
+        print("(llama.cpp comparison skipped: the GGUF converter needs numpy for /usr/bin/python3 — "
+              "apt-get install python3-numpy)")
+        return None
     run_dir = os.path.join(work, "llama384")
     cmd = [looplm, "train", "--preset", "llama", "--steps", "0", "--out", run_dir, "--overwrite", "--quiet",
            "--sample-len", "0"]
