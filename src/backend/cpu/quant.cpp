@@ -10,6 +10,7 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/quant_driver.h"
+#include "backend/cpu/quant_q4_block.h"
 #include "backend/cpu/weight_format.h"
 
 
@@ -278,42 +279,16 @@ LOOPLM_AVX2_Q void group_q8_avx2(const uint8_t* g, int, const QuantizedRow* cons
   LOOPLM_BY_INPUTS(q8_avx2, reinterpret_cast<const BlockQ8_0x4*>(g), x, nx, out)
 }
 
-// Rows r, r + 1 of a q4 group (their low and high nibbles) against x's two halves; scales sa, sb.
-LOOPLM_AVX2_Q inline __m256 q4_pair_avx2(__m256i lo, __m256i hi, __m256i Xlo, __m256i Xhi, __m128 sa, __m128 sb, __m256 acc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i P = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Xlo), _mm256_maddubs_epi16(hi, Xhi));
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set_m128(sb, sa), acc);
-}
-
 template <int NX>
 LOOPLM_AVX2_Q void q4_avx2(const BlockQ4_0x4* B, const QuantizedRow* const* x, float* out) {
   __m256 acc01[NX], acc23[NX];
   __m128 corr[NX];
   for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm256_setzero_ps(), corr[n] = _mm_setzero_ps();
-  const __m256i low = _mm256_set1_epi8(0x0f);
   for (int b = 0; b < x[0]->blocks; ++b) {
-    const __m256i W01 = _mm256_loadu_si256((const __m256i*)B[b].qs[0]), W23 = _mm256_loadu_si256((const __m256i*)B[b].qs[2]);
-    const __m256i lo01 = _mm256_and_si256(W01, low), hi01 = _mm256_and_si256(_mm256_srli_epi16(W01, 4), low);
-    const __m256i lo23 = _mm256_and_si256(W23, low), hi23 = _mm256_and_si256(_mm256_srli_epi16(W23, 4), low);
     const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
-#pragma GCC unroll 4
-    for (int n = 0; n < NX; ++n) {
-      const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
-      const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
-      const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
-      const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b]));
-      corr[n] = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x[n]->sum[b]), corr[n]);
-      acc01[n] = q4_pair_avx2(lo01, hi01, Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0x00), _mm_shuffle_ps(s4, s4, 0x55), acc01[n]);
-      acc23[n] = q4_pair_avx2(lo23, hi23, Xlo, Xhi, _mm_shuffle_ps(s4, s4, 0xaa), _mm_shuffle_ps(s4, s4, 0xff), acc23[n]);
-    }
+    q4_block_avx2<NX, false>(B[b].qs[0], dw, dw, b, x, acc01, acc23, corr);
   }
-  for (int n = 0; n < NX; ++n) {
-    float t[16], c[4];
-    _mm256_storeu_ps(t, acc01[n]);
-    _mm256_storeu_ps(t + 8, acc23[n]);
-    _mm_storeu_ps(c, corr[n]);
-    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
-  }
+  q4_reduce_avx2<NX>(acc01, acc23, corr, out);
 }
 LOOPLM_AVX2_Q void group_q4_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4_avx2, reinterpret_cast<const BlockQ4_0x4*>(g), x, nx, out)
@@ -324,7 +299,7 @@ LOOPLM_AVX2_Q void group_q4_avx2(const uint8_t* g, int, const QuantizedRow* cons
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // AVX-512 VNNI: vpdpbusd sums 4 unsigned × signed byte products into each int32 lane; a 64-byte
-// load covers two rows' blocks (q8) or all four (q4), against x broadcast to match.
+// load covers two rows' blocks (q8; q4: quant_q4_block.h), against x broadcast to match.
 template <int NX>
 LOOPLM_VNNI_Q void q8_vnni(const BlockQ8_0x4* B, const QuantizedRow* const* x, float* out) {
   __m512 acc01[NX], acc23[NX];
@@ -366,29 +341,11 @@ LOOPLM_VNNI_Q void q4_vnni(const BlockQ4_0x4* B, const QuantizedRow* const* x, f
   __m512 acc[NX];
   __m128 corr[NX];
   for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
-  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   for (int b = 0; b < x[0]->blocks; ++b) {
-    const __m512i W = _mm512_loadu_si512(B[b].qs[0]);  // 4 rows x 16 bytes
-    const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
     const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
-#pragma GCC unroll 4
-    for (int n = 0; n < NX; ++n) {
-      const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
-      const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
-      const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
-      const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
-      const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b]));
-      acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc[n]);
-      corr[n] = _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x[n]->sum[b]), corr[n]);
-    }
+    q4_block_vnni<NX, false>(B[b].qs[0], dw, dw, b, x, acc, corr);
   }
-  for (int n = 0; n < NX; ++n) {
-    float t[16], c[4];
-    _mm512_storeu_ps(t, acc[n]);
-    _mm_storeu_ps(c, corr[n]);
-    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
-  }
+  q4_reduce_vnni<NX>(acc, corr, out);
 }
 LOOPLM_VNNI_Q void group_q4_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4_vnni, reinterpret_cast<const BlockQ4_0x4*>(g), x, nx, out)

@@ -9,6 +9,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_driver.h"
+#include "backend/cpu/quant_q4_block.h"
 #include "backend/cpu/weight_format.h"
 
 
@@ -257,96 +258,47 @@ LOOPLM_AVX2_Q inline void decode_scales_avx2(const BlockQ4_Kx4* blk, float* S, f
   }
 }
 
+// The sub-blocks as q4_0's blocks (quant_q4_block.h), with their scales and mins from the super-block.
 template <int NX>
 LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* group, const QuantizedRow* const* x, float* out) {
   __m256 acc01[NX], acc23[NX];
   __m128 corr[NX];
   for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm256_setzero_ps(), corr[n] = _mm_setzero_ps();
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const int blocks = x[0]->blocks;
   for (int s = 0; s * kQKSubs < blocks; ++s) {
     const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
     alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
     decode_scales_avx2(blk, S, M);
-    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
-      const int b = s * kQKSubs + j;
-      const __m256i W01 = _mm256_loadu_si256((const __m256i*)blk->qs[j][0]), W23 = _mm256_loadu_si256((const __m256i*)blk->qs[j][2]);
-      const __m256i lo01 = _mm256_and_si256(W01, low), hi01 = _mm256_and_si256(_mm256_srli_epi16(W01, 4), low);
-      const __m256i lo23 = _mm256_and_si256(W23, low), hi23 = _mm256_and_si256(_mm256_srli_epi16(W23, 4), low);
-      const __m128 sw = _mm_load_ps(S + j * kQRows), mw = _mm_load_ps(M + j * kQRows);
-#pragma GCC unroll 4
-      for (int n = 0; n < NX; ++n) {
-        const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
-        const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
-        const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
-        const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
-        corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
-        const __m256i P01 = _mm256_add_epi16(_mm256_maddubs_epi16(lo01, Xlo), _mm256_maddubs_epi16(hi01, Xhi));
-        const __m256i P23 = _mm256_add_epi16(_mm256_maddubs_epi16(lo23, Xlo), _mm256_maddubs_epi16(hi23, Xhi));
-        const __m256 s01 = _mm256_set_m128(_mm_shuffle_ps(s4, s4, 0x55), _mm_shuffle_ps(s4, s4, 0x00));
-        const __m256 s23 = _mm256_set_m128(_mm_shuffle_ps(s4, s4, 0xff), _mm_shuffle_ps(s4, s4, 0xaa));
-        acc01[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P01, ones)), s01, acc01[n]);
-        acc23[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P23, ones)), s23, acc23[n]);
-      }
-    }
+    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j)
+      q4_block_avx2<NX, true>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
+                              acc01, acc23, corr);
   }
-  for (int n = 0; n < NX; ++n) {
-    float t[16], c[4];
-    _mm256_storeu_ps(t, acc01[n]);
-    _mm256_storeu_ps(t + 8, acc23[n]);
-    _mm_storeu_ps(c, corr[n]);
-    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
-  }
+  q4_reduce_avx2<NX>(acc01, acc23, corr, out);
 }
 
 LOOPLM_AVX2_Q void group_q4k_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4k_avx2, g, x, nx, out)
 }
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// AVX-512 VNNI: one 64-byte load holds a sub-block's 4 rows (as q4_0's kernel).
 template <int NX>
 LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* group, const QuantizedRow* const* x, float* out) {
   __m512 acc[NX];
   __m128 corr[NX];
   for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
-  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   const int blocks = x[0]->blocks;
   for (int s = 0; s * kQKSubs < blocks; ++s) {
     const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
     alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
     decode_scales_avx2(blk, S, M);
-    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
-      const int b = s * kQKSubs + j;
-      const __m512i W = _mm512_loadu_si512(blk->qs[j][0]);
-      const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
-      const __m128 sw = _mm_load_ps(S + j * kQRows), mw = _mm_load_ps(M + j * kQRows);
-#pragma GCC unroll 4
-      for (int n = 0; n < NX; ++n) {
-        const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
-        const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
-        const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
-        const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
-        const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
-        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc[n]);
-        corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
-      }
-    }
+    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j)
+      q4_block_vnni<NX, true>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
+                              acc, corr);
   }
-  for (int n = 0; n < NX; ++n) {
-    float t[16], c[4];
-    _mm512_storeu_ps(t, acc[n]);
-    _mm_storeu_ps(c, corr[n]);
-    for (int r = 0; r < kQRows; ++r) out[n * kQRows + r] = ((t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3])) - c[r];
-  }
+  q4_reduce_vnni<NX>(acc, corr, out);
 }
 LOOPLM_VNNI_Q void group_q4k_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4k_vnni, g, x, nx, out)
 }
-#pragma GCC diagnostic pop
 #else
 constexpr GroupFn group_q4k_avx2 = nullptr, group_q4k_vnni = nullptr;
 #endif
