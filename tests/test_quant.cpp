@@ -162,7 +162,7 @@ TEST(Quant, KernelsMatchTheScalarReference) {
       std::vector<uint8_t> packed(f->packed_bytes(R, C));
       f->pack(w.data(), R, C, packed.data());
       f->unpack(packed.data(), R, C, back.data());
-      for (int N : {1, 3, 7, 20}) {
+      for (int N : {1, 3, 7, 11, 20}) {
         std::vector<float> x((size_t)N * C), y((size_t)N * R, 9.0f), scratch(f->gemm_scratch(R, C));
         for (auto& v : x) v = (float)rng.normal();
         std::vector<QuantizedRow> xq(N);
@@ -176,9 +176,15 @@ TEST(Quant, KernelsMatchTheScalarReference) {
             }
         };
         if (N == 1) {
+          std::vector<float> portable(R);
+          f->gemv(R, C, packed.data(), x.data(), portable.data(), false, GemvKernel::portable);
           for (GemvKernel k : f->kernels()) {
             f->gemv(R, C, packed.data(), x.data(), y.data(), false, k);
             check_quantized("gemv kernel " + std::to_string((int)k), 0);
+            // q8_0 / q4_0: every kernel does the same float operations on exact integer sums (quant.h)
+            if (std::string(name) != "q4_k") {
+              for (int r = 0; r < R; ++r) ASSERT_EQ(y[r], portable[r]) << name << " kernel " << (int)k << " row " << r;
+            }
             std::fill(y.begin(), y.end(), 0.5f);
             f->gemv(R, C, packed.data(), x.data(), y.data(), true, k);
             check_quantized("gemv accumulate kernel " + std::to_string((int)k), 0.5);
@@ -285,7 +291,7 @@ TEST(Quant, QuantizedCheckpointRoundTrip) {
     wider.weights = "fp32";
     EXPECT_NO_THROW(LanguageModel::load(q, wider).forward_logits(prompt));
   }
-  // Damage: a packed tensor of the wrong size, a 'packed' entry naming an unknown param.
+  // Damage: a packed tensor of the wrong size, another layout, a 'packed' entry naming an unknown param.
   std::unique_ptr<Model> m = load_model(fp32);
   m->prepare_inference(*find_weight_format("q8_0"));
   const std::string bad = dir + "/quant_bad.safetensors";
@@ -295,6 +301,13 @@ TEST(Quant, QuantizedCheckpointRoundTrip) {
     FAIL() << "loaded a mislabelled file";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be U8"), std::string::npos) << e.what();
+  }
+  save_model_packed(bad, *m, {{"layout", "rows4"}});  // q8_0 as looplm packed it before the 16-row tiles
+  try {
+    load_model(bad);
+    FAIL() << "loaded a file packed in another layout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'rows4' layout"), std::string::npos) << e.what();
   }
   save_model_packed(bad, *m, {{"packed", "[{\"tensor\": \"packed.x\", \"params\": [\"nope\"], \"rows\": 1, \"cols\": 1}]"}});
   try {

@@ -44,7 +44,7 @@ void save_model_packed(const std::string& path, const Model& m, const std::map<s
     if (!covered[i]) t.push_back({ps.infos()[i].name, io::DType::F32, ps.infos()[i].shape, ps.value((int)i)});
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"config", m.config().to_json_text()},
                                              {"looplm_version", kVersion}, {"weights", f->name},
-                                             {"packed", packed.dump()}};
+                                             {"layout", f->layout}, {"packed", packed.dump()}};
   for (auto& [k, v] : extra) meta[k] = v;
   io::write_safetensors(path, t, meta);
 }
@@ -131,6 +131,11 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     wf = find_weight_format(w->second);
     if (!wf || !wf->pack) throw Error(path + ": weights '" + w->second + "' is not a packed format (" + weight_format_names() + ")");
     if (o.for_training) throw Error(path + ": a " + w->second + " checkpoint is for inference; training needs the fp32 one");
+    auto lay = f.metadata().find("layout");
+    const std::string layout_name = lay == f.metadata().end() ? "rows4" : lay->second;  // files before the key: rows4
+    if (layout_name != wf->layout)
+      throw Error(path + ": its " + w->second + " matrices are packed in the '" + layout_name + "' layout, this looplm reads '" +
+                  wf->layout + "'; quantize the fp32 checkpoint again (looplm quantize)");
     packed = packed_entries(path, f, layout, *wf);
     for (const PackedEntry& p : packed)
       for (int i = p.first; i <= p.last; ++i) {

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/quant_driver.h"
-#include "backend/cpu/quant_q4_block.h"
 #include "backend/cpu/weight_format.h"
 
 
@@ -118,242 +118,244 @@ void quantize_activations(const float* x, int K, QuantizedRow& o) {
 
 namespace {
 
-int64_t row_groups(int64_t R) { return (R + kQRows - 1) / kQRows; }
+int64_t tiles(int64_t R) { return (R + kQTile - 1) / kQTile; }
 int64_t col_blocks(int64_t C) { return (C + kQBlock - 1) / kQBlock; }
 
-// ---------------------------------------------------------------- packing
-size_t q8_bytes(int64_t R, int64_t C) { return (size_t)(row_groups(R) * col_blocks(C)) * sizeof(BlockQ8_0x4); }
-size_t q4_bytes(int64_t R, int64_t C) { return (size_t)(row_groups(R) * col_blocks(C)) * sizeof(BlockQ4_0x4); }
+// ---------------------------------------------------------------- packing (quant.h: the tile layout)
+size_t q8_bytes(int64_t R, int64_t C) { return (size_t)(tiles(R) * col_blocks(C)) * sizeof(BlockQ8_0x16); }
+size_t q4_bytes(int64_t R, int64_t C) { return (size_t)(tiles(R) * col_blocks(C)) * sizeof(BlockQ4_0x16); }
+
+// Row r's 32 codes u into a tile's block, and back.
+void place_codes(BlockQ8_0x16& blk, int r, const uint8_t* u) {
+  for (int c = 0; c < kQBlock; ++c) blk.qs[c / 4][r][c % 4] = u[c];
+}
+void place_codes(BlockQ4_0x16& blk, int r, const uint8_t* u) {
+  for (int c = 0; c < kQBlock / 2; ++c) blk.qs[c / 4][r][c % 4] = (uint8_t)(u[c] | (u[c + kQBlock / 2] << 4));
+}
+inline int code_at(const BlockQ8_0x16& blk, int r, int c) { return blk.qs[c / 4][r][c % 4]; }
+inline int code_at(const BlockQ4_0x16& blk, int r, int c) {
+  return c < kQBlock / 2 ? blk.qs[c / 4][r][c % 4] & 0x0f : blk.qs[(c - kQBlock / 2) / 4][r][c % 4] >> 4;
+}
+
+// Every row's block through `codes(row, b, n, &d, u)` (n: the block's columns, 0 for a padding row).
+template <class Block, class Codes>
+void pack_tiles(int64_t R, int64_t C, void* dst, Codes codes) {
+  auto* B = static_cast<Block*>(dst);
+  const int64_t nb = col_blocks(C);
+#pragma omp parallel for if (R * C > (1 << 18))
+  for (int64_t t = 0; t < tiles(R); ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      Block& blk = B[t * nb + b];
+      for (int r = 0; r < kQTile; ++r) {
+        const int64_t row = t * kQTile + r;
+        uint8_t u[kQBlock];
+        codes(row, b, row < R ? (int)std::min<int64_t>(kQBlock, C - b * kQBlock) : 0, &blk.d[r], u);
+        place_codes(blk, r, u);
+      }
+    }
+}
 
 void q8_pack(const float* w, int64_t R, int64_t C, void* dst) {
-  auto* B = static_cast<BlockQ8_0x4*>(dst);
-  const int64_t nb = col_blocks(C);
-#pragma omp parallel for if (R * C > (1 << 18))
-  for (int64_t g = 0; g < row_groups(R); ++g)
-    for (int64_t b = 0; b < nb; ++b) {
-      BlockQ8_0x4& blk = B[g * nb + b];
-      for (int r = 0; r < kQRows; ++r) {
-        const int64_t row = g * kQRows + r;
-        if (row < R) quantize_block_q8_0(w + row * C + b * kQBlock, (int)std::min<int64_t>(kQBlock, C - b * kQBlock), &blk.d[r], blk.qs[r]);
-        else {
-          blk.d[r] = 0;
-          std::memset(blk.qs[r], 128, kQBlock);
-        }
-      }
-    }
+  pack_tiles<BlockQ8_0x16>(R, C, dst, [&](int64_t row, int64_t b, int n, uint16_t* d, uint8_t* u) {
+    quantize_block_q8_0(n ? w + row * C + b * kQBlock : nullptr, n, d, u);
+  });
 }
-
-// Block by block (32 contiguous values per row: ISA-cloned, it vectorizes; the prefill path
-// dequantizes 64-row panels with it at every long prompt).
-LOOPLM_ISA_CLONES void q8_unpack(const void* p, int64_t R, int64_t C, float* dst) {
-  const auto* B = static_cast<const BlockQ8_0x4*>(p);
-  const int64_t nb = col_blocks(C);
-  for (int64_t row = 0; row < R; ++row) {
-    const int r = (int)(row % kQRows);
-    const BlockQ8_0x4* g = B + (row / kQRows) * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float d = fp16_to_fp32(g[b].d[r]);
-      const uint8_t* u = g[b].qs[r];
-      float* o = dst + row * C + b * kQBlock;
-      if ((b + 1) * kQBlock <= C) {
-        for (int i = 0; i < kQBlock; ++i) o[i] = d * (float)((int)u[i] - 128);
-      } else {
-        for (int64_t i = 0; b * kQBlock + i < C; ++i) o[i] = d * (float)((int)u[i] - 128);
-      }
-    }
-  }
-}
-
 void q4_pack(const float* w, int64_t R, int64_t C, void* dst) {
-  auto* B = static_cast<BlockQ4_0x4*>(dst);
+  pack_tiles<BlockQ4_0x16>(R, C, dst, [&](int64_t row, int64_t b, int n, uint16_t* d, uint8_t* u) {
+    quantize_block_q4_0(n ? w + row * C + b * kQBlock : nullptr, n, d, u);
+  });
+}
+
+// Block by block: the 16 rows' codes gathered into row order first, then converted 32 contiguous
+// values at a time (ISA-cloned, it vectorizes; the prefill path dequantizes 64-row panels with it
+// at every long prompt).
+template <class Block, int kOffset>
+LOOPLM_ISA_CLONES void unpack_tiles(const void* p, int64_t R, int64_t C, float* dst) {
+  const auto* B = static_cast<const Block*>(p);
   const int64_t nb = col_blocks(C);
-#pragma omp parallel for if (R * C > (1 << 18))
-  for (int64_t g = 0; g < row_groups(R); ++g)
+  for (int64_t t = 0; t < tiles(R); ++t)
     for (int64_t b = 0; b < nb; ++b) {
-      BlockQ4_0x4& blk = B[g * nb + b];
-      for (int r = 0; r < kQRows; ++r) {
-        const int64_t row = g * kQRows + r;
+      const Block& blk = B[t * nb + b];
+      const int n = (int)std::min<int64_t>(kQBlock, C - b * kQBlock);
+      for (int r = 0; r < kQTile && t * kQTile + r < R; ++r) {
         uint8_t u[kQBlock];
-        if (row < R) quantize_block_q4_0(w + row * C + b * kQBlock, (int)std::min<int64_t>(kQBlock, C - b * kQBlock), &blk.d[r], u);
-        else {
-          blk.d[r] = 0;
-          std::fill(u, u + kQBlock, 8);
+        for (int c = 0; c < kQBlock; ++c) u[c] = (uint8_t)code_at(blk, r, c);
+        const float d = fp16_to_fp32(blk.d[r]);
+        float* o = dst + (t * kQTile + r) * C + b * kQBlock;
+        if (n == kQBlock) {
+          for (int c = 0; c < kQBlock; ++c) o[c] = d * (float)((int)u[c] - kOffset);
+        } else {
+          for (int c = 0; c < n; ++c) o[c] = d * (float)((int)u[c] - kOffset);
         }
-        for (int i = 0; i < kQBlock / 2; ++i) blk.qs[r][i] = (uint8_t)(u[i] | (u[i + kQBlock / 2] << 4));
       }
     }
 }
+void q8_unpack(const void* p, int64_t R, int64_t C, float* dst) { unpack_tiles<BlockQ8_0x16, 128>(p, R, C, dst); }
+void q4_unpack(const void* p, int64_t R, int64_t C, float* dst) { unpack_tiles<BlockQ4_0x16, 8>(p, R, C, dst); }
 
-inline int q4_code(const BlockQ4_0x4& blk, int r, int i) {
-  return i < kQBlock / 2 ? blk.qs[r][i] & 0x0f : blk.qs[r][i - kQBlock / 2] >> 4;
-}
-
-LOOPLM_ISA_CLONES void q4_unpack(const void* p, int64_t R, int64_t C, float* dst) {
-  const auto* B = static_cast<const BlockQ4_0x4*>(p);
-  const int64_t nb = col_blocks(C);
-  constexpr int half = kQBlock / 2;
-  for (int64_t row = 0; row < R; ++row) {
-    const int r = (int)(row % kQRows);
-    const BlockQ4_0x4* g = B + (row / kQRows) * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float d = fp16_to_fp32(g[b].d[r]);
-      const uint8_t* q = g[b].qs[r];
-      float* o = dst + row * C + b * kQBlock;
-      if ((b + 1) * kQBlock <= C) {
-        for (int i = 0; i < half; ++i) {
-          o[i] = d * (float)((q[i] & 0x0f) - 8);
-          o[i + half] = d * (float)((q[i] >> 4) - 8);
-        }
-      } else {
-        for (int64_t i = 0; b * kQBlock + i < C; ++i) o[i] = d * (float)(q4_code(g[b], r, (int)i) - 8);
+// ---------------------------------------------------------------- the products of one tile
+// Each kernel: out[n · 16 + r] = the tile's row r · x[n] (the quantized activations), n < nx, by
+// quant.h's formula: the integer sums exact, then one fp32 multiply and one fma per row and block.
+template <class Block, int kOffset>
+void tile_portable(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  const auto* B = reinterpret_cast<const Block*>(g);
+  for (int n = 0; n < nx; ++n) {
+    float acc[kQTile] = {};
+    for (int b = 0; b < x[n]->blocks; ++b) {
+      const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
+      for (int r = 0; r < kQTile; ++r) {
+        int32_t s = 0;
+        for (int c = 0; c < kQBlock; ++c) s += code_at(B[b], r, c) * xq[c];
+        const float scale = fp16_to_fp32(B[b].d[r]) * x[n]->d[b];
+        acc[r] = std::fma((float)(s - kOffset * x[n]->sum[b]), scale, acc[r]);
       }
     }
+    std::copy(acc, acc + kQTile, out + n * kQTile);
   }
 }
-
-// ---------------------------------------------------------------- the products of one row group
-// Each kernel: out[n · 4 + r] = the group's row r · x[n] (the quantized activations), n < nx.
-void group_q8_portable(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
-  const auto* B = reinterpret_cast<const BlockQ8_0x4*>(g);
-  for (int n = 0; n < nx; ++n) {
-    float acc[kQRows] = {0, 0, 0, 0};
-    for (int b = 0; b < x[n]->blocks; ++b)
-      for (int r = 0; r < kQRows; ++r) {
-        int32_t s = 0;
-        for (int i = 0; i < kQBlock; ++i) s += (int32_t)B[b].qs[r][i] * x[n]->q[(size_t)b * kQBlock + i];
-        acc[r] += fp16_to_fp32(B[b].d[r]) * x[n]->d[b] * (float)(s - 128 * x[n]->sum[b]);
-      }
-    std::copy(acc, acc + kQRows, out + n * kQRows);
-  }
-}
-
-void group_q4_portable(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
-  const auto* B = reinterpret_cast<const BlockQ4_0x4*>(g);
-  for (int n = 0; n < nx; ++n) {
-    float acc[kQRows] = {0, 0, 0, 0};
-    for (int b = 0; b < x[n]->blocks; ++b)
-      for (int r = 0; r < kQRows; ++r) {
-        int32_t s = 0;
-        for (int i = 0; i < kQBlock; ++i) s += q4_code(B[b], r, i) * x[n]->q[(size_t)b * kQBlock + i];
-        acc[r] += fp16_to_fp32(B[b].d[r]) * x[n]->d[b] * (float)(s - 8 * x[n]->sum[b]);
-      }
-    std::copy(acc, acc + kQRows, out + n * kQRows);
-  }
-}
+constexpr GroupKernel kQ8Portable{tile_portable<BlockQ8_0x16, 128>, kQTile, kGroupInputs};
+constexpr GroupKernel kQ4Portable{tile_portable<BlockQ4_0x16, 8>, kQTile, kGroupInputs};
 
 #ifdef LOOPLM_QUANT_X86
-// AVX2: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pairs, so q8's codes
-// go in as |q| with q's sign moved onto x (≤ 2·127² fits); q4's codes (≤ 15) go in directly.
-template <int NX>
-LOOPLM_AVX2_Q void q8_avx2(const BlockQ8_0x4* B, const QuantizedRow* const* x, float* out) {
-  __m256 acc[NX][kQRows];
-  for (int n = 0; n < NX; ++n)
-    for (int r = 0; r < kQRows; ++r) acc[n][r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+inline int32_t load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// AVX2: a 64-byte group of columns is two registers (rows 0–7, 8–15). vpmaddubsw multiplies
+// unsigned by signed bytes into saturating int16 pairs, so q8's codes go in as |q| with q's sign
+// moved onto x (≤ 2·127² fits; the sum is then Σ q·qx, no offset); q4's codes (≤ 15) go in directly.
+// Up to 4 inputs a call: 16 ymm registers hold their accumulators.
+template <int NX, bool kSigned>
+LOOPLM_AVX2_Q inline void tile_step_avx2(__m256i A, __m256i S, const QuantizedRow* const* x, size_t at, __m256i* I) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+  for (int n = 0; n < NX; ++n) {
+    __m256i X = _mm256_set1_epi32(load4(x[n]->q.data() + at));
+    if constexpr (kSigned) X = _mm256_sign_epi8(X, S);
+    I[n] = _mm256_add_epi32(I[n], _mm256_madd_epi16(_mm256_maddubs_epi16(A, X), ones));
+  }
+}
+
+template <int NX, bool Q4>
+LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, float* out) {
+  using Block = std::conditional_t<Q4, BlockQ4_0x16, BlockQ8_0x16>;
+  const auto* B = reinterpret_cast<const Block*>(g);
+  __m256 acc[NX][2];
+  for (int n = 0; n < NX; ++n) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+  const __m256i flip = _mm256_set1_epi8((char)0x80), low = _mm256_set1_epi8(0x0f);
   for (int b = 0; b < x[0]->blocks; ++b) {
-    __m256i W[kQRows], A[kQRows];  // q, |q|
-    for (int r = 0; r < kQRows; ++r) {
-      W[r] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)B[b].qs[r]), flip);
-      A[r] = _mm256_abs_epi8(W[r]);
-    }
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
-#pragma GCC unroll 4
-    for (int n = 0; n < NX; ++n) {
-      const __m256i X = _mm256_loadu_si256((const __m256i*)(x[n]->q.data() + (size_t)b * kQBlock));
-      float s4[4];
-      _mm_storeu_ps(s4, _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b])));
-      for (int r = 0; r < kQRows; ++r) {
-        const __m256i P = _mm256_maddubs_epi16(A[r], _mm256_sign_epi8(X, W[r]));
-        acc[n][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(P, ones)), _mm256_set1_ps(s4[r]), acc[n][r]);
+    const uint8_t* qs = &B[b].qs[0][0][0];
+    const size_t at = (size_t)b * kQBlock;
+    for (int h = 0; h < 2; ++h) {
+      __m256i I[NX];
+      for (int n = 0; n < NX; ++n) I[n] = _mm256_setzero_si256();
+      if constexpr (Q4) {
+        for (int q = 0; q < kQBlock / 8; ++q) {
+          const __m256i W = _mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32));
+          tile_step_avx2<NX, false>(_mm256_and_si256(W, low), W, x, at + 4 * q, I);
+          tile_step_avx2<NX, false>(_mm256_and_si256(_mm256_srli_epi16(W, 4), low), W, x, at + 16 + 4 * q, I);
+        }
+      } else {
+        for (int q = 0; q < kQBlock / 4; ++q) {
+          const __m256i W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32)), flip);
+          tile_step_avx2<NX, true>(_mm256_abs_epi8(W), W, x, at + 4 * q, I);
+        }
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(B[b].d + 8 * h)));
+      for (int n = 0; n < NX; ++n) {
+        __m256i i = I[n];
+        if constexpr (Q4) i = _mm256_sub_epi32(i, _mm256_set1_epi32(8 * x[n]->sum[b]));
+        acc[n][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw, _mm256_set1_ps(x[n]->d[b])), acc[n][h]);
       }
     }
   }
-  for (int n = 0; n < NX; ++n)
-    for (int r = 0; r < kQRows; ++r) {
-      float t[8];
-      _mm256_storeu_ps(t, acc[n][r]);
-      out[n * kQRows + r] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-    }
-}
-LOOPLM_AVX2_Q void group_q8_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
-  LOOPLM_BY_INPUTS(q8_avx2, reinterpret_cast<const BlockQ8_0x4*>(g), x, nx, out)
-}
-
-template <int NX>
-LOOPLM_AVX2_Q void q4_avx2(const BlockQ4_0x4* B, const QuantizedRow* const* x, float* out) {
-  __m256 acc01[NX], acc23[NX];
-  __m128 corr[NX];
-  for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm256_setzero_ps(), corr[n] = _mm_setzero_ps();
-  for (int b = 0; b < x[0]->blocks; ++b) {
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
-    q4_block_avx2<NX, false>(B[b].qs[0], dw, dw, b, x, acc01, acc23, corr);
+  for (int n = 0; n < NX; ++n) {
+    _mm256_storeu_ps(out + n * kQTile, acc[n][0]);
+    _mm256_storeu_ps(out + n * kQTile + 8, acc[n][1]);
   }
-  q4_reduce_avx2<NX>(acc01, acc23, corr, out);
+}
+template <int NX>
+LOOPLM_AVX2_Q void q8_avx2(const uint8_t* g, const QuantizedRow* const* x, float* out) { tile_avx2<NX, false>(g, x, out); }
+template <int NX>
+LOOPLM_AVX2_Q void q4_avx2(const uint8_t* g, const QuantizedRow* const* x, float* out) { tile_avx2<NX, true>(g, x, out); }
+LOOPLM_AVX2_Q void group_q8_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS(q8_avx2, g, x, nx, out)
 }
 LOOPLM_AVX2_Q void group_q4_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
-  LOOPLM_BY_INPUTS(q4_avx2, reinterpret_cast<const BlockQ4_0x4*>(g), x, nx, out)
+  LOOPLM_BY_INPUTS(q4_avx2, g, x, nx, out)
 }
 
 // (g++ 12 warns falsely about the intrinsics' undefined pass-through operands once they inline.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// AVX-512 VNNI: vpdpbusd sums 4 unsigned × signed byte products into each int32 lane; a 64-byte
-// load covers two rows' blocks (q8; q4: quant_q4_block.h), against x broadcast to match.
-template <int NX>
-LOOPLM_VNNI_Q void q8_vnni(const BlockQ8_0x4* B, const QuantizedRow* const* x, float* out) {
-  __m512 acc01[NX], acc23[NX];
-  __m128 corr[NX];
-  for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
-  const __m512i idx01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i idx23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-  const __m512i zero = _mm512_setzero_si512();
-  for (int b = 0; b < x[0]->blocks; ++b) {
-    const __m512i W01 = _mm512_loadu_si512(B[b].qs[0]), W23 = _mm512_loadu_si512(B[b].qs[2]);
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
-#pragma GCC unroll 4
-    for (int n = 0; n < NX; ++n) {
-      const __m512i X = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x[n]->q.data() + (size_t)b * kQBlock)));
-      const __m128 s4 = _mm_mul_ps(dw, _mm_set1_ps(x[n]->d[b]));
-      const __m512 S = _mm512_castps128_ps512(s4);
-      acc01[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, W01, X)), _mm512_permutexvar_ps(idx01, S), acc01[n]);
-      acc23[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, W23, X)), _mm512_permutexvar_ps(idx23, S), acc23[n]);
-      corr[n] = _mm_fmadd_ps(s4, _mm_set1_ps(128.0f * (float)x[n]->sum[b]), corr[n]);
-    }
-  }
-  for (int n = 0; n < NX; ++n) {
-    float t[32], c[4];
-    _mm512_storeu_ps(t, acc01[n]);
-    _mm512_storeu_ps(t + 16, acc23[n]);
-    _mm_storeu_ps(c, corr[n]);
-    for (int r = 0; r < kQRows; ++r) {
-      const float* v = t + 8 * r;
-      out[n * kQRows + r] = (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) - c[r];
-    }
-  }
-}
-LOOPLM_VNNI_Q void group_q8_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
-  LOOPLM_BY_INPUTS(q8_vnni, reinterpret_cast<const BlockQ8_0x4*>(g), x, nx, out)
-}
-
-template <int NX>
-LOOPLM_VNNI_Q void q4_vnni(const BlockQ4_0x4* B, const QuantizedRow* const* x, float* out) {
+// AVX-512 VNNI: one 64-byte load is 4 columns of all 16 rows; one vpdpbusd per input row adds
+// their products with 4 columns of x (broadcast) into the 16 rows' lanes. Up to 8 inputs a call.
+template <int NX, bool Q4>
+LOOPLM_VNNI_Q void tile_vnni(const uint8_t* g, const QuantizedRow* const* x, float* out) {
+  using Block = std::conditional_t<Q4, BlockQ4_0x16, BlockQ8_0x16>;
+  constexpr int kOffset = Q4 ? 8 : 128;
+  const auto* B = reinterpret_cast<const Block*>(g);
   __m512 acc[NX];
-  __m128 corr[NX];
-  for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
+  for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0f);
   for (int b = 0; b < x[0]->blocks; ++b) {
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)B[b].d));
-    q4_block_vnni<NX, false>(B[b].qs[0], dw, dw, b, x, acc, corr);
+    const uint8_t* qs = &B[b].qs[0][0][0];
+    const size_t at = (size_t)b * kQBlock;
+    // Two sums per input for one input (the dependent vpdpbusd chain is then half as long); their
+    // total is the same integer.
+    constexpr int kSplit = NX == 1 ? 2 : 1;
+    __m512i I[NX][kSplit];
+    for (int n = 0; n < NX; ++n)
+      for (int s = 0; s < kSplit; ++s) I[n][s] = _mm512_setzero_si512();
+    if constexpr (Q4) {
+#pragma GCC unroll 4
+      for (int q = 0; q < kQBlock / 8; ++q) {
+        const __m512i W = _mm512_loadu_si512(qs + q * 64);
+        const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
+#pragma GCC unroll 8
+        for (int n = 0; n < NX; ++n) {
+          I[n][0] = _mm512_dpbusd_epi32(I[n][0], lo, _mm512_set1_epi32(load4(x[n]->q.data() + at + 4 * q)));
+          I[n][kSplit - 1] = _mm512_dpbusd_epi32(I[n][kSplit - 1], hi, _mm512_set1_epi32(load4(x[n]->q.data() + at + 16 + 4 * q)));
+        }
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int q = 0; q < kQBlock / 4; ++q) {
+        const __m512i W = _mm512_loadu_si512(qs + q * 64);
+#pragma GCC unroll 8
+        for (int n = 0; n < NX; ++n)
+          I[n][q % kSplit] = _mm512_dpbusd_epi32(I[n][q % kSplit], W, _mm512_set1_epi32(load4(x[n]->q.data() + at + 4 * q)));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)B[b].d));
+#pragma GCC unroll 8
+    for (int n = 0; n < NX; ++n) {
+      __m512i i = kSplit == 2 ? _mm512_add_epi32(I[n][0], I[n][kSplit - 1]) : I[n][0];
+      i = _mm512_sub_epi32(i, _mm512_set1_epi32(kOffset * x[n]->sum[b]));
+      acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw, _mm512_set1_ps(x[n]->d[b])), acc[n]);
+    }
   }
-  q4_reduce_vnni<NX>(acc, corr, out);
+  for (int n = 0; n < NX; ++n) _mm512_storeu_ps(out + n * kQTile, acc[n]);
+}
+template <int NX>
+LOOPLM_VNNI_Q void q8_vnni(const uint8_t* g, const QuantizedRow* const* x, float* out) { tile_vnni<NX, false>(g, x, out); }
+template <int NX>
+LOOPLM_VNNI_Q void q4_vnni(const uint8_t* g, const QuantizedRow* const* x, float* out) { tile_vnni<NX, true>(g, x, out); }
+LOOPLM_VNNI_Q void group_q8_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+  LOOPLM_BY_INPUTS8(q8_vnni, g, x, nx, out)
 }
 LOOPLM_VNNI_Q void group_q4_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
-  LOOPLM_BY_INPUTS(q4_vnni, reinterpret_cast<const BlockQ4_0x4*>(g), x, nx, out)
+  LOOPLM_BY_INPUTS8(q4_vnni, g, x, nx, out)
 }
-
 #pragma GCC diagnostic pop
+
+constexpr GroupKernel kQ8Avx2{group_q8_avx2, kQTile, 4}, kQ4Avx2{group_q4_avx2, kQTile, 4};
+constexpr GroupKernel kQ8Vnni{group_q8_vnni, kQTile, kGroupInputs}, kQ4Vnni{group_q4_vnni, kQTile, kGroupInputs};
 #else
-constexpr GroupFn group_q8_avx2 = nullptr, group_q8_vnni = nullptr, group_q4_avx2 = nullptr, group_q4_vnni = nullptr;
+constexpr GroupKernel kQ8Avx2{}, kQ4Avx2{}, kQ8Vnni{}, kQ4Vnni{};
 #endif
 
 }  // namespace
@@ -380,7 +382,7 @@ std::vector<GemvKernel> quant_kernels_available() {
   return k;
 }
 
-GroupFn pick_group_kernel(GemvKernel k, GroupFn portable, GroupFn avx2, GroupFn vnni) {
+GroupKernel pick_group_kernel(GemvKernel k, GroupKernel portable, GroupKernel avx2, GroupKernel vnni) {
   static const GemvKernel best = quant_kernels_available().back();
   if (k == GemvKernel::best) k = best;
   if (k == GemvKernel::avx512_vnni && vnni && have_vnni_q()) return vnni;
@@ -389,29 +391,31 @@ GroupFn pick_group_kernel(GemvKernel k, GroupFn portable, GroupFn avx2, GroupFn 
 }
 
 // ---------------------------------------------------------------- the drivers (quant_driver.h)
-void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x, float* y, bool accumulate, GroupFn f) {
+void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x, float* y, bool accumulate, GroupKernel f) {
   static thread_local QuantizedRow xq;
   quantize_activations(x, C, xq);
   const QuantizedRow* xs[1] = {&xq};
   const auto* p = static_cast<const uint8_t*>(W);
-  const int64_t G = row_groups(R);
+  const int rows = f.rows;
+  const int64_t G = (R + rows - 1) / rows;
 #pragma omp parallel for schedule(static) if ((int64_t)R * C > (1 << 15))
   for (int64_t g = 0; g < G; ++g) {
-    float o[kQRows];
-    f(p + g * group_bytes, C, xs, 1, o);
-    for (int r = 0; r < kQRows && g * kQRows + r < R; ++r) {
-      float& t = y[g * kQRows + r];
+    float o[kQTile];
+    f.f(p + g * group_bytes, C, xs, 1, o);
+    for (int r = 0; r < rows && g * rows + r < R; ++r) {
+      float& t = y[g * rows + r];
       t = accumulate ? t + o[r] : o[r];
     }
   }
 }
 
 constexpr int kPanel = 64;  // rows per dequantized panel (many rows)
-static_assert(kPanel % kQRows == 0);
+static_assert(kPanel % kQTile == 0 && kPanel % kQRows == 0);
 
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
-                GroupFn f, UnpackFn unpack) {
+                GroupKernel f, UnpackFn unpack) {
   const auto* p = static_cast<const uint8_t*>(W);
+  const int rows = f.rows;
   if (N <= kFewRows) {
     static thread_local std::vector<QuantizedRow> xq;
     if ((int)xq.size() < N) xq.resize(N);
@@ -420,16 +424,16 @@ void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const fl
       quantize_activations(x + (int64_t)n * C, C, xq[n]);
       xs[n] = &xq[n];
     }
-    const int64_t G = row_groups(R);
-    // Per group, every input row against its weights while they are in L1 (kGroupInputs at a time).
+    const int64_t G = (R + rows - 1) / rows;
+    // Per group, every input row against its weights while they are in L1 (f.inputs at a time).
 #pragma omp parallel for schedule(static) if ((int64_t)R * C * N > (1 << 15))
     for (int64_t g = 0; g < G; ++g)
-      for (int n0 = 0; n0 < N; n0 += kGroupInputs) {
-        const int nx = std::min(kGroupInputs, N - n0);
-        float o[kGroupInputs * kQRows];
-        f(p + g * group_bytes, C, xs + n0, nx, o);
+      for (int n0 = 0; n0 < N; n0 += f.inputs) {
+        const int nx = std::min(f.inputs, N - n0);
+        float o[kGroupInputs * kQTile];
+        f.f(p + g * group_bytes, C, xs + n0, nx, o);
         for (int j = 0; j < nx; ++j)
-          for (int r = 0; r < kQRows && g * kQRows + r < R; ++r) y[(int64_t)(n0 + j) * R + g * kQRows + r] = o[j * kQRows + r];
+          for (int r = 0; r < rows && g * rows + r < R; ++r) y[(int64_t)(n0 + j) * R + g * rows + r] = o[j * rows + r];
       }
     return;
   }
@@ -438,7 +442,7 @@ void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const fl
   for (int i = 0; i < panels; ++i) {
     const int r0 = i * kPanel, n = std::min(kPanel, R - r0);
     float* w = scratch + (size_t)omp_get_thread_num() * kPanel * C;
-    unpack(p + (int64_t)(r0 / kQRows) * group_bytes, n, C, w);  // a panel starts on a row group: a standalone [n, C] matrix
+    unpack(p + (int64_t)(r0 / rows) * group_bytes, n, C, w);  // a panel starts on a row group: a standalone [n, C] matrix
     gemm(false, true, N, n, C, 1.0f, x, C, w, C, 0.0f, y + r0, R);  // sequential inside a parallel region
   }
 }
@@ -446,21 +450,21 @@ size_t quant_scratch(int64_t, int64_t C) { return (size_t)omp_get_max_threads() 
 
 namespace {
 
-size_t q8_group_bytes(int C) { return (size_t)col_blocks(C) * sizeof(BlockQ8_0x4); }
-size_t q4_group_bytes(int C) { return (size_t)col_blocks(C) * sizeof(BlockQ4_0x4); }
+size_t q8_group_bytes(int C) { return (size_t)col_blocks(C) * sizeof(BlockQ8_0x16); }
+size_t q4_group_bytes(int C) { return (size_t)col_blocks(C) * sizeof(BlockQ4_0x16); }
 void q8_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
-  quant_gemv(R, C, p, q8_group_bytes(C), x, y, acc, pick_group_kernel(k, group_q8_portable, group_q8_avx2, group_q8_vnni));
+  quant_gemv(R, C, p, q8_group_bytes(C), x, y, acc, pick_group_kernel(k, kQ8Portable, kQ8Avx2, kQ8Vnni));
 }
 void q8_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
-  quant_gemm(N, R, C, p, q8_group_bytes(C), x, y, scratch,
-             pick_group_kernel(GemvKernel::best, group_q8_portable, group_q8_avx2, group_q8_vnni), q8_unpack);
+  quant_gemm(N, R, C, p, q8_group_bytes(C), x, y, scratch, pick_group_kernel(GemvKernel::best, kQ8Portable, kQ8Avx2, kQ8Vnni),
+             q8_unpack);
 }
 void q4_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
-  quant_gemv(R, C, p, q4_group_bytes(C), x, y, acc, pick_group_kernel(k, group_q4_portable, group_q4_avx2, group_q4_vnni));
+  quant_gemv(R, C, p, q4_group_bytes(C), x, y, acc, pick_group_kernel(k, kQ4Portable, kQ4Avx2, kQ4Vnni));
 }
 void q4_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
-  quant_gemm(N, R, C, p, q4_group_bytes(C), x, y, scratch,
-             pick_group_kernel(GemvKernel::best, group_q4_portable, group_q4_avx2, group_q4_vnni), q4_unpack);
+  quant_gemm(N, R, C, p, q4_group_bytes(C), x, y, scratch, pick_group_kernel(GemvKernel::best, kQ4Portable, kQ4Avx2, kQ4Vnni),
+             q4_unpack);
 }
 
 // ---------------------------------------------------------------- GPTQ's hooks: a grid is a block's scale
@@ -471,38 +475,25 @@ float q4_snap(float x, const float* g, int) { return *g == 0 ? 0.0f : *g * std::
 
 template <class Block, bool Q4>
 void pack_on_grids(const float* w, const float* scales, int64_t R, int64_t C, void* dst) {
-  auto* B = static_cast<Block*>(dst);
   const int64_t nb = col_blocks(C);
-  for (int64_t g = 0; g < row_groups(R); ++g)
-    for (int64_t b = 0; b < nb; ++b) {
-      Block& blk = B[g * nb + b];
-      for (int r = 0; r < kQRows; ++r) {
-        const int64_t row = g * kQRows + r;
-        uint8_t u[kQBlock];
-        const float d = row < R ? scales[row * nb + b] : 0.0f;
-        blk.d[r] = fp32_to_fp16(d);
-        const int n = row < R ? (int)std::min<int64_t>(kQBlock, C - b * kQBlock) : 0;
-        const float* x = row < R ? w + row * C + b * kQBlock : nullptr;
-        if (Q4) quantize_block_q4_0_scaled(x, n, d, u);
-        else quantize_block_q8_0_scaled(x, n, d, u);
-        if constexpr (Q4) {
-          for (int i = 0; i < kQBlock / 2; ++i) blk.qs[r][i] = (uint8_t)(u[i] | (u[i + kQBlock / 2] << 4));
-        } else {
-          std::memcpy(blk.qs[r], u, kQBlock);
-        }
-      }
-    }
+  pack_tiles<Block>(R, C, dst, [&](int64_t row, int64_t b, int n, uint16_t* d, uint8_t* u) {
+    const float s = n ? scales[row * nb + b] : 0.0f;
+    *d = fp32_to_fp16(s);
+    const float* x = n ? w + row * C + b * kQBlock : nullptr;
+    if (Q4) quantize_block_q4_0_scaled(x, n, s, u);
+    else quantize_block_q8_0_scaled(x, n, s, u);
+  });
 }
 
 }  // namespace
 
 extern const WeightFormat kQ8_0 = {
     "q8_0", "int8 blocks of 32 with an fp16 scale (8.5 bits per weight; activations int8 per block in the products)",
-    kQRows, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
-    kQBlock, 1, q8_choose_grid, q8_snap, pack_on_grids<BlockQ8_0x4, false>};
+    kQTile, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
+    kQBlock, 1, q8_choose_grid, q8_snap, pack_on_grids<BlockQ8_0x16, false>, "tiles16"};
 extern const WeightFormat kQ4_0 = {
     "q4_0", "4-bit blocks of 32 with an fp16 scale (4.5 bits per weight; activations int8 per block in the products)",
-    kQRows, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
-    kQBlock, 1, q4_choose_grid, q4_snap, pack_on_grids<BlockQ4_0x4, true>};
+    kQTile, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
+    kQBlock, 1, q4_choose_grid, q4_snap, pack_on_grids<BlockQ4_0x16, true>, "tiles16"};
 
 }  // namespace looplm

@@ -1,18 +1,26 @@
 // Weight-only quantized formats (issue 9; SPEC §2.5): q8_0 and q4_0, llama.cpp's block
-// quantizations, and q4_k (below), its super-block one with 6-bit scales and mins; (32 weights and one fp16 scale per block) in a layout for the stream: the blocks of
-// 4 consecutive rows at the same 32 columns sit together, so one pass over a 4-row group reads one
-// sequential stream (like bf16.h's layout). A matrix [R, C] is stored as ceil(R/4) row groups of
-// ceil(C/32) group blocks, rows and columns padded with zeros.
+// quantizations (32 weights and one fp16 scale per block), and q4_k (below), its super-block one
+// with 6-bit scales and mins.
 //
 //   q8_0: w = d · (u − 128), u = q + 128 in 0..255, q = round(w / d) in −127..127, d = amax / 127
-//   q4_0: w = d · (u − 8),   u in 0..15 (two per byte: element i in the low nibble of byte i,
-//         element i + 16 in the high one), d = m / −8 with m the block's value of largest |w|
+//   q4_0: w = d · (u − 8),   u in 0..15, d = m / −8 with m the block's value of largest |w|
 //
 // Weights are stored unsigned (u) so that the integer dot products multiply them with int8
 // activations directly (VNNI's vpdpbusd takes unsigned × signed); the offset comes back as
 // −offset · Σ qx per block. The products quantize the activations too, per block of 32 to int8
-// with their own scale (as llama.cpp does for these formats): the kernels compute
-//   y_r = Σ_b d_{r,b} · dx_b · (Σ_i u_{r,b,i} · qx_{b,i} − offset · Σ_i qx_{b,i}).
+// with their own scale (as llama.cpp does for these formats).
+//
+// q8_0 and q4_0 are stored in tiles of 16 rows: the blocks of 16 consecutive rows at the same 32
+// columns sit together, each row's codes in groups of 4 consecutive columns, the 16 rows' groups
+// side by side (64 bytes: one AVX-512 register). One vpdpbusd then advances 16 rows by 4 columns
+// against one broadcast group of x, so a block's 16 integer dot products come out whole in 16
+// lanes, with no horizontal sums, for every input row that shares the weights (batched decoding).
+// Every kernel computes, per row r and block b, with the same float operations in the same order,
+//   i = Σ_k u_{r,b,k} · qx_{b,k} − offset · Σ_k qx_{b,k}        (int32, exact)
+//   acc_r = fma((float) i, d_{r,b} · dx_b, acc_r),   y_r = acc_r
+// so the portable, AVX2 and VNNI kernels agree bit for bit, and an input row's result does not
+// depend on the rows decoded beside it. A matrix [R, C] is ceil(R/16) tiles of ceil(C/32) blocks,
+// rows and columns padded with zeros (docs/format.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,19 +31,20 @@
 namespace looplm {
 
 constexpr int kQBlock = 32;     // weights per block (one scale)
-constexpr int kQRows = 4;       // rows per group
+constexpr int kQTile = 16;      // rows per q8_0 / q4_0 tile
+constexpr int kQRows = 4;       // rows per q4_k group
 
-struct BlockQ8_0x4 {
-  uint16_t d[kQRows];           // fp16 scales of the 4 rows' blocks
-  uint8_t qs[kQRows][kQBlock];  // u = q + 128
+struct BlockQ8_0x16 {
+  uint16_t d[kQTile];                  // fp16 scales of the 16 rows' blocks
+  uint8_t qs[kQBlock / 4][kQTile][4];  // qs[g][r][j]: u = q + 128 of row r, column 4g + j
 };
-static_assert(sizeof(BlockQ8_0x4) == 136, "q8_0: 4 x (2 + 32) bytes, 8.5 bits per weight");
+static_assert(sizeof(BlockQ8_0x16) == 544, "q8_0: 16 x (2 + 32) bytes, 8.5 bits per weight");
 
-struct BlockQ4_0x4 {
-  uint16_t d[kQRows];                 // fp16 scales
-  uint8_t qs[kQRows][kQBlock / 2];    // u (0..15): element i low nibble of byte i, element i + 16 high nibble
+struct BlockQ4_0x16 {
+  uint16_t d[kQTile];                  // fp16 scales
+  uint8_t qs[kQBlock / 8][kQTile][4];  // qs[g][r][j]: u of row r, column 4g + j in the low nibble, 16 + 4g + j in the high
 };
-static_assert(sizeof(BlockQ4_0x4) == 72, "q4_0: 4 x (2 + 16) bytes, 4.5 bits per weight");
+static_assert(sizeof(BlockQ4_0x16) == 288, "q4_0: 16 x (2 + 16) bytes, 4.5 bits per weight");
 
 // q4_k: llama.cpp's k-quant shape — super-blocks of 256 weights in 8 sub-blocks of 32, each
 // sub-block with its own 6-bit scale sc and 6-bit min m, the super-block's scales and mins scaled

@@ -1,8 +1,8 @@
 // What the quantized formats (quant.cpp: q8_0, q4_0; quant_k.cpp: q4_k) share: the CPU checks,
-// the kernel choice, and the drivers that split a product into 4-row groups. A format supplies its
-// group kernel per ISA — the products of one group of 4 weight rows with up to kGroupInputs
-// quantized input rows, each weight read once for all of them — and its dequantization for the
-// many-rows path.
+// the kernel choice, and the drivers that split a product into row groups (q8_0 / q4_0: tiles of
+// 16 rows; q4_k: groups of 4). A format supplies its group kernel per ISA — the products of one
+// group of weight rows with up to GroupKernel::inputs quantized input rows, each weight read once
+// for all of them — and its dequantization for the many-rows path.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,33 +26,50 @@
     case 3: return body<3>(blocks, x, out);        \
     default: return body<4>(blocks, x, out);       \
   }
+#define LOOPLM_BY_INPUTS8(body, blocks, x, nx, out) \
+  switch (nx) {                                     \
+    case 1: return body<1>(blocks, x, out);         \
+    case 2: return body<2>(blocks, x, out);         \
+    case 3: return body<3>(blocks, x, out);         \
+    case 4: return body<4>(blocks, x, out);         \
+    case 5: return body<5>(blocks, x, out);         \
+    case 6: return body<6>(blocks, x, out);         \
+    case 7: return body<7>(blocks, x, out);         \
+    default: return body<8>(blocks, x, out);        \
+  }
 
 namespace looplm {
 
-// Input rows one group kernel call multiplies (batched decoding reads each weight block once for
-// up to this many sequences; more would spill the accumulators out of the 32 AVX-512 registers).
-constexpr int kGroupInputs = 4;
+// The most input rows one group kernel call multiplies (batched decoding reads each weight block
+// once for up to this many sequences; more would spill the accumulators out of the registers).
+constexpr int kGroupInputs = 8;
 
-// out[n · 4 + r] = (row r of the group) · x[n] for n < nx ≤ kGroupInputs. `group` is the group's
-// first byte, `cols` the matrix's columns. The value for one input row does not depend on nx (each
-// row's sums are its own), so batched decoding gives the bits of decoding alone.
+// out[n · rows + r] = (row r of the group) · x[n] for n < nx ≤ the kernel's `inputs`. `group` is
+// the group's first byte, `cols` the matrix's columns. The value for one input row does not depend
+// on nx (each row's sums are its own), so batched decoding gives the bits of decoding alone.
 using GroupFn = void (*)(const uint8_t* group, int cols, const QuantizedRow* const* x, int nx, float* out);
+struct GroupKernel {
+  GroupFn f = nullptr;
+  int rows = 0;    // weight rows per group
+  int inputs = 0;  // input rows per call, at most kGroupInputs
+  explicit operator bool() const { return f != nullptr; }
+};
 // packed -> fp32 row-major, rows [0, n) from a group boundary.
 using UnpackFn = void (*)(const void* packed, int64_t rows, int64_t cols, float* dst);
 
 bool have_avx2_q();  // AVX2 + FMA + F16C
 bool have_vnni_q();  // AVX-512 F/BW/VNNI besides
-// The kernel for `k` (best: this CPU's best) among a format's three.
-GroupFn pick_group_kernel(GemvKernel k, GroupFn portable, GroupFn avx2, GroupFn vnni);
+// The kernel for `k` (best: this CPU's best) among a format's three (avx2 / vnni: none when f is null).
+GroupKernel pick_group_kernel(GemvKernel k, GroupKernel portable, GroupKernel avx2, GroupKernel vnni);
 
 // y[R] (+)= W x: x quantized once, the row groups split between the threads.
-void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x, float* y, bool accumulate, GroupFn f);
+void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x, float* y, bool accumulate, GroupKernel f);
 // y[N, R] = x[N, C] · W^T. A few rows (N ≤ kFewRows, batched decoding): every row quantized once,
-// each group kernel call takes up to kGroupInputs of them. Many rows (prefill, evaluation): panels of
+// each group kernel call takes up to f.inputs of them. Many rows (prefill, evaluation): panels of
 // 64 weight rows dequantized (exactly) into a per-thread buffer of quant_scratch floats and
 // multiplied there in fp32, the panels split between the threads.
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
-                GroupFn f, UnpackFn unpack);
+                GroupKernel f, UnpackFn unpack);
 size_t quant_scratch(int64_t R, int64_t C);
 
 }  // namespace looplm

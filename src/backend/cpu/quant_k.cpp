@@ -299,16 +299,18 @@ LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* group, const QuantizedRow* const* x, 
 LOOPLM_VNNI_Q void group_q4k_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4k_vnni, g, x, nx, out)
 }
+constexpr GroupKernel kAvx2{group_q4k_avx2, kQRows, 4}, kVnni{group_q4k_vnni, kQRows, 4};
 #else
-constexpr GroupFn group_q4k_avx2 = nullptr, group_q4k_vnni = nullptr;
+constexpr GroupKernel kAvx2{}, kVnni{};
 #endif
+constexpr GroupKernel kPortable{group_q4k_portable, kQRows, 4};
 
 void q4k_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
-  quant_gemv(R, C, p, group_bytes(C), x, y, acc, pick_group_kernel(k, group_q4k_portable, group_q4k_avx2, group_q4k_vnni));
+  quant_gemv(R, C, p, group_bytes(C), x, y, acc, pick_group_kernel(k, kPortable, kAvx2, kVnni));
 }
 void q4k_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
   quant_gemm(N, R, C, p, group_bytes(C), x, y, scratch,
-             pick_group_kernel(GemvKernel::best, group_q4k_portable, group_q4k_avx2, group_q4k_vnni), q4k_unpack);
+             pick_group_kernel(GemvKernel::best, kPortable, kAvx2, kVnni), q4k_unpack);
 }
 
 }  // namespace
@@ -317,6 +319,6 @@ extern const WeightFormat kQ4_K = {
     "q4_k",
     "4-bit super-blocks of 256: 6-bit scale and min per 32, fp16 pair per 256 (4.5 bits per weight; activations int8 per block)",
     kQRows, kQKBlock, q4k_bytes, q4k_pack, q4k_unpack, q4k_gemv, q4k_gemm, quant_scratch, quant_kernels_available,
-    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids};
+    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "rows4"};
 
 }  // namespace looplm

@@ -47,6 +47,10 @@ struct WeightFormat {
   void (*choose_grid)(const float* x, int n, float* grid) = nullptr;
   float (*snap)(float x, const float* grid, int i) = nullptr;
   void (*pack_on_grids)(const float* w, const float* grids, int64_t rows, int64_t cols, void* dst) = nullptr;
+  // Packed formats: the name of the byte layout, written to a quantized checkpoint's metadata
+  // (`layout`) and checked when it is read, so that a file packed in another layout is refused
+  // instead of misread. "rows4": looplm before the 16-row tiles, for every format.
+  const char* layout = nullptr;
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
