@@ -132,6 +132,34 @@ TEST(Quant, ReferenceSuperBlocks) {
 }
 
 namespace {
+// The activations' int8 blocks (vectorized where the CPU has AVX-512) are exactly the scalar
+// rule: d = amax / 127, q = nearbyint(x · (1 / d)), and their sum.
+TEST(Quant, ActivationsMatchTheScalarRule) {
+  for (int K : {1, 31, 32, 33, 100, 384, 1536}) {
+    std::vector<float> x(K);
+    Rng rng(K);
+    for (auto& v : x) v = (float)(rng.normal() * 3.0);
+    if (K > 40) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: d = 0
+    QuantizedRow o;
+    quantize_activations(x.data(), K, o);
+    ASSERT_EQ(o.blocks, (K + 31) / 32);
+    for (int b = 0; b < o.blocks; ++b) {
+      const int n = std::min(32, K - 32 * b);
+      float amax = 0;
+      for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+      const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+      int32_t sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = i < n ? (int)std::nearbyint(x[32 * b + i] * id) : 0;
+        ASSERT_EQ(o.q[32 * b + i], q) << K << " block " << b << " value " << i;
+        sum += q;
+      }
+      ASSERT_EQ(o.d[b], d) << K << " block " << b;
+      ASSERT_EQ(o.sum[b], sum) << K << " block " << b;
+    }
+  }
+}
+
 // What the kernels compute, in double: Σ_b d_w · d_x · Σ_i w_code · x_code, from the unpacked
 // weights (d_w · code exactly) and the quantized activations.
 double quantized_dot(const float* wrow, const QuantizedRow& xq, int C, double* mag) {
