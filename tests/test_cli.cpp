@@ -342,7 +342,7 @@ TEST_F(Cli, EvalKvPolicy) {
 }
 
 // generate --prompts: lines or JSONL, decoded together; each sequence is what it is alone (seed +
-// its index); bad files are named.
+// its index), with either KV cache; bad files and a bad --kv-cache are named.
 TEST_F(Cli, GeneratePrompts) {
   const std::string lines = "hi\n\nhello\nab\n";
   io::write_file_atomic(dir + "/p.txt", lines.data(), lines.size());
@@ -375,6 +375,15 @@ TEST_F(Cli, GeneratePrompts) {
   EXPECT_NE(r.out.find("holds no prompts"), std::string::npos) << r.out;
   r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.txt --prompt hi");
   EXPECT_EQ(r.code, 2) << r.out;
+  // a bf16 KV cache: the batch still gives each sequence its own decoding (with that cache)
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.txt -n 6 --temperature 0.9 --seed 3 --batch 2 --kv-cache bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  one = run("generate --checkpoint " + ckpt() + " --prompt hello -n 6 --temperature 0.9 --seed 4 --quiet --kv-cache bf16");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(r.out.find("---------------\n" + one.out), std::string::npos) << r.out << "\n" << one.out;
+  r = run("generate --checkpoint " + ckpt() + " --prompt hi --kv-cache fp16");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("kv-cache"), std::string::npos) << r.out;
 }
 
 // quantize writes a checkpoint that eval, generate and info read as it is; its errors name the

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "backend/cpu/bf16.h"
 #include "infer/decoder.h"
 #include "infer/early_exit.h"
 #include "looplm/looplm.h"
@@ -55,17 +56,20 @@ double split_threshold(const LanguageModel& lm, const std::vector<int32_t>& x, E
 
 // Prompts of different lengths (one longer than the context) decode together what each decodes
 // alone, greedy and sampled, through window restarts (40 new tokens in a 16-token context), for
-// every kind of block and loop rule (learned positions, RoPE, hyper streams, energy, CEM).
+// every kind of block and loop rule (learned positions, RoPE, hyper streams, energy, CEM), with
+// an fp32 and a bf16 KV cache.
 TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
   for (const char* preset : {"gpt", "llama", "looped", "recurrent_gpt", "hyperloop", "nrgpt", "cem"}) {
     LanguageModel lm = LanguageModel::from_config(small(preset), 3);
     const std::vector<std::vector<int32_t>> prompts = {some_tokens(3, 1), some_tokens(9, 2), some_tokens(16, 3),
                                                        some_tokens(20, 4)};
-    for (double temperature : {0.0, 1.0}) {
+    for (double temperature : {0.0, 1.0})
+    for (const char* kv : {"fp32", "bf16"}) {
       GenerateOptions g;
       g.max_new = 40;
       g.temperature = temperature;
       g.seed = 11;
+      g.kv_cache = kv;
       const auto batch = lm.generate_batch(prompts, g);
       ASSERT_EQ(batch.size(), prompts.size());
       if (temperature > 0) {  // a real sequence, not one token over and over
@@ -74,7 +78,7 @@ TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
       for (size_t i = 0; i < prompts.size(); ++i) {
         GenerateOptions gi = g;
         gi.seed = g.seed + i;
-        EXPECT_EQ(batch[i], lm.generate(prompts[i], gi)) << preset << " sequence " << i << " T " << temperature;
+        EXPECT_EQ(batch[i], lm.generate(prompts[i], gi)) << preset << " sequence " << i << " T " << temperature << " KV " << kv;
       }
     }
   }
@@ -178,6 +182,60 @@ TEST(Decoder, PolicyMemory) {
   o.exit = {};  // fixed: the coda needs one slot
   o.kv_policy = KvPolicy::per_step;
   EXPECT_DOUBLE_EQ(lm.evaluate(toks, o).kv_bytes_per_token, (1 + 2 * 4 + 1) * slot);
+}
+
+// Cached attention over a head-major cache, fp32 and bf16, against double precision on the keys
+// and values the cache holds (bf16: rounded to nearest even): several heads, head widths with and
+// without a 16-lane tail, key counts past a 16-key pass. Tolerance 1e-5 of Σ|terms|: fp32 sums.
+TEST(Decoder, CachedAttentionMatchesDouble) {
+  for (int hd : {20, 64}) {
+    const int H = 3, d = H * hd, cap = 40;
+    for (bool bf16 : {false, true}) {
+      std::vector<float> k32((size_t)cap * d), v32((size_t)cap * d);
+      std::vector<uint16_t> k16((size_t)cap * d), v16((size_t)cap * d);
+      op::CacheRef ref;
+      ref.k = bf16 ? (void*)k16.data() : (void*)k32.data();
+      ref.v = bf16 ? (void*)v16.data() : (void*)v32.data();
+      ref.capacity = cap;
+      ref.width = d;
+      ref.bf16 = bf16;
+      std::vector<std::vector<float>> keys, vals;  // as the cache holds them
+      Graph g;
+      Graph::NoGrad ng(g);
+      uint64_t state = 12345;
+      auto next = [&] {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return (float)((double)(state >> 11) / (double)(1ull << 53) * 4.0 - 2.0);
+      };
+      for (int p = 0; p < 37; ++p) {
+        Node* qkv = g.node(1, 3 * d, false);
+        for (int i = 0; i < 3 * d; ++i) qkv->v[i] = next();
+        std::vector<float> kk(qkv->v + d, qkv->v + 2 * d), vv(qkv->v + 2 * d, qkv->v + 3 * d);
+        if (bf16)
+          for (int i = 0; i < d; ++i) kk[i] = from_bf16(to_bf16(kk[i])), vv[i] = from_bf16(to_bf16(vv[i]));
+        keys.push_back(kk);
+        vals.push_back(vv);
+        Node* y = op::attention_cached(g, qkv, 1, 1, H, {}, ref, op::RowPlace(p));
+        for (int h = 0; h < H; ++h) {
+          std::vector<double> sc(p + 1);
+          double mx = -1e300;
+          for (int j = 0; j <= p; ++j) {
+            double t = 0;
+            for (int i = 0; i < hd; ++i) t += (double)qkv->v[h * hd + i] * keys[j][h * hd + i];
+            sc[j] = t / std::sqrt((double)hd);
+            mx = std::max(mx, sc[j]);
+          }
+          double z = 0;
+          for (double& t : sc) z += (t = std::exp(t - mx));
+          for (int i = 0; i < hd; ++i) {
+            double o = 0, mag = 0;
+            for (int j = 0; j <= p; ++j) o += sc[j] / z * vals[j][h * hd + i], mag += sc[j] / z * std::fabs(vals[j][h * hd + i]);
+            ASSERT_NEAR(y->v[h * hd + i], o, 1e-5 * (mag + 1)) << "hd " << hd << " bf16 " << bf16 << " pos " << p << " head " << h;
+          }
+        }
+      }
+    }
+  }
 }
 
 // The mean policy's write: the (s + 1)-th key/value of a position is averaged in; a pass that

@@ -106,6 +106,7 @@ int cmd_bench(int argc, char** argv) {
   ConfigArgs cfg;
   cfg.add(app, "bench-dense");
   int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256, gen_batch = 8;
+  std::string kv_cache = "fp32";
   std::string weight_list = "q8_0,q4_0,q4_k", ckpt;
   bool as_json = false, as_csv = false, contended = false;
   app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
@@ -126,6 +127,9 @@ int cmd_bench(int argc, char** argv) {
       ->type_name("LIST");
   app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
       ->check(at_least(1));
+  app.add_option("--kv-cache", kv_cache, "the generation tests' KV cache: fp32 or bf16 (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->type_name("TYPE");
   app.add_flag("--contended", contended,
                "run the benchmark idle and again beside a process that keeps one core busy, and report the slowdown");
   auto* json_flag = app.add_flag("--json", as_json, "print one JSON object instead of a markdown table");
@@ -231,6 +235,7 @@ int cmd_bench(int argc, char** argv) {
       go.temperature = 0;
       go.stats = &st;
       go.max_new = 1;
+      go.kv_cache = kv_cache;
       lm->generate(std::vector<int32_t>(x.begin(), x.begin() + pp_tokens), go);
       v[std::string("prompt_") + sfx + "tokens_per_s"] = st.prompt_tokens / st.prompt_seconds;
       go.max_new = gen_tokens;
@@ -328,10 +333,10 @@ int cmd_bench(int argc, char** argv) {
       if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
     std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
   } else {
-    std::printf("%s: %.2fM parameters, threads %s, %d repetitions; training %.1f GFLOP/s = %.0f%% of the fp32 GEMM "
-                "rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
-                name.c_str(), m.n_params() / 1e6, thread_mode.c_str(), reps, train_gflops, 100 * train_gflops / peak, peak,
-                train_rss);
+    std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the fp32 "
+                "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
+                name.c_str(), m.n_params() / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
+                100 * train_gflops / peak, peak, train_rss);
     std::printf("| test | tokens/s |\n|---|---|\n");
     for (const Metric& mt : metrics)
       if (idle.count(mt.key))

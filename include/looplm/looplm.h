@@ -141,6 +141,10 @@ struct GenerateOptions {
   // greedy decoding's.
   int speculative = 0;
   int draft_depth = 0;
+  // The KV cache's precision: "fp32" (exact: decoding gives the full forward's logits) or "bf16"
+  // (half the bytes every attention pass reads, which is what batched decoding waits on; keys and
+  // values rounded to 8 bits of mantissa, logits within ~1e-2).
+  std::string kv_cache = "fp32";
   GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
 };
 struct LoadOptions {

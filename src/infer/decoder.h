@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "infer/early_exit.h"
+#include "looplm/error.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
 #include "ops/graph.h"
@@ -22,7 +23,15 @@ struct DecoderOptions {
   // draft_depth loop steps only, sharing their cache; prefill and verify also write the coda's keys
   // at exit draft_depth, which the drafts read.
   int draft_depth = 0;
+  bool kv_bf16 = false;  // the KV cache in bf16 (GenerateOptions::kv_cache)
 };
+
+// GenerateOptions::kv_cache as DecoderOptions::kv_bf16 (a usage error when it is neither).
+inline bool kv_bf16(const GenerateOptions& o) {
+  if (o.kv_cache == "fp32") return false;
+  if (o.kv_cache == "bf16") return true;
+  throw UsageError("generate: the KV cache is fp32 or bf16, not '" + o.kv_cache + "'");
+}
 
 class Decoder {
  public:
@@ -48,7 +57,7 @@ class Decoder {
   int64_t steps() const { return steps_; }
   const std::vector<int64_t>& exits() const { return exits_; }
   // Bytes of keys and values the policy needs per position, over every position written.
-  double kv_bytes_per_token() const { return kept_positions_ ? kept_floats_ * sizeof(float) / kept_positions_ : 0; }
+  double kv_bytes_per_token() const { return kept_positions_ ? kept_floats_ * cache_.bytes_per_value() / kept_positions_ : 0; }
 
  private:
   bool exiting() const { return o_.exit.rule != ExitRule::fixed && o_.depth >= 1; }

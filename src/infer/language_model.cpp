@@ -146,7 +146,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   }
   // The cache holds what the window can hold: the longest prompt (at most a context) and the new tokens.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
-  Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy});
+  Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy, 0, kv_bf16(opt)});
   SamplerOptions so{opt.temperature, opt.top_k, opt.top_p};
   std::vector<Rng> rng;
   for (int i = 0; i < B; ++i) rng.emplace_back(opt.seed + (uint64_t)i, kStreamSample);

@@ -7,22 +7,31 @@
 
 namespace looplm {
 
-KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, bool averaged)
+KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, bool averaged,
+                 bool bf16)
     : n_prelude_(c.n_prelude),
       n_core_(c.n_core),
       n_coda_(c.n_coda),
+      n_heads_(c.n_heads),
       rows_(rows),
       capacity_(capacity),
       core_steps_(averaged ? 1 : std::max(core_steps, 1)),
       coda_steps_(averaged ? 1 : std::max(coda_steps, 1)),
       averaged_(averaged),
+      bf16_(bf16),
       width_(width > 0 ? width : c.d_model) {
+  LOOPLM_ASSERT(n_heads_ >= 1 && width_ % n_heads_ == 0, "KV cache: the width must split into the heads");
   slots_per_position_ = (size_t)n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)n_coda_ * coda_steps_;
-  const size_t per = (size_t)rows * capacity * width_;
-  data_.assign(per * 2 * slots_per_position_, 0.0f);
+  const size_t per = (size_t)rows * capacity * width_ * (bytes_per_value() / sizeof(uint16_t));  // uint16 units
+  data_.assign(per * 2 * slots_per_position_, 0);
   slots_.resize(slots_per_position_);
-  for (size_t s = 0; s < slots_per_position_; ++s)
-    slots_[s] = {data_.data() + per * 2 * s, data_.data() + per * (2 * s + 1), capacity, (int)width_};
+  for (size_t s = 0; s < slots_per_position_; ++s) {
+    slots_[s].k = data_.data() + per * 2 * s;
+    slots_[s].v = data_.data() + per * (2 * s + 1);
+    slots_[s].bf16 = bf16_;
+    slots_[s].capacity = capacity;
+    slots_[s].width = (int)width_;
+  }
 }
 
 op::CacheRef KVCache::slot(int block, int step) const {
@@ -45,14 +54,18 @@ op::CacheRef KVCache::slot(int block, int step) const {
 
 void KVCache::replicate(int row, int pos, int src, int from) {
   LOOPLM_ASSERT(!averaged_ && row < rows_ && pos < capacity_, "KV cache: replicate outside the cache");
-  const size_t off = ((size_t)row * capacity_ + pos) * width_, n = sizeof(float) * width_;
+  // Head-major (cache_ref.h): the position's values are one run of width / heads per head.
+  const size_t hw = (size_t)width_ / n_heads_, n = bytes_per_value() * hw;
   auto copy = [&](size_t first_slot, int steps) {
     if (src >= steps) return;
     const op::CacheRef& a = slots_[first_slot + src];
     for (int s = from; s < steps; ++s) {
       const op::CacheRef& b = slots_[first_slot + s];
-      std::memcpy(b.k + off, a.k + off, n);
-      std::memcpy(b.v + off, a.v + off, n);
+      for (int h = 0; h < n_heads_; ++h) {
+        const size_t off = bytes_per_value() * (((size_t)row * n_heads_ + h) * capacity_ * hw + (size_t)pos * hw);
+        std::memcpy(static_cast<char*>(b.k) + off, static_cast<const char*>(a.k) + off, n);
+        std::memcpy(static_cast<char*>(b.v) + off, static_cast<const char*>(a.v) + off, n);
+      }
     }
   };
   for (int i = 0; i < n_core_; ++i) copy(n_prelude_ + (size_t)i * core_steps_, core_steps_);

@@ -8,6 +8,7 @@
 // every step, each position the running mean of the steps it ran.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "looplm/config.h"
@@ -17,10 +18,10 @@ namespace looplm {
 
 class KVCache {
  public:
-  // `rows` sequences of up to `capacity` positions; `width` floats per position for keys and for
-  // values (0: d_model; Model::kv_width for blocks with wider attention).
+  // `rows` sequences of up to `capacity` positions; `width` values per position for keys and for
+  // values (0: d_model; Model::kv_width for blocks with wider attention), fp32 or (`bf16`) bf16.
   KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width = 0, int coda_steps = 1,
-          bool averaged = false);
+          bool averaged = false, bool bf16 = false);
   // block: index over prelude, core, coda in order; step: 0-based loop step for core blocks, exit
   // index for coda blocks, 0 for prelude blocks.
   op::CacheRef slot(int block, int step) const;
@@ -29,19 +30,19 @@ class KVCache {
   int core_steps() const { return core_steps_; }
   int coda_steps() const { return coda_steps_; }
   bool averaged() const { return averaged_; }
-  size_t bytes() const { return data_.size() * sizeof(float); }
-  // Floats one position of one sequence holds (keys and values, every slot).
-  size_t floats_per_position() const { return slots_per_position_ * 2 * width_; }
+  bool bf16() const { return bf16_; }
+  size_t bytes() const { return data_.size() * sizeof(uint16_t); }
+  size_t bytes_per_value() const { return bf16_ ? 2 : 4; }
   // The `last` / `first` policies for a token that exited before step `from`: position `pos` of
   // sequence `row` in every step-dependent slot of steps from.. takes a copy of step `src`.
   void replicate(int row, int pos, int src, int from);
 
  private:
-  int n_prelude_, n_core_, n_coda_, rows_, capacity_, core_steps_, coda_steps_;
-  bool averaged_;
+  int n_prelude_, n_core_, n_coda_, n_heads_, rows_, capacity_, core_steps_, coda_steps_;
+  bool averaged_, bf16_;
   int64_t width_;
   size_t slots_per_position_;
-  std::vector<float> data_;
+  std::vector<uint16_t> data_;  // fp32 values as two halves each
   std::vector<op::CacheRef> slots_;
 };
 

@@ -15,16 +15,21 @@ struct RowPlace {
   int row(int b) const { return rows ? rows[b] : b; }
 };
 
-// Keys (rotated) and values [sequences, capacity, width] of one (block, loop step).
+// Keys (rotated) and values of one (block, loop step), each [sequences, heads, capacity, width /
+// heads]: head-major, so that one decode step's pass over a head's keys reads one contiguous run
+// (position-major, a head's 64 values sat a whole position apart, and a batch's passes over
+// several caches ran at memory latency instead of the prefetched stream). Elements fp32, or bf16
+// (`bf16`: half the bytes each attention pass reads; values rounded to nearest even on write).
 struct CacheRef {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int capacity = 0;
-  int width = 0;       // floats per position
+  int width = 0;       // values per position (all heads)
   // >= 0: the `mean` KV policy, one slot for every loop step: a new key/value is averaged into
   // its position as the (mean_step + 1)-th sample (mean_step 0 overwrites).
   int mean_step = -1;
   bool write = true;  // false: the new keys/values are already there (CEM's inner steps reuse them)
+  bool bf16 = false;  // the elements are bf16 (else fp32)
   explicit operator bool() const { return k != nullptr; }
 };
 

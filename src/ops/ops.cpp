@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "ops/kernels.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels_pointwise.h"
@@ -119,10 +120,58 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const
   return y;
 }
 
+namespace {
+// The cache's element: fp32 as it is, bf16 rounded on write (and widened where it is read).
+inline void put(float* dst, int i, float x) { dst[i] = x; }
+inline void put(uint16_t* dst, int i, float x) { dst[i] = to_bf16(x); }
+inline float get(const float* src, int i) { return src[i]; }
+inline float get(const uint16_t* src, int i) { return from_bf16(src[i]); }
+
+// One (batch row, head) of attention_cached: the T new keys/values into the cache (position p at
+// Kc + p·w), then each new query against the keys up to its position.
+template <class E>
+void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, E* Kc, E* Vc, int w, RopeAngles rope,
+                 const CacheRef& cache, float keep, float take, float scale, int shift, float* s, float* y) {
+  const int half = hd / 2;
+  float q[1024];  // head dims are small; checked by Config::validate
+  float kr[1024];
+  for (int t = 0; t < T && cache.write; ++t) {
+    const float* kn = Q + (int64_t)t * ld + d;
+    const float* vn = kn + d;
+    const int p = p0 + t;
+    E* kdst = Kc + (int64_t)p * w;
+    E* vdst = Vc + (int64_t)p * w;
+    const float* knr = kn;
+    if (rope) {
+      k::rope_fwd(kn, ld, kr, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
+      knr = kr;
+    }
+    if (cache.mean_step > 0) {
+      for (int i = 0; i < hd; ++i) put(kdst, i, keep * get(kdst, i) + take * knr[i]);
+      for (int i = 0; i < hd; ++i) put(vdst, i, keep * get(vdst, i) + take * vn[i]);
+    } else {
+      for (int i = 0; i < hd; ++i) put(kdst, i, knr[i]);
+      for (int i = 0; i < hd; ++i) put(vdst, i, vn[i]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const int p = p0 + t, n = p + 1 - shift;  // keys 0..p (strict: ..p-1)
+    float* out = y + (int64_t)t * d;
+    if (n == 0) {
+      std::fill(out, out + hd, 0.0f);
+      continue;
+    }
+    if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
+    else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
+    k::attend_cached_row(q, Kc, Vc, w, n, hd, scale, s, out);
+  }
+}
+}  // namespace
+
 Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const CacheRef& cache,
                        const RowPlace& at, const AttnOptions& ao) {
-  const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, w = cache.width, cap = cache.capacity;
-  LOOPLM_ASSERT(w >= d, "attention_cached: the cache is narrower than the keys");
+  const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, w = cache.width, cap = cache.capacity, hw = w / H;
+  LOOPLM_ASSERT(w >= d && w % H == 0, "attention_cached: the cache is narrower than the keys");
   int Tk = 0;  // the most keys any row attends over
   for (int b = 0; b < B; ++b) {
     const int end = at.at(b) + T;
@@ -133,7 +182,6 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
   Node* y = g.node((int64_t)B * T, d, false);
   const float scale = ao.scale > 0 ? (float)ao.scale : 1.0f / std::sqrt((float)hd);
   const int shift = ao.strict ? 1 : 0;
-  const int half = hd / 2;
   // The mean policy: the new key/value joins its slot as the (mean_step + 1)-th sample.
   const float keep = cache.mean_step > 0 ? (float)cache.mean_step / (cache.mean_step + 1) : 0.0f;
   const float take = 1.0f - keep;
@@ -143,40 +191,15 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
     const int b = bh / H, h = bh % H, p0 = at.at(b);
     float* s = scores + (size_t)omp_get_thread_num() * Tk;
     const float* Q = qkv->v + (int64_t)b * T * ld + h * hd;
-    float* Kc = cache.k + (int64_t)at.row(b) * cap * w + h * hd;
-    float* Vc = cache.v + (int64_t)at.row(b) * cap * w + h * hd;
-    float q[1024];  // head dims are small; checked by Config::validate
-    float kr[1024];
-    for (int t = 0; t < T && cache.write; ++t) {
-      const float* kn = Q + (int64_t)t * ld + d;
-      const float* vn = kn + d;
-      const int p = p0 + t;
-      float* kdst = Kc + (int64_t)p * w;
-      float* vdst = Vc + (int64_t)p * w;
-      const float* knr = kn;
-      if (rope) {
-        k::rope_fwd(kn, ld, kr, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
-        knr = kr;
-      }
-      if (cache.mean_step > 0) {
-        for (int i = 0; i < hd; ++i) kdst[i] = keep * kdst[i] + take * knr[i];
-        for (int i = 0; i < hd; ++i) vdst[i] = keep * vdst[i] + take * vn[i];
-      } else {
-        std::memcpy(kdst, knr, sizeof(float) * hd);
-        std::memcpy(vdst, vn, sizeof(float) * hd);
-      }
-    }
-    for (int t = 0; t < T; ++t) {
-      const int p = p0 + t, n = p + 1 - shift;  // keys 0..p (strict: ..p-1)
-      float* out = y->v + ((int64_t)b * T + t) * d + h * hd;
-      if (n == 0) {
-        std::fill(out, out + hd, 0.0f);
-        continue;
-      }
-      if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
-      else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
-      k::attend_cached_row(q, Kc, Vc, w, n, hd, scale, s, out);
-    }
+    float* out = y->v + (int64_t)b * T * d + h * hd;
+    // Head-major (cache_ref.h): this head's keys one after another, hw apart.
+    const int64_t off = (int64_t)at.row(b) * cap * w + (int64_t)h * cap * hw;
+    if (cache.bf16)
+      attend_head(Q, T, ld, d, hd, p0, static_cast<uint16_t*>(cache.k) + off, static_cast<uint16_t*>(cache.v) + off, hw, rope,
+                  cache, keep, take, scale, shift, s, out);
+    else
+      attend_head(Q, T, ld, d, hd, p0, static_cast<float*>(cache.k) + off, static_cast<float*>(cache.v) + off, hw, rope, cache,
+                  keep, take, scale, shift, s, out);
   }
   return y;
 }

@@ -18,6 +18,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "backend/cpu/reduce16.h"
 #define LOOPLM_AVX512_GEMV 1
 // GCC 12's own AVX-512 headers trip this warning (their _mm512_undefined_* placeholders in
 // reductions and shifts); nothing in this file reads an uninitialised value.
@@ -110,19 +112,7 @@ LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int 
 // stay in their own register and the sixteen are reduced together by a transposing tree (45
 // shuffles and adds per 16 rows where reducing each alone costs ~8 per row, more than its FMAs
 // at K = 64). Requires K ≤ 128 for x to stay in registers; the rest by span_f32_avx512.
-LOOPLM_AVX512 inline __m512 reduce16(__m512* a) {
-  __m512 t[8], u[4], v[2];
-  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] of rows 2i, 2i + 1
-    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the lane's sums of rows 4i .. 4i + 3
-    const __m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
-    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  for (int i = 0; i < 2; ++i)  // lanes pairwise: quarters (0 + 1, 2 + 3) of u[2i] then of u[2i + 1]
-    v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88), _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xdd));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x88), _mm512_shuffle_f32x4(v[0], v[1], 0xdd));  // lane r: row r
-}
-
+// (The reduction: reduce16.h.)
 LOOPLM_AVX512 void dot_rows_avx512(int n, int K, const float* W, int ldw, const float* x, float* y) {
   const int full = K / 16 * 16, steps = full / 16;
   const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);

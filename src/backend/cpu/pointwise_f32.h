@@ -32,5 +32,8 @@ void scale_row(float a, const float* x, float* y, int n);
 // out[hd] = softmax(scale · K q) V, with s[n] as scratch for the scores.
 void attend_cached_row(const float* q, const float* K, const float* V, int ld, int n, int hd, float scale, float* s,
                        float* out);
+// The same against a bf16 cache (each key and value widened to fp32 exactly as it is read).
+void attend_cached_row(const float* q, const uint16_t* K, const uint16_t* V, int ld, int n, int hd, float scale, float* s,
+                       float* out);
 
 }  // namespace looplm::k
