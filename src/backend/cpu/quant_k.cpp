@@ -258,7 +258,7 @@ LOOPLM_AVX2_Q inline void decode_scales_avx2(const BlockQ4_Kx4* blk, float* S, f
   }
 }
 
-// The sub-blocks as q4_0's blocks (quant_q4_block.h), with their scales and mins from the super-block.
+// The sub-blocks through quant_q4_block.h, with their scales and mins from the super-block.
 template <int NX>
 LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* group, const QuantizedRow* const* x, float* out) {
   __m256 acc01[NX], acc23[NX];
@@ -270,7 +270,7 @@ LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* group, const QuantizedRow* const* x, 
     alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
     decode_scales_avx2(blk, S, M);
     for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j)
-      q4_block_avx2<NX, true>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
+      q4_block_avx2<NX>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
                               acc01, acc23, corr);
   }
   q4_reduce_avx2<NX>(acc01, acc23, corr, out);
@@ -291,7 +291,7 @@ LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* group, const QuantizedRow* const* x, 
     alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
     decode_scales_avx2(blk, S, M);
     for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j)
-      q4_block_vnni<NX, true>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
+      q4_block_vnni<NX>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
                               acc, corr);
   }
   q4_reduce_vnni<NX>(acc, corr, out);

@@ -1,16 +1,16 @@
-// The 4-bit block step q4_0 (quant.cpp) and q4_k (quant_k.cpp) share: one 32-column block of a
-// 4-row group of codes u (16 bytes per row, element i in the low nibble of byte i, i + 16 in the
-// high one) against NX inputs' block b, per ISA. Per row r and input n:
-//   acc += dx · sw_r · Σ u·qx,   corr += the grid's offset term
-// where the offset term is q4_0's (sw·dx)·(8·Σqx) (kMin false: sw the fp16 scales) or q4_k's
-// mw·(dx·Σqx) (kMin true: sw, mw the sub-block's d·sc and dmin·m). y_r = the reduced acc − corr.
+// q4_k's 4-bit block step (quant_k.cpp): one 32-column sub-block of a 4-row group of codes u (16
+// bytes per row, element i in the low nibble of byte i, i + 16 in the high one) against NX inputs'
+// block b, per ISA. Per row r and input n:
+//   acc += dx · sw_r · Σ u·qx,   corr += mw_r · (dx · Σqx)
+// with sw, mw the sub-block's d·sc and dmin·m. y_r = the reduced acc − corr. (q4_0 shared it
+// before its 16-row tiles, quant.h.)
 #pragma once
 #include "backend/cpu/quant_driver.h"
 
 #ifdef LOOPLM_QUANT_X86
 namespace looplm {
 
-template <int NX, bool kMin>
+template <int NX>
 LOOPLM_AVX2_Q inline void q4_block_avx2(const uint8_t* qs, __m128 sw, __m128 mw, int b, const QuantizedRow* const* x,
                                         __m256* acc01, __m256* acc23, __m128* corr) {
   const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -23,8 +23,7 @@ LOOPLM_AVX2_Q inline void q4_block_avx2(const uint8_t* qs, __m128 sw, __m128 mw,
     const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
     const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
     const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
-    corr[n] = kMin ? _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n])
-                   : _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x[n]->sum[b]), corr[n]);
+    corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
     const __m256i P01 = _mm256_add_epi16(_mm256_maddubs_epi16(lo01, Xlo), _mm256_maddubs_epi16(hi01, Xhi));
     const __m256i P23 = _mm256_add_epi16(_mm256_maddubs_epi16(lo23, Xlo), _mm256_maddubs_epi16(hi23, Xhi));
     const __m256 s01 = _mm256_set_m128(_mm_shuffle_ps(s4, s4, 0x55), _mm_shuffle_ps(s4, s4, 0x00));
@@ -51,7 +50,7 @@ LOOPLM_AVX2_Q inline void q4_reduce_avx2(const __m256* acc01, const __m256* acc2
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // AVX-512 VNNI: one 64-byte load holds the block's 4 rows; vpdpbusd sums 4 unsigned × signed
 // byte products into each int32 lane, against x's halves broadcast to match.
-template <int NX, bool kMin>
+template <int NX>
 LOOPLM_VNNI_Q inline void q4_block_vnni(const uint8_t* qs, __m128 sw, __m128 mw, int b, const QuantizedRow* const* x,
                                         __m512* acc, __m128* corr) {
   const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
@@ -66,8 +65,7 @@ LOOPLM_VNNI_Q inline void q4_block_vnni(const uint8_t* qs, __m128 sw, __m128 mw,
     const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
     const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
     acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc[n]);
-    corr[n] = kMin ? _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n])
-                   : _mm_fmadd_ps(s4, _mm_set1_ps(8.0f * (float)x[n]->sum[b]), corr[n]);
+    corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
   }
 }
 
