@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "backend/cpu/bf16.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/pointwise_f32.h"
-#include "backend/cpu/reduce16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -20,22 +20,7 @@ float softmax_row(float* s, int n);
 
 namespace {
 
-// Portable: the scores 16 lanes per key (each lane its own fp32 sum over every 16th column, then
-// one fixed tree), the weighted sum 64 columns at a time (ISA-cloned, the loops vectorize).
-LOOPLM_ISA_CLONES void dot_rows_bf16_portable(int n, int hd, const uint16_t* K, int ld, const float* q, float* s) {
-  for (int j = 0; j < n; ++j) {
-    const uint16_t* kj = K + (int64_t)j * ld;
-    float acc[16] = {0};
-    int i0 = 0;
-    for (; i0 + 16 <= hd; i0 += 16)
-      for (int l = 0; l < 16; ++l) acc[l] += q[i0 + l] * from_bf16(kj[i0 + l]);
-    for (int l = 0; i0 + l < hd; ++l) acc[l] += q[i0 + l] * from_bf16(kj[i0 + l]);
-    for (int w = 8; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    s[j] = acc[0];
-  }
-}
-
+// Portable: 64 columns at a time (ISA-cloned, the loops vectorize).
 LOOPLM_ISA_CLONES void weighted_rows_sum_bf16_portable(const float* p, const uint16_t* V, int ld, int n, int hd, float* out) {
   for (int i0 = 0; i0 < hd; i0 += 64) {
     const int w = std::min(64, hd - i0);
@@ -68,31 +53,6 @@ LOOPLM_ATT_AVX512 inline __m512 widen(const uint16_t* p) {
 }
 LOOPLM_ATT_AVX512 inline __m512 widen_masked(__mmask16 m, const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-
-// Scores, 16 keys per pass (q in registers: hd ≤ 128), the rest one key at a time.
-LOOPLM_ATT_AVX512 void dot_rows_bf16_avx512(int n, int hd, const uint16_t* K, int ld, const float* q, float* s) {
-  const int full = hd / 16 * 16, steps = full / 16;
-  const __mmask16 tail = (__mmask16)((1u << (hd - full)) - 1);
-  __m512 qv[8];
-  for (int i = 0; i < steps; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
-  const __m512 qt = _mm512_maskz_loadu_ps(tail, q + full);
-  int j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m512 a[16];
-    for (int r = 0; r < 16; ++r) {
-      const uint16_t* kr = K + (int64_t)(j + r) * ld;
-      a[r] = tail ? _mm512_mul_ps(widen_masked(tail, kr + full), qt) : _mm512_setzero_ps();
-      for (int i = 0; i < steps; ++i) a[r] = _mm512_fmadd_ps(widen(kr + 16 * i), qv[i], a[r]);
-    }
-    _mm512_storeu_ps(s + j, reduce16(a));
-  }
-  for (; j < n; ++j) {
-    const uint16_t* kr = K + (int64_t)j * ld;
-    __m512 a = tail ? _mm512_mul_ps(widen_masked(tail, kr + full), qt) : _mm512_setzero_ps();
-    for (int i = 0; i < steps; ++i) a = _mm512_fmadd_ps(widen(kr + 16 * i), qv[i], a);
-    s[j] = _mm512_reduce_add_ps(a);
-  }
 }
 
 // out = Σ_j p[j] V[j, :], 64 columns (4 registers) at a time.
@@ -141,11 +101,7 @@ void attend_cached_row(const float* q, const uint16_t* K, const uint16_t* V, int
 #else
   const bool wide = false;
 #endif
-#ifdef LOOPLM_ATT_AVX512
-  if (wide) dot_rows_bf16_avx512(n, hd, K, ld, q, s);
-  else
-#endif
-    dot_rows_bf16_portable(n, hd, K, ld, q, s);
+  dot_rows(n, hd, K, ld, q, s);  // s = K q: sixteen keys per pass (gemv.cpp)
   for (int j = 0; j < n; ++j) s[j] *= scale;
   softmax_row(s, n);
 #ifdef LOOPLM_ATT_AVX512

@@ -18,8 +18,6 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-
-#include "backend/cpu/reduce16.h"
 #define LOOPLM_AVX512_GEMV 1
 // GCC 12's own AVX-512 headers trip this warning (their _mm512_undefined_* placeholders in
 // reductions and shifts); nothing in this file reads an uninitialised value.
@@ -111,9 +109,42 @@ LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int 
 // Sixteen short rows at a time (attention's scores: K = a head's width): each row's partial sums
 // stay in their own register and the sixteen are reduced together by a transposing tree (45
 // shuffles and adds per 16 rows where reducing each alone costs ~8 per row, more than its FMAs
-// at K = 64). Requires K ≤ 128 for x to stay in registers; the rest by span_f32_avx512.
-// (The reduction: reduce16.h.)
-LOOPLM_AVX512 void dot_rows_avx512(int n, int K, const float* W, int ldw, const float* x, float* y) {
+// at K = 64). Requires K ≤ 128 for x to stay in registers. The rows are fp32 or bf16 (a bf16 KV
+// cache, widened exactly as it is read); the rest past a multiple of 16 rows: fp32 by
+// span_f32_avx512, bf16 one row at a time.
+LOOPLM_AVX512 inline __m512 reduce16(__m512* a) {
+  __m512 t[8], u[4], v[2];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] of rows 2i, 2i + 1
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the lane's sums of rows 4i .. 4i + 3
+    const __m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  for (int i = 0; i < 2; ++i)  // lanes pairwise: quarters (0 + 1, 2 + 3) of u[2i] then of u[2i + 1]
+    v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88), _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x88), _mm512_shuffle_f32x4(v[0], v[1], 0xdd));  // lane r: row r
+}
+
+LOOPLM_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+LOOPLM_AVX512 inline __m512 load16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+LOOPLM_AVX512 inline __m512 load16(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+LOOPLM_AVX512 inline __m512 load16(__mmask16 m, const uint16_t* p) {
+  const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// One row's 16 lanes: the masked tail first, then the full chunks (x's chunks in xv, its tail in xt).
+template <class E>
+LOOPLM_AVX512 inline __m512 row_lanes(const E* w, const __m512* xv, __m512 xt, int steps, int full, __mmask16 tail) {
+  __m512 a = tail ? _mm512_mul_ps(load16(tail, w + full), xt) : _mm512_setzero_ps();
+  for (int i = 0; i < steps; ++i) a = _mm512_fmadd_ps(load16(w + 16 * i), xv[i], a);
+  return a;
+}
+
+template <class E>
+LOOPLM_AVX512 void dot_rows_avx512(int n, int K, const E* W, int ldw, const float* x, float* y) {
   const int full = K / 16 * 16, steps = full / 16;
   const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
   __m512 xv[8];
@@ -122,14 +153,14 @@ LOOPLM_AVX512 void dot_rows_avx512(int n, int K, const float* W, int ldw, const 
   int j = 0;
   for (; j + 16 <= n; j += 16) {
     __m512 a[16];
-    for (int r = 0; r < 16; ++r) {
-      const float* w = W + (int64_t)(j + r) * ldw;
-      a[r] = tail ? _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, w + full), xt) : _mm512_setzero_ps();
-      for (int i = 0; i < steps; ++i) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * i), xv[i], a[r]);
-    }
+    for (int r = 0; r < 16; ++r) a[r] = row_lanes(W + (int64_t)(j + r) * ldw, xv, xt, steps, full, tail);
     _mm512_storeu_ps(y + j, reduce16(a));
   }
-  if (j < n) span_f32_avx512(W + (int64_t)j * ldw, ldw, x, K, y + j, n - j, false);
+  if constexpr (std::is_same_v<E, float>) {
+    if (j < n) span_f32_avx512(W + (int64_t)j * ldw, ldw, x, K, y + j, n - j, false);
+  } else {
+    for (; j < n; ++j) y[j] = _mm512_reduce_add_ps(row_lanes(W + (int64_t)j * ldw, xv, xt, steps, full, tail));
+  }
 }
 
 // A few input rows at once (batched decoding, fp32 weights): each block of RB weight rows is read
@@ -390,6 +421,29 @@ void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y) {
   if (have_avx512()) return K <= 128 ? dot_rows_avx512(N, K, W, ldw, x, y) : span_f32_avx512(W, ldw, x, K, y, N, false);
 #endif
   span_f32_portable(W, ldw, x, K, y, N, false);
+}
+
+// Portable bf16 rows: 16 lanes per row (each lane its own fp32 sum over every 16th column, then one
+// fixed tree; ISA-cloned, the loops vectorize).
+LOOPLM_ISA_CLONES static void dot_rows_bf16_portable(int N, int K, const uint16_t* W, int ldw, const float* x, float* y) {
+  for (int j = 0; j < N; ++j) {
+    const uint16_t* wj = W + (int64_t)j * ldw;
+    float acc[16] = {0};
+    int i0 = 0;
+    for (; i0 + 16 <= K; i0 += 16)
+      for (int l = 0; l < 16; ++l) acc[l] += x[i0 + l] * from_bf16(wj[i0 + l]);
+    for (int l = 0; i0 + l < K; ++l) acc[l] += x[i0 + l] * from_bf16(wj[i0 + l]);
+    for (int w = 8; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    y[j] = acc[0];
+  }
+}
+
+void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (have_avx512() && K <= 128) return dot_rows_avx512(N, K, W, ldw, x, y);
+#endif
+  dot_rows_bf16_portable(N, K, W, ldw, x, y);
 }
 
 std::vector<GemvKernel> gemv_kernels_available() {
