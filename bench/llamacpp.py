@@ -12,6 +12,7 @@ F16 / Q8_0 / Q4_0 (llama.cpp's own round-to-nearest quantization of the fp32 wei
 Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. For every repeat and thread count,
 every pair runs back to back (order alternating), 16-token prompt, --n-new greedy tokens; the table
 gives medians of decode tokens/s and their ratio (looplm / llama.cpp: above 1, looplm is faster).
+Repeats under 1/4 of the engine's best at the same setting are left out and counted under the table.
 When npm or the prebuilt package is not reachable the comparison is skipped with a note (exit 0).
 """
 
@@ -136,9 +137,9 @@ def table(res, sizes, repeats, n_new):
 
 
 def kept_median(vals, dropped, who, t, p):
-    """The median of the repeats that did not collapse. On a shared 2-core VM llama.cpp's spinning
-    2-thread runs sometimes run a whole repeat ~30x slower (its CPU time per token rises with it); a
-    median over such repeats compares nothing, so they are left out and counted."""
+    """The median of the repeats that did not collapse. On a shared 2-core VM llama.cpp at 2 threads
+    sometimes runs a whole repeat ~30x slower (cause not established); a median over such repeats
+    compares nothing, so they are left out and counted."""
     best = max(vals)
     kept = [x for x in vals if x >= best / 4]
     if len(kept) < len(vals):
