@@ -71,9 +71,10 @@ TEST(Bf16, GemvKernelsMatchDouble) {
     }
 }
 
-// The few-rows kernel (batched decoding) gives each input row what the batch-1 AVX512-BF16
-// kernel gives it: the same products summed in the same order (bit-identical), on shapes around
-// the 4-row blocks, 32-column chunks and groups of 4 input rows. Skipped without AVX512_BF16.
+// The few-rows kernel (batched decoding) gives each input row what the batch-1 kernel (the best
+// this CPU has: AVX512-BF16 or AVX2) gives it: the same products summed in the same order
+// (bit-identical), on shapes around the 4-row blocks, 32-column chunks and groups of 4 input rows.
+// Skipped where there is no few-rows kernel (AVX-512 without BF16, or no AVX2).
 TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0, 1);
@@ -86,11 +87,11 @@ TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
         for (auto& v : X) v = nd(rng);
         std::vector<uint16_t> P((size_t)N * K);
         pack_bf16(W.data(), N, K, P.data());
-        if (!gemm_rows_bf16_few(M, N, K, P.data(), X.data(), K + 3, Y.data(), N + 1)) GTEST_SKIP() << "no AVX512_BF16";
+        if (!gemm_rows_bf16_few(M, N, K, P.data(), X.data(), K + 3, Y.data(), N + 1)) GTEST_SKIP() << "no few-rows kernel";
         ran = true;
         for (int m = 0; m < M; ++m) {
           std::vector<float> y(N);
-          gemv_rows_bf16(N, K, P.data(), X.data() + (size_t)m * (K + 3), y.data(), false, GemvKernel::avx512_bf16);
+          gemv_rows_bf16(N, K, P.data(), X.data() + (size_t)m * (K + 3), y.data(), false, GemvKernel::best);
           for (int n = 0; n < N; ++n)
             ASSERT_EQ(Y[(size_t)m * (N + 1) + n], y[n]) << "M " << M << " N " << N << " K " << K << " row " << m;
           ASSERT_EQ(Y[(size_t)m * (N + 1) + N], -7.0f);  // the gap between output rows is not written
@@ -265,5 +266,8 @@ TEST(Isa, EmulatedCpuHidesWideUnits) {
   if (!expect) GTEST_SKIP() << "native run";
   EXPECT_FALSE(__builtin_cpu_supports("avx512f"));
   EXPECT_EQ(__builtin_cpu_supports("avx2") != 0, std::string(expect) == "avx2");
-  EXPECT_EQ(gemv_kernels_available().size(), 1u);  // portable only
+  const std::vector<GemvKernel> want =  // no AVX-512 kernel; the AVX2 one only where AVX2 is
+      std::string(expect) == "avx2" ? std::vector<GemvKernel>{GemvKernel::portable, GemvKernel::avx2}
+                                    : std::vector<GemvKernel>{GemvKernel::portable};
+  EXPECT_EQ(gemv_kernels_available(), want);
 }

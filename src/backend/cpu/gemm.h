@@ -37,8 +37,9 @@ double measure_gemm_gflops(int M, int d, int f, int reps);
 float dot(const float* a, const float* b, int n);
 
 // Matrix-vector kernels by CPU feature (gemv.cpp): `best` is the fastest this CPU has; tests run
-// every available one. avx512_bf16 applies to bf16 weights (for fp32 it means avx512); avx2 and
-// avx512_vnni to the quantized formats (backend/cpu/quant.h: quant_kernels_available).
+// every available one. avx512_bf16 applies to bf16 weights (for fp32 it means avx512); avx2 to bf16
+// (for fp32 it means portable, whose dot is ISA-cloned) and to the quantized formats, avx512_vnni to
+// the quantized formats only (backend/cpu/quant.h: quant_kernels_available).
 enum class GemvKernel { best, portable, avx512, avx512_bf16, avx2, avx512_vnni };
 std::vector<GemvKernel> gemv_kernels_available();  // portable first, best last
 
@@ -58,7 +59,8 @@ void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y
 void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, bool accumulate,
                     GemvKernel kernel = GemvKernel::best);
 // A few rows (batched decoding): Y[m, :N] = W · X[m, :K] for m < M, every weight read once for all
-// M rows (AVX512_BF16, x as hi + lo bf16 like gemv_rows_bf16). False where the CPU lacks the ISA.
+// M rows, each output bit-identical to gemv_rows_bf16's with the best kernel (AVX512_BF16 or AVX2).
+// False where that kernel has no few-rows form (AVX-512 without BF16, or no AVX2).
 bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy);
 // The same for fp32 weights W [N, K] (row stride ldw), each output bit-identical to gemv_rows's
 // (AVX-512). False where the CPU lacks it.

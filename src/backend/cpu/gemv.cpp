@@ -14,6 +14,7 @@
 
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -404,10 +405,20 @@ void for_row_blocks(int N, int K, F span) {
   }
 }
 
+// x de-interleaved for the shift-and-mask bf16 kernels: xe = x[0::2] at X, xo = x[1::2] at X + half,
+// each zero past ceil(K/2). half: ≥ ceil(K/2), a multiple of 16, with room for a tail chunk's 16.
+inline int deinterleaved_half(int K) { return (K / 2 + 16) / 16 * 16; }
+void deinterleave(const float* x, int K, float* X, int half) {
+  std::fill(X, X + 2 * half, 0.0f);
+  for (int i = 0; i < K; ++i) X[(i % 2) * half + i / 2] = x[i];
+}
+
 }  // namespace
 
 void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate, GemvKernel kernel) {
-  const bool wide = kernel == GemvKernel::best ? have_avx512() : kernel != GemvKernel::portable;
+  // fp32 has no AVX2 kernel of its own: the portable span's dot is ISA-cloned and memory-bound.
+  const bool wide = kernel == GemvKernel::best ? have_avx512()
+                                               : kernel == GemvKernel::avx512 || kernel == GemvKernel::avx512_bf16;
   for_row_blocks(N, K, [&](int lo, int n) {
 #ifdef LOOPLM_AVX512_GEMV
     if (wide) return span_f32_avx512(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
@@ -448,6 +459,7 @@ void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y
 
 std::vector<GemvKernel> gemv_kernels_available() {
   std::vector<GemvKernel> k = {GemvKernel::portable};
+  if (have_avx2_fma()) k.push_back(GemvKernel::avx2);  // bf16 only; fp32 runs the portable span
   if (have_avx512()) k.push_back(GemvKernel::avx512);
   if (have_avx512_bf16()) k.push_back(GemvKernel::avx512_bf16);
   return k;
@@ -472,25 +484,38 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
     for_row_blocks(N, K, [&](int lo, int n) { span_bf16_dp(W + (int64_t)lo * K, xh, xl, K, y + lo, n, accumulate); });
     return;
   }
-  if (kernel == GemvKernel::avx512) {
-    const int half = (K / 2 + 16) / 16 * 16;  // ≥ ceil(K/2), a multiple of 16, plus room for the tail
+#endif
+  if (kernel == GemvKernel::avx512 || kernel == GemvKernel::avx2) {
+    const int half = deinterleaved_half(K);
     if ((int)xbuf.size() < 2 * half) xbuf.resize(2 * half);
     float *xe = xbuf.data(), *xo = xe + half;
-    std::fill(xe, xe + 2 * half, 0.0f);
-    for (int i = 0; i < K; ++i) {
-      if (i % 2) xo[i / 2] = x[i];
-      else xe[i / 2] = x[i];
+    deinterleave(x, K, xe, half);
+#ifdef LOOPLM_AVX512_GEMV
+    if (kernel == GemvKernel::avx512) {
+      for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx512(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
+      return;
     }
-    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx512(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
+#endif
+    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
     return;
   }
-#endif
   for_row_blocks(N, K, [&](int lo, int n) { span_bf16_portable(W + (int64_t)lo * K, x, K, y + lo, n, accumulate); });
 }
 
 bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy) {
+  if (M < 1) return false;
+  // Only where the matrix-vector kernel it reproduces bit for bit is the one batch 1 runs.
+  static const GemvKernel best = gemv_kernels_available().back();
+  if (best == GemvKernel::avx2) {
+    const int half = deinterleaved_half(K);
+    static thread_local std::vector<float> xbuf;
+    if ((int)xbuf.size() < 2 * M * half) xbuf.resize((size_t)2 * M * half);
+    for (int m = 0; m < M; ++m) deinterleave(X + (int64_t)m * ldx, K, xbuf.data() + (size_t)2 * m * half, half);
+    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2_rows(M, W, xbuf.data(), 2 * half, half, K, Y, ldy, lo, n); });
+    return true;
+  }
 #ifdef LOOPLM_AVX512_GEMV
-  if (!have_avx512_bf16() || M < 1) return false;
+  if (best != GemvKernel::avx512_bf16) return false;
   const int pad = (K + 31) / 32 * 32;
   static thread_local std::vector<uint16_t> xbuf;
   if ((int)xbuf.size() < 2 * M * pad) xbuf.resize((size_t)2 * M * pad);
