@@ -34,66 +34,81 @@ LOOPLM_AVX2 inline __m256 odd(__m256i w) {
   return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
-// One row segment of a 32-column chunk (w: 32 bf16; xe, xo: the chunk's 16 even / odd x values)
-// into the row's even and odd accumulators. Every kernel below runs exactly these four FMAs in
-// this order per (weight row, chunk, input row), which is what makes the few-rows kernel's
-// outputs bit-identical to the matrix-vector kernel's.
-LOOPLM_AVX2 inline void chunk(const uint16_t* w, const float* xe, const float* xo, __m256& e, __m256& o) {
-  const __m256i lo = _mm256_loadu_si256((const __m256i*)w), hi = _mm256_loadu_si256((const __m256i*)(w + 16));
-  e = _mm256_fmadd_ps(even(lo), _mm256_loadu_ps(xe), e);
-  o = _mm256_fmadd_ps(odd(lo), _mm256_loadu_ps(xo), o);
-  e = _mm256_fmadd_ps(even(hi), _mm256_loadu_ps(xe + 8), e);
-  o = _mm256_fmadd_ps(odd(hi), _mm256_loadu_ps(xo + 8), o);
-}
-
-// A chunk narrower than 32 columns (the last, K % 32 wide): its weights copied into a zeroed
-// 32-wide segment; x is zero past K, so the padding adds exact zeros.
-LOOPLM_AVX2 inline void tail_chunk(const uint16_t* w, int rem, const float* xe, const float* xo, __m256& e, __m256& o) {
-  alignas(32) uint16_t seg[32] = {};
-  std::memcpy(seg, w, sizeof(uint16_t) * rem);
-  chunk(seg, xe, xo, e, o);
-}
-
-LOOPLM_AVX2 inline void put(float* out, __m256 e, __m256 o, bool acc) {  // (a lambda would not inherit the target)
-  const float s = hsum8(_mm256_add_ps(e, o));
-  *out = acc ? *out + s : s;
-}
-
-// One plain (row-major) row: the last R % 4 rows of the decode layout.
-LOOPLM_AVX2 inline float plain_row(const uint16_t* w, const float* xe, const float* xo, int K) {
-  const int full = K / 32 * 32;
-  __m256 e = _mm256_setzero_ps(), o = e;
-  for (int i = 0; i < full; i += 32) chunk(w + i, xe + i / 2, xo + i / 2, e, o);
-  if (K > full) tail_chunk(w + full, K - full, xe + full / 2, xo + full / 2, e, o);
-  return hsum8(_mm256_add_ps(e, o));
-}
-
-// One weight row r of a 4-row block against MG input rows (X + g·ldxp: xe, xo at +half), from L1
-// after the block's first pass; 2·MG accumulators.
-template <int MG>
-LOOPLM_AVX2 inline void block_row(const uint16_t* blk, int r, int K, const float* X, int ldxp, int half, float* Y,
-                                  int ldy) {
-  const int full = K / 32 * 32, rem = K - full;
-  __m256 e[MG], o[MG];
-  for (int g = 0; g < MG; ++g) e[g] = o[g] = _mm256_setzero_ps();
-  const uint16_t* w = blk + r * 32;
-  for (int i = 0; i < full; i += 32, w += 128) {
-    const __m256i lo = _mm256_loadu_si256((const __m256i*)w), hi = _mm256_loadu_si256((const __m256i*)(w + 16));
-    const __m256 el = even(lo), ol = odd(lo), eh = even(hi), oh = odd(hi);
-    for (int g = 0; g < MG; ++g) {  // chunk()'s four FMAs, with the widened weights shared
-      const float* xe = X + (int64_t)g * ldxp + i / 2;
-      const float* xo = xe + half;
-      e[g] = _mm256_fmadd_ps(el, _mm256_loadu_ps(xe), e[g]);
-      o[g] = _mm256_fmadd_ps(ol, _mm256_loadu_ps(xo), o[g]);
-      e[g] = _mm256_fmadd_ps(eh, _mm256_loadu_ps(xe + 8), e[g]);
-      o[g] = _mm256_fmadd_ps(oh, _mm256_loadu_ps(xo + 8), o[g]);
+// RB weight rows against MG input rows, RB·MG accumulators of 8 lanes. Row r's segment of the
+// chunk at column i is base + (i / 32)·cs + r·32 (cs = 128 in a 4-row block of the decode layout, 32
+// for a plain row-major row) and its last, narrower one (rem = K % 32 wide) base + (K / 32)·cs + r·rem,
+// copied into a zeroed 32-wide segment (x is zero past K, so the padding adds exact zeros). Input
+// g's xe is at X + g·ldxp, its xo `half` further. Per (row, input, chunk) the sum takes the same four
+// operations in the same order whatever RB and MG are (columns 0-15, then 16-31), which
+// is what makes the few-rows kernel's outputs bit-identical to the matrix-vector kernel's.
+//
+// One accumulator per (row, input), so that the few-rows kernel holds 2 rows × 4 inputs in
+// registers (16 FMAs per 12 loads; one row against 4 inputs with even / odd accumulators took 18
+// loads per 16 FMAs). On this project's Zen 2 VM both kernels run at the core's FMA rate when the
+// weights are in cache (~40-50 GFLOP/s, where a register-only FMA loop measures 21-36), so what
+// batching gains there is bounded by that rate against the memory stream's (README, batched decoding).
+// (A product, an FMA and an add per 16 columns, to shorten the dependency chain, measured the same.)
+template <int RB, int MG>
+LOOPLM_AVX2 inline void chunk_step(__m256 (&a)[RB][MG], const uint16_t* const* seg, const float* const* xe, int half,
+                                   int64_t i) {  // one chunk of every row; x's chunk at column i
+  for (int h = 0; h < 2; ++h) {  // columns 16h .. 16h + 15
+    __m256 we[RB], wo[RB];
+    for (int r = 0; r < RB; ++r) {
+      const __m256i w = _mm256_loadu_si256((const __m256i*)(seg[r] + 16 * h));
+      we[r] = even(w), wo[r] = odd(w);
+    }
+    for (int g = 0; g < MG; ++g) {
+      const float* x = xe[g] + i / 2 + 8 * h;
+      const __m256 ve = _mm256_loadu_ps(x), vo = _mm256_loadu_ps(x + half);
+      for (int r = 0; r < RB; ++r) {
+        a[r][g] = _mm256_fmadd_ps(we[r], ve, a[r][g]);
+        a[r][g] = _mm256_fmadd_ps(wo[r], vo, a[r][g]);
+      }
     }
   }
-  for (int g = 0; g < MG; ++g) {
-    const float* xe = X + (int64_t)g * ldxp + full / 2;
-    if (rem) tail_chunk(blk + (int64_t)full * 4 + r * rem, rem, xe, xe + half, e[g], o[g]);
-    Y[(int64_t)g * ldy] = hsum8(_mm256_add_ps(e[g], o[g]));
+}
+
+// Rows r0 .. r0 + RB - 1 (of a block; r0 = 0 for a plain row); outputs Y[g·ldy + r].
+template <int RB, int MG>
+LOOPLM_AVX2 inline void rows_by_inputs(const uint16_t* base, int cs, int r0, int K, const float* X, int ldxp, int half,
+                                       float* Y, int ldy, bool acc, const uint16_t* next = nullptr) {
+  const int full = K / 32 * 32, rem = K - full;
+  __m256 a[RB][MG];
+  for (int r = 0; r < RB; ++r)
+    for (int g = 0; g < MG; ++g) a[r][g] = _mm256_setzero_ps();
+  const uint16_t* seg[RB];
+  const float* xe[MG];
+  for (int g = 0; g < MG; ++g) xe[g] = X + (int64_t)g * ldxp;
+  for (int i = 0; i < full; i += 32) {
+    const uint16_t* c = base + (int64_t)(i / 32) * cs;
+    if (next)
+      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(next + (c - base) + 32 * l), _MM_HINT_T0);
+    for (int r = 0; r < RB; ++r) seg[r] = c + (r0 + r) * 32;
+    chunk_step<RB, MG>(a, seg, xe, half, i);
   }
+  if (rem) {
+    alignas(32) uint16_t pad[RB][32] = {};
+    const uint16_t* c = base + (int64_t)(full / 32) * cs;
+    for (int r = 0; r < RB; ++r) std::memcpy(pad[r], c + (r0 + r) * rem, sizeof(uint16_t) * rem), seg[r] = pad[r];
+    chunk_step<RB, MG>(a, seg, xe, half, full);
+  }
+  for (int g = 0; g < MG; ++g)
+    for (int r = 0; r < RB; ++r) {
+      float* out = Y + (int64_t)g * ldy + r;
+      const float s = hsum8(a[r][g]);
+      *out = acc ? *out + s : s;
+    }
+}
+
+// Inputs in groups of 4, then the rest one at a time.
+template <int RB>
+LOOPLM_AVX2 inline void rows_by_all_inputs(int M, const uint16_t* base, int cs, int r0, int K, const float* X, int ldxp,
+                                           int half, float* Y, int ldy, const uint16_t* next) {
+  int m = 0;
+  for (; m + 4 <= M; m += 4, next = nullptr)
+    rows_by_inputs<RB, 4>(base, cs, r0, K, X + (int64_t)m * ldxp, ldxp, half, Y + (int64_t)m * ldy, ldy, false, next);
+  for (; m < M; ++m, next = nullptr)
+    rows_by_inputs<RB, 1>(base, cs, r0, K, X + (int64_t)m * ldxp, ldxp, half, Y + (int64_t)m * ldy, ldy, false, next);
 }
 
 }  // namespace
@@ -106,51 +121,26 @@ bool have_avx2_fma() {
 LOOPLM_AVX2 void span_bf16_avx2(const uint16_t* W, const float* xe, const float* xo, int K, float* y, int n,
                                 bool acc) {
   static_assert(kBf16Rows == 4 && kBf16Cols == 32, "the kernel is written for 4 x 32 chunks");
-  const int full = K / 32 * 32, rem = K - full;
+  const int half = (int)(xo - xe);
   int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const uint16_t* w = W + (int64_t)j * K;  // the block: one sequential stream of 4·K weights
-    __m256 e0 = _mm256_setzero_ps(), o0 = e0, e1 = e0, o1 = e0, e2 = e0, o2 = e0, e3 = e0, o3 = e0;
-    for (int i = 0; i < full; i += 32, w += 128) {
-      chunk(w, xe + i / 2, xo + i / 2, e0, o0);
-      chunk(w + 32, xe + i / 2, xo + i / 2, e1, o1);
-      chunk(w + 64, xe + i / 2, xo + i / 2, e2, o2);
-      chunk(w + 96, xe + i / 2, xo + i / 2, e3, o3);
-    }
-    if (rem) {
-      tail_chunk(w, rem, xe + full / 2, xo + full / 2, e0, o0);
-      tail_chunk(w + rem, rem, xe + full / 2, xo + full / 2, e1, o1);
-      tail_chunk(w + 2 * rem, rem, xe + full / 2, xo + full / 2, e2, o2);
-      tail_chunk(w + 3 * rem, rem, xe + full / 2, xo + full / 2, e3, o3);
-    }
-    put(y + j, e0, o0, acc);
-    put(y + j + 1, e1, o1, acc);
-    put(y + j + 2, e2, o2, acc);
-    put(y + j + 3, e3, o3, acc);
-  }
-  for (; j < n; ++j) {
-    const float s = plain_row(W + (int64_t)j * K, xe, xo, K);
-    y[j] = acc ? y[j] + s : s;
-  }
+  for (; j + 4 <= n; j += 4)  // a block: one sequential stream of 4·K weights
+    rows_by_inputs<4, 1>(W + (int64_t)j * K, 128, 0, K, xe, 0, half, y + j, 0, acc);
+  for (; j < n; ++j)  // the last R % 4 rows are plain
+    rows_by_inputs<1, 1>(W + (int64_t)j * K, 32, 0, K, xe, 0, half, y + j, 0, acc);
 }
 
+// Per 4-row block: rows 0-1 against every input (the first pass, which reads the block from
+// memory, fetches the next block's chunks), then rows 2-3 from L1.
 LOOPLM_AVX2 void span_bf16_avx2_rows(int M, const uint16_t* W, const float* X, int ldxp, int half, int K, float* Y,
                                      int ldy, int lo, int n) {
   int j = lo;
   for (; j + 4 <= lo + n; j += 4) {
     const uint16_t* blk = W + (int64_t)j * K;
-    for (int r = 0; r < 4; ++r) {
-      int m = 0;
-      for (; m + 4 <= M; m += 4)
-        block_row<4>(blk, r, K, X + (int64_t)m * ldxp, ldxp, half, Y + (int64_t)m * ldy + j + r, ldy);
-      for (; m < M; ++m) block_row<1>(blk, r, K, X + (int64_t)m * ldxp, ldxp, half, Y + (int64_t)m * ldy + j + r, ldy);
-    }
+    const uint16_t* next = j + 8 <= lo + n ? blk + 4 * (int64_t)K : nullptr;  // (its tail chunk is left to the hardware)
+    rows_by_all_inputs<2>(M, blk, 128, 0, K, X, ldxp, half, Y + j, ldy, next);
+    rows_by_all_inputs<2>(M, blk, 128, 2, K, X, ldxp, half, Y + j + 2, ldy, nullptr);
   }
-  for (; j < lo + n; ++j)
-    for (int m = 0; m < M; ++m) {
-      const float* xe = X + (int64_t)m * ldxp;
-      Y[(int64_t)m * ldy + j] = plain_row(W + (int64_t)j * K, xe, xe + half, K);
-    }
+  for (; j < lo + n; ++j) rows_by_all_inputs<1>(M, W + (int64_t)j * K, 32, 0, K, X, ldxp, half, Y + j, ldy, nullptr);
 }
 
 }  // namespace looplm
