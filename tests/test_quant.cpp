@@ -245,6 +245,44 @@ TEST(Quant, KernelsMatchTheScalarReference) {
   }
 }
 
+// The integer sums at their largest: every weight code at the top of its range (q4_0: u = 15,
+// each block's one −8 setting the scale; q8_0: ±127) against activations all at +127 or all at
+// −127, so each kernel's narrow partial sums (AVX2 adds q4's int16 pairs over a whole block) reach
+// their bound. Every kernel must still give the portable kernel's bits and the exact value.
+TEST(Quant, KernelsAtTheIntegerExtremes) {
+  const int R = 19, C = 96;
+  for (const char* name : {"q8_0", "q4_0"}) {
+    const WeightFormat* f = find_weight_format(name);
+    ASSERT_NE(f, nullptr);
+    std::vector<float> w((size_t)R * C), back((size_t)R * C);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) w[(size_t)r * C + c] = c % 32 == 31 ? -8.0f : 7.0f;  // q4: u = 15 but one
+    std::vector<uint8_t> packed(f->packed_bytes(R, C));
+    f->pack(w.data(), R, C, packed.data());
+    f->unpack(packed.data(), R, C, back.data());
+    for (float sign : {1.0f, -1.0f}) {
+      const int N = 5;
+      std::vector<float> x((size_t)N * C, sign), y((size_t)N * R), portable(R), scratch(f->gemm_scratch(R, C));
+      QuantizedRow xq;
+      quantize_activations(x.data(), C, xq);
+      ASSERT_EQ(xq.q[0], sign > 0 ? 127 : -127);
+      f->gemv(R, C, packed.data(), x.data(), portable.data(), false, GemvKernel::portable);
+      for (int r = 0; r < R; ++r) {
+        double mag;
+        const double ref = quantized_dot(back.data() + (size_t)r * C, xq, C, &mag);
+        ASSERT_NEAR(portable[r], ref, 1e-6 * mag) << name;  // fp32 scales and sums per block: ~2^-24 each
+      }
+      for (GemvKernel k : f->kernels()) {
+        f->gemv(R, C, packed.data(), x.data(), y.data(), false, k);
+        for (int r = 0; r < R; ++r) ASSERT_EQ(y[r], portable[r]) << name << " kernel " << (int)k << " row " << r;
+      }
+      f->gemm(N, R, C, packed.data(), x.data(), y.data(), scratch.data());  // a few rows: the batched tiles
+      for (int n = 0; n < N; ++n)
+        for (int r = 0; r < R; ++r) ASSERT_EQ(y[(size_t)n * R + r], portable[r]) << name << " few rows, row " << n;
+    }
+  }
+}
+
 // A whole model run from q8_0 / q4_0 weights stays close to fp32: the RMS of the logits' error
 // relative to their spread (measured 2.1% and 22% on this random model, whose R = 4 loop steps
 // compound each product's error of ~1% (q8: weights and activations to 2^-8 of their block's

@@ -258,15 +258,24 @@ inline int32_t load4(const int8_t* p) {
 // unsigned by signed bytes into saturating int16 pairs, so q8's codes go in as |q| with q's sign
 // moved onto x (≤ 2·127² fits; the sum is then Σ q·qx, no offset); q4's codes (≤ 15) go in directly.
 // Up to 4 inputs a call: 16 ymm registers hold their accumulators.
-template <int NX, bool kSigned>
-LOOPLM_AVX2_Q inline void tile_step_avx2(__m256i A, __m256i S, const QuantizedRow* const* x, size_t at, __m256i* I) {
+template <int NX>
+LOOPLM_AVX2_Q inline void tile_step_avx2_q8(__m256i A, __m256i S, const QuantizedRow* const* x, size_t at, __m256i* I) {
   const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
   for (int n = 0; n < NX; ++n) {
-    __m256i X = _mm256_set1_epi32(load4(x[n]->q.data() + at));
-    if constexpr (kSigned) X = _mm256_sign_epi8(X, S);
+    const __m256i X = _mm256_sign_epi8(_mm256_set1_epi32(load4(x[n]->q.data() + at)), S);
     I[n] = _mm256_add_epi32(I[n], _mm256_madd_epi16(_mm256_maddubs_epi16(A, X), ones));
   }
+}
+
+// q4: the pairs' int16 sums (each |·| ≤ 2·15·128 = 3,840) added up in int16 over the block's 8
+// steps (≤ 30,720 < 2^15: exact, no saturation), then widened once: one vpmaddwd per input and
+// block half instead of one per step. (q8's pairs reach 2·127², so its steps widen each time.)
+template <int NX>
+LOOPLM_AVX2_Q inline void tile_step_avx2_q4(__m256i A, const QuantizedRow* const* x, size_t at, __m256i* P) {
+#pragma GCC unroll 8
+  for (int n = 0; n < NX; ++n)
+    P[n] = _mm256_add_epi16(P[n], _mm256_maddubs_epi16(A, _mm256_set1_epi32(load4(x[n]->q.data() + at))));
 }
 
 template <int NX, bool Q4>
@@ -283,15 +292,18 @@ LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, flo
       __m256i I[NX];
       for (int n = 0; n < NX; ++n) I[n] = _mm256_setzero_si256();
       if constexpr (Q4) {
+        __m256i P[NX];
+        for (int n = 0; n < NX; ++n) P[n] = _mm256_setzero_si256();
         for (int q = 0; q < kQBlock / 8; ++q) {
           const __m256i W = _mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32));
-          tile_step_avx2<NX, false>(_mm256_and_si256(W, low), W, x, at + 4 * q, I);
-          tile_step_avx2<NX, false>(_mm256_and_si256(_mm256_srli_epi16(W, 4), low), W, x, at + 16 + 4 * q, I);
+          tile_step_avx2_q4<NX>(_mm256_and_si256(W, low), x, at + 4 * q, P);
+          tile_step_avx2_q4<NX>(_mm256_and_si256(_mm256_srli_epi16(W, 4), low), x, at + 16 + 4 * q, P);
         }
+        for (int n = 0; n < NX; ++n) I[n] = _mm256_madd_epi16(P[n], _mm256_set1_epi16(1));
       } else {
         for (int q = 0; q < kQBlock / 4; ++q) {
           const __m256i W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32)), flip);
-          tile_step_avx2<NX, true>(_mm256_abs_epi8(W), W, x, at + 4 * q, I);
+          tile_step_avx2_q8<NX>(_mm256_abs_epi8(W), W, x, at + 4 * q, I);
         }
       }
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(B[b].d + 8 * h)));
