@@ -122,25 +122,36 @@ TEST(Bf16, FewRowsF32KernelIsTheMatrixVectorKernelPerRow) {
       }
 }
 
-// dot_rows (attention's scores over cached keys: sixteen rows reduced together) against a double
-// product on row counts around 16 and widths around the 16-lane steps and its 128 limit; 1e-5 of
-// Σ|w x| (fp32 partial sums in another order).
+// dot_rows (attention's scores over cached keys: 16 rows reduced together on AVX-512, 8 on AVX2)
+// against a double product on row counts around 8 and 16 and widths around the 8- and 16-lane steps
+// and the AVX-512 kernel's 128 limit, for fp32 and bf16 keys; 1e-5 of Σ|w x| (fp32 partial sums in
+// another order).
 TEST(Gemv, DotRowsMatchDouble) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0, 1);
-  for (int N : {1, 15, 16, 17, 40})
-    for (int K : {1, 16, 33, 64, 128, 200}) {
+  for (int N : {1, 7, 8, 9, 15, 16, 17, 40})
+    for (int K : {1, 7, 16, 33, 64, 128, 200}) {
       const int ld = K + 3;
       std::vector<float> W((size_t)N * ld), x(K), y(N + 1, -7.0f);
       for (auto& w : W) w = nd(rng);
       for (auto& v : x) v = nd(rng);
-      dot_rows(N, K, W.data(), ld, x.data(), y.data());
-      for (int n = 0; n < N; ++n) {
-        double ref = 0, mag = 0;
-        for (int k = 0; k < K; ++k) ref += (double)W[(size_t)n * ld + k] * x[k], mag += std::fabs((double)W[(size_t)n * ld + k] * x[k]);
-        ASSERT_NEAR(y[n], ref, 1e-5 * mag) << "N " << N << " K " << K << " row " << n;
+      std::vector<uint16_t> Wh(W.size());
+      for (size_t i = 0; i < W.size(); ++i) Wh[i] = to_bf16(W[i]);
+      for (bool half : {false, true}) {
+        std::fill(y.begin(), y.end(), -7.0f);
+        if (half) dot_rows(N, K, Wh.data(), ld, x.data(), y.data());
+        else dot_rows(N, K, W.data(), ld, x.data(), y.data());
+        for (int n = 0; n < N; ++n) {
+          double ref = 0, mag = 0;
+          for (int k = 0; k < K; ++k) {
+            const size_t at = (size_t)n * ld + k;
+            const double t = (half ? (double)from_bf16(Wh[at]) : (double)W[at]) * x[k];
+            ref += t, mag += std::fabs(t);
+          }
+          ASSERT_NEAR(y[n], ref, 1e-5 * mag) << (half ? "bf16" : "fp32") << " N " << N << " K " << K << " row " << n;
+        }
+        ASSERT_EQ(y[N], -7.0f);
       }
-      ASSERT_EQ(y[N], -7.0f);
     }
 }
 

@@ -431,6 +431,7 @@ void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y) {
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512()) return K <= 128 ? dot_rows_avx512(N, K, W, ldw, x, y) : span_f32_avx512(W, ldw, x, K, y, N, false);
 #endif
+  if (have_avx2_fma()) return dot_rows_avx2(N, K, W, ldw, x, y);
   span_f32_portable(W, ldw, x, K, y, N, false);
 }
 
@@ -454,6 +455,7 @@ void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512() && K <= 128) return dot_rows_avx512(N, K, W, ldw, x, y);
 #endif
+  if (have_avx2_fma()) return dot_rows_avx2(N, K, W, ldw, x, y);
   dot_rows_bf16_portable(N, K, W, ldw, x, y);
 }
 

@@ -17,4 +17,9 @@ void span_bf16_avx2(const uint16_t* W, const float* xe, const float* xo, int K, 
 void span_bf16_avx2_rows(int M, const uint16_t* W, const float* X, int ldxp, int half, int K, float* Y, int ldy,
                          int lo, int n);
 
+// y[N] = W[N, K] · x for short rows (attention's scores over cached keys), eight rows reduced
+// together; W fp32 or bf16 (row stride ldw).
+void dot_rows_avx2(int N, int K, const float* W, int ldw, const float* x, float* y);
+void dot_rows_avx2(int N, int K, const uint16_t* W, int ldw, const float* x, float* y);
+
 }  // namespace looplm
