@@ -124,11 +124,23 @@ def table(res, sizes, repeats, n_new):
            f"medians of {repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):", "",
            "| threads | looplm / llama.cpp | file MB | looplm tok/s | llama.cpp tok/s | ratio |", "|---|---|---|---|---|---|"]
     dropped = []
+    med = {(t, p, who): kept_median(v[who], dropped, who, t, p)
+           for (t, p), v in res.items() for who in ("looplm", "llama.cpp")}
+    invalid = []
     for (t, p), v in res.items():
-        a, b = kept_median(v["looplm"], dropped, "looplm", t, p), kept_median(v["llama.cpp"], dropped, "llama.cpp", t, p)
+        a, b = med[(t, p, "looplm")], med[(t, p, "llama.cpp")]
         theirs = dict(PAIRS)[p].upper()
+        # A whole setting can collapse (every repeat slow, so the 1/4 filter keeps them all): an engine
+        # that runs at under half its own 1-thread speed with more threads is not measured at its best.
+        slow = [who for who in ("looplm", "llama.cpp")
+                if t > 1 and (1, p, who) in med and med[(t, p, who)] < med[(1, p, who)] / 2]
+        ratio = f"{a / b:.2f}x" if not slow else f"({a / b:.2f}x, not valid)"
+        if slow:
+            invalid.append(f"{' and '.join(slow)} {p} at {t} threads ran under half its 1-thread speed")
         out.append(f"| {t} | {p} / {theirs} | {sizes[p][0] / 1e6:.1f} / {sizes[p][1] / 1e6:.1f} | {a:,.0f} | {b:,.0f} | "
-                   f"{a / b:.2f}x |")
+                   f"{ratio} |")
+    if invalid:
+        out += ["", "Not valid comparisons (collapsed settings; rerun them): " + "; ".join(invalid)]
     if dropped:
         out += ["", "Collapsed repeats left out of the medians (decode speed under 1/4 of that engine's best "
                 "repeat at the same setting; seen with llama.cpp at 2 threads, CPU time per token rising with it, cause not established): "
