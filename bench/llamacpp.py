@@ -62,7 +62,7 @@ def looplm_decode(looplm, ckpt, weights, threads, n_new):
     r = sh(cmd)
     m = re.search(r"generation: (\d+) tokens in ([\d.]+) ms \(([\d.]+) tokens/s\)", r.stderr)
     if r.returncode != 0 or not m:
-        raise RuntimeError(f"looplm generate failed: {r.stderr[-400:]}")
+        raise RuntimeError(f"looplm generate failed (exit {r.returncode}): {' '.join(cmd)}\n{r.stderr[-400:]}")
     # decode alone: the first new token comes from the prefill, the rest from one pass each
     return (int(m.group(1)) - 1) / (float(m.group(2)) / 1e3)
 

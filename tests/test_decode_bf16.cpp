@@ -1,6 +1,7 @@
 // Batch-1 decoding from bf16 weight copies: the rounding, the packed layout, every matrix-vector
 // kernel this CPU has, and a whole model (bf16 decoding = fp32 decoding of the rounded model).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -79,8 +80,15 @@ TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0, 1);
   bool ran = false;
+  // 2 threads, and N = 260 with K = 384 is large enough for the rows to be split between them
+  // (a buffer read through a thread_local name inside the parallel region once crashed only there).
+  struct Threads {
+    int before = omp_get_max_threads();
+    Threads() { omp_set_num_threads(2); }
+    ~Threads() { omp_set_num_threads(before); }
+  } two;
   for (int M : {1, 2, 4, 5, 8, 13})
-    for (int N : {3, 4, 7, 67})
+    for (int N : {3, 4, 7, 67, 260})
       for (int K : {1, 31, 33, 384}) {
         std::vector<float> W((size_t)N * K), X((size_t)M * (K + 3)), Y((size_t)M * (N + 1), -7.0f);
         for (auto& w : W) w = nd(rng);

@@ -512,8 +512,9 @@ bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, 
     const int half = deinterleaved_half(K);
     static thread_local std::vector<float> xbuf;
     if ((int)xbuf.size() < 2 * M * half) xbuf.resize((size_t)2 * M * half);
-    for (int m = 0; m < M; ++m) deinterleave(X + (int64_t)m * ldx, K, xbuf.data() + (size_t)2 * m * half, half);
-    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2_rows(M, W, xbuf.data(), 2 * half, half, K, Y, ldy, lo, n); });
+    float* XD = xbuf.data();  // this thread's buffer: inside the parallel region `xbuf` names another's
+    for (int m = 0; m < M; ++m) deinterleave(X + (int64_t)m * ldx, K, XD + (size_t)2 * m * half, half);
+    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2_rows(M, W, XD, 2 * half, half, K, Y, ldy, lo, n); });
     return true;
   }
 #ifdef LOOPLM_AVX512_GEMV
