@@ -49,7 +49,7 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
                GemvKernel kernel = GemvKernel::best);
 
 // y[N] = W[N,K] · x[K] for short rows (K ≤ 128: attention's scores over cached keys), single-threaded,
-// sixteen rows reduced together (AVX-512; else the portable matrix-vector kernel). W fp32, or bf16
+// sixteen rows reduced together (AVX-512), eight (AVX2, gemv_avx2.cpp), else the portable kernel. W fp32, or bf16
 // (a bf16 KV cache: each value widened to fp32 exactly, fp32 products and sums).
 void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y);
 void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y);

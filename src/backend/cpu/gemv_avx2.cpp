@@ -3,11 +3,11 @@
 // sequences and was compute-bound on a Zen 2 core (~10 GB/s of weights against fp32's 16 GB/s);
 // here, as in gemv.cpp's AVX-512 kernel, one 32-byte load holds 16 weights of a row, `w << 16` is
 // its even columns as fp32 and `w & 0xffff0000` its odd ones (both exact), and x comes
-// de-interleaved (xe = x[0::2], xo = x[1::2], zero-padded), so a weight costs a load, one integer
-// op and one FMA per two columns.
+// de-interleaved (xe = x[0::2], xo = x[1::2], zero-padded), so 16 weights cost one load, two
+// integer ops and two FMAs.
 #include "backend/cpu/gemv_avx2.h"
 
-#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/bf16.h"
@@ -203,11 +203,12 @@ LOOPLM_AVX2 void span_bf16_avx2_rows(int M, const uint16_t* W, const float* X, i
 }  // namespace looplm
 
 #else
+// Not x86: have_avx2_fma() is false, so gemv.cpp never dispatches here.
 namespace looplm {
 bool have_avx2_fma() { return false; }
-void span_bf16_avx2(const uint16_t*, const float*, const float*, int, float*, int, bool) {}
-void span_bf16_avx2_rows(int, const uint16_t*, const float*, int, int, int, float*, int, int, int) {}
-void dot_rows_avx2(int, int, const float*, int, const float*, float*) {}
-void dot_rows_avx2(int, int, const uint16_t*, int, const float*, float*) {}
+void span_bf16_avx2(const uint16_t*, const float*, const float*, int, float*, int, bool) { std::abort(); }
+void span_bf16_avx2_rows(int, const uint16_t*, const float*, int, int, int, float*, int, int, int) { std::abort(); }
+void dot_rows_avx2(int, int, const float*, int, const float*, float*) { std::abort(); }
+void dot_rows_avx2(int, int, const uint16_t*, int, const float*, float*) { std::abort(); }
 }  // namespace looplm
 #endif
