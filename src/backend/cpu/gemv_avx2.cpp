@@ -43,7 +43,7 @@ LOOPLM_AVX2 inline __m256 odd(__m256i w) {
 // is what makes the few-rows kernel's outputs bit-identical to the matrix-vector kernel's.
 //
 // One accumulator per (row, input), so that the few-rows kernel holds 2 rows × 4 inputs in
-// registers (16 FMAs per 12 loads; one row against 4 inputs with even / odd accumulators took 18
+// registers (16 FMAs per 10 loads; one row against 4 inputs with even / odd accumulators took 18
 // loads per 16 FMAs). On this project's Zen 2 VM both kernels run at the core's FMA rate when the
 // weights are in cache (~40-50 GFLOP/s, where a register-only FMA loop measures 21-36), so what
 // batching gains there is bounded by that rate against the memory stream's (README, batched decoding).
