@@ -498,7 +498,7 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
       return;
     }
 #endif
-    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
+    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2(W + (int64_t)lo * K, xe, half, K, y + lo, n, accumulate); });
     return;
   }
   for_row_blocks(N, K, [&](int lo, int n) { span_bf16_portable(W + (int64_t)lo * K, x, K, y + lo, n, accumulate); });

@@ -175,15 +175,13 @@ bool have_avx2_fma() {
   return yes;
 }
 
-LOOPLM_AVX2 void span_bf16_avx2(const uint16_t* W, const float* xe, const float* xo, int K, float* y, int n,
-                                bool acc) {
+LOOPLM_AVX2 void span_bf16_avx2(const uint16_t* W, const float* X, int half, int K, float* y, int n, bool acc) {
   static_assert(kBf16Rows == 4 && kBf16Cols == 32, "the kernel is written for 4 x 32 chunks");
-  const int half = (int)(xo - xe);
   int j = 0;
   for (; j + 4 <= n; j += 4)  // a block: one sequential stream of 4·K weights
-    rows_by_inputs<4, 1>(W + (int64_t)j * K, 128, 0, K, xe, 0, half, y + j, 0, acc);
+    rows_by_inputs<4, 1>(W + (int64_t)j * K, 128, 0, K, X, 0, half, y + j, 0, acc);
   for (; j < n; ++j)  // the last R % 4 rows are plain
-    rows_by_inputs<1, 1>(W + (int64_t)j * K, 32, 0, K, xe, 0, half, y + j, 0, acc);
+    rows_by_inputs<1, 1>(W + (int64_t)j * K, 32, 0, K, X, 0, half, y + j, 0, acc);
 }
 
 // Per 4-row block: rows 0-1 against every input (the first pass, which reads the block from
@@ -206,7 +204,7 @@ LOOPLM_AVX2 void span_bf16_avx2_rows(int M, const uint16_t* W, const float* X, i
 // Not x86: have_avx2_fma() is false, so gemv.cpp never dispatches here.
 namespace looplm {
 bool have_avx2_fma() { return false; }
-void span_bf16_avx2(const uint16_t*, const float*, const float*, int, float*, int, bool) { std::abort(); }
+void span_bf16_avx2(const uint16_t*, const float*, int, int, float*, int, bool) { std::abort(); }
 void span_bf16_avx2_rows(int, const uint16_t*, const float*, int, int, int, float*, int, int, int) { std::abort(); }
 void dot_rows_avx2(int, int, const float*, int, const float*, float*) { std::abort(); }
 void dot_rows_avx2(int, int, const uint16_t*, int, const float*, float*) { std::abort(); }

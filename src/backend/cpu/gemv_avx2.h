@@ -1,6 +1,6 @@
-// AVX2 + FMA bf16 matrix-vector kernels (gemv_avx2.cpp), dispatched from gemv.cpp. Weights in the
-// decode layout (bf16.h); x de-interleaved: xe = x[0::2], xo = x[1::2], each zero-padded past
-// ceil(K/2) to a multiple of 16.
+// AVX2 + FMA kernels (gemv_avx2.cpp), dispatched from gemv.cpp: the bf16 matrix-vector products and
+// attention's scores. bf16 weights in the decode layout (bf16.h); x de-interleaved: xe = x[0::2] at X,
+// xo = x[1::2] at X + half, each zero-padded past ceil(K/2) to a multiple of 16.
 #pragma once
 #include <cstdint>
 
@@ -9,7 +9,7 @@ namespace looplm {
 bool have_avx2_fma();
 
 // y[j] (+)= W[j, :] · x for rows [0, n) of W (starting at a multiple of 4 rows).
-void span_bf16_avx2(const uint16_t* W, const float* xe, const float* xo, int K, float* y, int n, bool acc);
+void span_bf16_avx2(const uint16_t* W, const float* X, int half, int K, float* y, int n, bool acc);
 
 // Y[m, j] = W[j, :] · X[m] for m < M and rows j in [lo, lo + n): input row m's xe at X + m·ldxp, its
 // xo `half` further. Each weight block is read from memory once for all M rows; every output is

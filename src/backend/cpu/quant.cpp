@@ -289,8 +289,7 @@ LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, flo
     const uint8_t* qs = &B[b].qs[0][0][0];
     const size_t at = (size_t)b * kQBlock;
     for (int h = 0; h < 2; ++h) {
-      __m256i I[NX];
-      for (int n = 0; n < NX; ++n) I[n] = _mm256_setzero_si256();
+      __m256i I[NX];  // the block half's int32 sums per input
       if constexpr (Q4) {
         __m256i P[NX];
         for (int n = 0; n < NX; ++n) P[n] = _mm256_setzero_si256();
@@ -301,6 +300,7 @@ LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, flo
         }
         for (int n = 0; n < NX; ++n) I[n] = _mm256_madd_epi16(P[n], _mm256_set1_epi16(1));
       } else {
+        for (int n = 0; n < NX; ++n) I[n] = _mm256_setzero_si256();
         for (int q = 0; q < kQBlock / 4; ++q) {
           const __m256i W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32)), flip);
           tile_step_avx2_q8<NX>(_mm256_abs_epi8(W), W, x, at + 4 * q, I);
