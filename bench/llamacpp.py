@@ -2,6 +2,7 @@
 """looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights (issue 9).
 
     python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
+                              [--prefill-len 128]
 
 The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
 shape of ../shared/anchors/llamacpp/README.md), written by `looplm train --steps 0` (random weights:
@@ -13,6 +14,8 @@ Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. For every repeat
 every pair runs back to back (order alternating), 16-token prompt, --n-new greedy tokens; the table
 gives medians of decode tokens/s and their ratio (looplm / llama.cpp: above 1, looplm is faster).
 Repeats under 1/4 of the engine's best at the same setting are left out and counted under the table.
+A second table times the prefill of a --prefill-len byte prompt (0: skipped), cold in both engines:
+a fresh looplm process, and llama.cpp without its warm-up pass, as a user's first prompt runs.
 When npm or the prebuilt package is not reachable the comparison is skipped with a note (exit 0).
 """
 
@@ -54,28 +57,42 @@ def setup_llamacpp():
     return r.stdout.strip().splitlines()[-1]
 
 
-def looplm_decode(looplm, ckpt, weights, threads, n_new):
-    cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", PROMPT, "-n", str(n_new), "--temperature", "0",
+# lcpp_bench's --prompt-len text: its first n bytes, cycled
+VERSE = "In the beginning God created the heaven and the earth. And the earth was without form, and void; "
+
+
+def verse(n):
+    return (VERSE * (n // len(VERSE) + 1))[:n]
+
+
+def looplm_decode(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode"):
+    cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", prompt, "-n", str(n_new), "--temperature", "0",
            "--threads", str(threads)]
     if weights:
         cmd += ["--weights", weights]
     r = sh(cmd)
     m = re.search(r"generation: (\d+) tokens in ([\d.]+) ms \(([\d.]+) tokens/s\)", r.stderr)
-    if r.returncode != 0 or not m:
+    pm = re.search(r"prompt: (\d+) tokens in ([\d.]+) ms", r.stderr)
+    if r.returncode != 0 or not m or not pm:
         raise RuntimeError(f"looplm generate failed (exit {r.returncode}): {' '.join(cmd)}\n{r.stderr[-400:]}")
+    if what == "prefill":
+        return int(pm.group(1)) / (float(pm.group(2)) / 1e3)
     # decode alone: the first new token comes from the prefill, the rest from one pass each
     return (int(m.group(1)) - 1) / (float(m.group(2)) / 1e3)
 
 
-def lcpp_decode(lcpp, gguf, threads, n_new):
-    r = sh([lcpp, gguf, "--threads", str(threads), "--prompt-len", "16", "--n-new", str(n_new), "--reps", "1"])
+def lcpp_decode(lcpp, gguf, threads, n_new, prompt_len=16, what="decode"):
+    cmd = [lcpp, gguf, "--threads", str(threads), "--prompt-len", str(prompt_len), "--n-new", str(n_new), "--reps", "1"]
+    if what == "prefill":
+        cmd += ["--warmup", "0"]
+    r = sh(cmd)
     lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode != 0 or not lines:
         raise RuntimeError(f"llama.cpp failed: {r.stderr[-400:]}")
-    return json.loads(lines[-1])["decode_tok_s"]
+    return json.loads(lines[-1])[f"{what}_tok_s"]
 
 
-def run(looplm, threads_list, repeats, n_new, work):
+def run(looplm, threads_list, repeats, n_new, prefill_len, work):
     lcpp = setup_llamacpp()
     if not lcpp:
         return None
@@ -107,6 +124,7 @@ def run(looplm, threads_list, repeats, n_new, work):
             mine = (q, "")
         files[ours] = (mine, gguf)
     res = {(t, p): {"looplm": [], "llama.cpp": []} for t in threads_list for p, _ in PAIRS}
+    pre = {(t, p): {"looplm": [], "llama.cpp": []} for t in threads_list for p, _ in PAIRS} if prefill_len else None
     for rep in range(repeats):
         for t in threads_list:
             for p, _ in PAIRS:
@@ -115,13 +133,16 @@ def run(looplm, threads_list, repeats, n_new, work):
                 for who in order:
                     v = looplm_decode(looplm, ck, w, t, n_new) if who == "looplm" else lcpp_decode(lcpp, gguf, t, n_new)
                     res[(t, p)][who].append(v)
+                    if pre is not None:  # 2 new tokens: the prefill's output and one decode step
+                        v = (looplm_decode(looplm, ck, w, t, 2, verse(prefill_len), "prefill") if who == "looplm"
+                             else lcpp_decode(lcpp, gguf, t, 2, prefill_len, "prefill"))
+                        pre[(t, p)][who].append(v)
     sizes = {p: (os.path.getsize(files[p][0][0]), os.path.getsize(files[p][1])) for p, _ in PAIRS}
-    return res, sizes
+    return res, pre, sizes
 
 
-def table(res, sizes, repeats, n_new):
-    out = [f"Batch-1 decoding, 6 x d384 Llama-style, byte vocab, 16-token prompt + {n_new} greedy tokens; "
-           f"medians of {repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):", "",
+def table(res, sizes, repeats, title):
+    out = [title, "",
            "| threads | looplm / llama.cpp | file MB | looplm tok/s | llama.cpp tok/s | ratio |", "|---|---|---|---|---|---|"]
     dropped = []
     med = {(t, p, who): kept_median(v[who], dropped, who, t, p)
@@ -165,15 +186,24 @@ def main(argv=None):
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n-new", type=int, default=200)
+    ap.add_argument("--prefill-len", type=int, default=128, help="prompt bytes of the prefill table (0: none)")
     a = ap.parse_args(argv)
     if not os.path.exists(a.looplm):
         print(f"(llama.cpp comparison skipped: no looplm binary at {a.looplm})")
         return 0
     with tempfile.TemporaryDirectory(prefix="looplm_lcpp_") as work:
-        got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, work)
+        got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, a.prefill_len, work)
     if got is None:
         return 0
-    print(table(*got, a.repeats, a.n_new))
+    res, pre, sizes = got
+    print(table(res, sizes, a.repeats,
+                f"Batch-1 decoding, 6 x d384 Llama-style, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
+                f"medians of {a.repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):"))
+    if pre is not None:
+        print()
+        print(table(pre, sizes, a.repeats,
+                    f"Prefill of a {a.prefill_len}-token prompt, cold (a fresh looplm process; llama.cpp without its "
+                    f"warm-up pass); medians of {a.repeats} (prompt tokens/s; ratio looplm / llama.cpp):"))
     return 0
 
 

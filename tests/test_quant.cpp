@@ -190,7 +190,8 @@ TEST(Quant, KernelsMatchTheScalarReference) {
       std::vector<uint8_t> packed(f->packed_bytes(R, C));
       f->pack(w.data(), R, C, packed.data());
       f->unpack(packed.data(), R, C, back.data());
-      for (int N : {1, 3, 7, 11, 20}) {
+      // 20, 50, 140: over kFewRows, each over or under a format's integer_rows
+      for (int N : {1, 3, 7, 11, 20, 50, 140}) {
         std::vector<float> x((size_t)N * C), y((size_t)N * R, 9.0f), scratch(f->gemm_scratch(R, C));
         for (auto& v : x) v = (float)rng.normal();
         std::vector<QuantizedRow> xq(N);
@@ -217,11 +218,11 @@ TEST(Quant, KernelsMatchTheScalarReference) {
             f->gemv(R, C, packed.data(), x.data(), y.data(), true, k);
             check_quantized("gemv accumulate kernel " + std::to_string((int)k), 0.5);
           }
-        } else if (N <= 16) {
+        } else if (N <= std::max(kFewRows, f->integer_rows)) {
           f->gemm(N, R, C, packed.data(), x.data(), y.data(), scratch.data());
           check_quantized("gemm (few rows)", 0);
-          // batched decoding gives each row the bits of decoding it alone (several rows share each
-          // weight load, but every row's sums are its own)
+          // batched decoding and short prompts give each row the bits of decoding it alone (several
+          // rows share each weight load, but every row's sums are its own)
           std::vector<float> one(R);
           for (int n = 0; n < N; ++n) {
             f->gemv(R, C, packed.data(), x.data() + (size_t)n * C, one.data(), false, GemvKernel::best);

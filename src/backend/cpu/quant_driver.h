@@ -64,12 +64,15 @@ GroupKernel pick_group_kernel(GemvKernel k, GroupKernel portable, GroupKernel av
 
 // y[R] (+)= W x: x quantized once, the row groups split between the threads.
 void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x, float* y, bool accumulate, GroupKernel f);
-// y[N, R] = x[N, C] · W^T. A few rows (N ≤ kFewRows, batched decoding): every row quantized once,
-// each group kernel call takes up to f.inputs of them. Many rows (prefill, evaluation): panels of
-// 64 weight rows dequantized (exactly) into a per-thread buffer of quant_scratch floats and
-// multiplied there in fp32, the panels split between the threads.
+// y[N, R] = x[N, C] · W^T. Up to max(kFewRows, max_integer_rows) rows (batched decoding, short
+// prompts): the integer products, kFewRows rows at a time, each row quantized once and each group
+// kernel call taking up to f.inputs of them. More rows (long prompts, evaluation): panels of 64
+// weight rows dequantized (exactly) into a per-thread buffer of quant_scratch floats and multiplied
+// there in fp32, the panels split between the threads. The crossover is the format's: where the
+// integer kernel's rate falls below the fp32 GEMM's once the dequantization is paid (measured on
+// Zen 2 AVX2 at 1 thread, 1024 × 384: q4_0 ~256 rows, q8_0 ~56, q4_k ~24).
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
-                GroupKernel f, UnpackFn unpack);
+                GroupKernel f, UnpackFn unpack, int max_integer_rows);
 size_t quant_scratch(int64_t R, int64_t C);
 
 }  // namespace looplm

@@ -90,6 +90,8 @@ void quantize_superblock_q4_k(const float* x, int n, const GridQ4_K& g, uint8_t*
   for (int i = 0; i < n; ++i) u[i] = code_on(g, i / kQBlock, x[i]);
 }
 
+extern const WeightFormat kQ4_K;
+
 namespace {
 
 int64_t row_groups(int64_t R) { return (R + kQRows - 1) / kQRows; }
@@ -310,7 +312,7 @@ void q4k_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, G
 }
 void q4k_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
   quant_gemm(N, R, C, p, group_bytes(C), x, y, scratch,
-             pick_group_kernel(GemvKernel::best, kPortable, kAvx2, kVnni), q4k_unpack);
+             pick_group_kernel(GemvKernel::best, kPortable, kAvx2, kVnni), q4k_unpack, kQ4_K.integer_rows);
 }
 
 }  // namespace
@@ -319,6 +321,6 @@ extern const WeightFormat kQ4_K = {
     "q4_k",
     "4-bit super-blocks of 256: 6-bit scale and min per 32, fp16 pair per 256 (4.5 bits per weight; activations int8 per block)",
     kQRows, kQKBlock, q4k_bytes, q4k_pack, q4k_unpack, q4k_gemv, q4k_gemm, quant_scratch, quant_kernels_available,
-    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "rows4"};
+    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "rows4", kFewRows};
 
 }  // namespace looplm

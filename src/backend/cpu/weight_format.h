@@ -51,6 +51,10 @@ struct WeightFormat {
   // (`layout`) and checked when it is read, so that a file packed in another layout is refused
   // instead of misread. "rows4": looplm before the 16-row tiles, for every format.
   const char* layout = nullptr;
+  // Quantized formats: a product with up to this many input rows (and at least kFewRows) runs the
+  // integer kernels of decoding, kFewRows rows at a time, its activations quantized to int8 per
+  // block; more rows multiply dequantized weights in fp32 (quant_driver.h: where each is faster).
+  int integer_rows = 0;
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
