@@ -11,6 +11,7 @@
 
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/pointwise_f32.h"
 #include "backend/cpu/weight_format.h"
 #include "core/rng.h"
 #include "model/kv_cache.h"
@@ -160,6 +161,42 @@ TEST(Gemv, DotRowsMatchDouble) {
         }
         ASSERT_EQ(y[N], -7.0f);
       }
+    }
+}
+
+// Decode attention against a bf16 KV cache: softmax(K q · scale) V with K, V widened exactly, on
+// head widths below, at and between the kernels' 8- and 64-column steps, against double.
+// Tolerance 1e-5 of Σ p |v|: fp32 sums of n products of probabilities and values.
+TEST(Bf16, CachedAttentionRowMatchesDouble) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0, 1);
+  for (int n : {1, 5, 37})
+    for (int hd : {4, 20, 64, 72, 100, 128, 136}) {
+      const int ld = 2 * hd + 3;
+      std::vector<float> q(hd), s(n), out(hd + 1, -7.0f);
+      std::vector<uint16_t> K((size_t)n * ld), V((size_t)n * ld);
+      for (auto& v : q) v = nd(rng);
+      for (auto& v : K) v = to_bf16(nd(rng));
+      for (auto& v : V) v = to_bf16(nd(rng));
+      const double scale = 1 / std::sqrt((double)hd);
+      k::attend_cached_row(q.data(), K.data(), V.data(), ld, n, hd, (float)scale, s.data(), out.data());
+      std::vector<double> p(n);
+      double mx = -1e300, z = 0;
+      for (int j = 0; j < n; ++j) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i) d += (double)q[i] * from_bf16(K[(size_t)j * ld + i]);
+        p[j] = d * scale, mx = std::max(mx, p[j]);
+      }
+      for (int j = 0; j < n; ++j) z += (p[j] = std::exp(p[j] - mx));
+      for (int i = 0; i < hd; ++i) {
+        double o = 0, mag = 0;
+        for (int j = 0; j < n; ++j) {
+          const double t = p[j] / z * from_bf16(V[(size_t)j * ld + i]);
+          o += t, mag += std::fabs(t);
+        }
+        ASSERT_NEAR(out[i], o, 1e-5 * (mag + 1e-3)) << "n " << n << " hd " << hd << " column " << i;
+      }
+      ASSERT_EQ(out[hd], -7.0f);
     }
 }
 
