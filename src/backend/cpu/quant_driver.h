@@ -68,9 +68,13 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
 // prompts): the integer products, kFewRows rows at a time, each row quantized once and each group
 // kernel call taking up to f.inputs of them. More rows (long prompts, evaluation): panels of 64
 // weight rows dequantized (exactly) into a per-thread buffer of quant_scratch floats and multiplied
-// there in fp32, the panels split between the threads. The crossover is the format's: where the
-// integer kernel's rate falls below the fp32 GEMM's once the dequantization is paid (measured on
-// Zen 2 AVX2 at 1 thread, 1024 × 384: q4_0 ~256 rows, q8_0 ~56, q4_k ~24).
+// there in fp32, the panels split between the threads. The crossover is the format's
+// (WeightFormat::integer_rows), where the integer kernel's rate falls below the fp32 GEMM's once
+// the dequantization is paid. Measured on Zen 2 AVX2 at 1 thread: one 1024 × 384 product crosses at
+// ~256 rows for q4_0, ~56 for q8_0, ~24 for q4_k; a whole 6 × d384 model's warm 128-token prefill
+// in q8_0 ran at the same speed either way (1,722 ± 32 against 1,729 ± 367 tokens/s), and the
+// integer path skips oneDNN's one-time JIT (~17 ms) in a process's first prompt. Hence 128 rows
+// for q8_0 and q4_0, kFewRows for q4_k.
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
                 GroupKernel f, UnpackFn unpack, int max_integer_rows);
 size_t quant_scratch(int64_t R, int64_t C);
