@@ -47,6 +47,7 @@ LanguageModel LanguageModel::load(const std::string& checkpoint, const LoadOptio
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
   LoadModelOptions lmo;
   lmo.allow_nonfinite = o.allow_nonfinite;
+  lmo.lean = true;  // quantized: no fp32 copy of what is only multiplied (another --weights fills it)
   std::unique_ptr<Model> m = load_model(path, lmo);
   m->prepare_inference(format_of(o, m->params().prepacked_format()));
   return LanguageModel(std::make_unique<Impl>(std::move(m)));

@@ -85,12 +85,14 @@ class CemBlock : public Block {
   void bind(ParamStore& ps) override {
     attn_norm_.bind(ps);
     Wq_ = ps.matrix(q_w_);
+    Wq_->read_as_values = true;  // Σ_k W_Q,kᵀ o^k
     Wk_ = ps.matrix(k_w_);
     if (diag_) delta_n_ = ps.view(delta_);
     if (precond_) attn_pc_.bind(ps);
     mlp_norm_.bind(ps);
     Wgate_ = ps.matrix(gate_w_);
     Wup_ = ps.matrix(up_w_);
+    Wup_->read_as_values = true;  // W_upᵀ a
     if (precond_) mlp_pc_.bind(ps);
   }
 

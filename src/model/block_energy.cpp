@@ -62,9 +62,11 @@ class EnergyBlock : public Block {
     Bn_ = ps.view(norm_b_);
     WH_ = ps.matrix(H_w_);
     Wup_ = ps.matrix(up_w_);
+    Wup_->read_as_values = true;  // W1ᵀ (op::matmul on the node)
     bup_ = ps.view(up_b_);
     if (ff2w_) {
       Wdown_ = ps.matrix(down_w_);
+      Wdown_->read_as_values = true;  // W2ᵀ g
       bdown_ = ps.view(down_b_);
     }
     sff_n_ = ps.view(sff_);

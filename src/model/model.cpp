@@ -47,6 +47,7 @@ Model::Model(const Config& c, ParamStorage storage) : cfg_(c) {
   rule_->bind(ps_);
   norm_f_->bind(ps_);
   Wlm_ = ps_.matrix(lm_head_w_ >= 0 ? lm_head_w_ : tok_emb_);
+  if (lm_head_w_ < 0) Wlm_->read_as_values = true;  // tied: the embedding lookups read its rows
   blm_ = lm_head_b_ >= 0 ? ps_.view(lm_head_b_) : nullptr;
   if (cfg_.pos == "rope") rope_ = std::make_unique<RopeTable>(cfg_.context, cfg_.head_dim(), cfg_.rope_base);
 }

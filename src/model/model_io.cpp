@@ -168,6 +168,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     if (!expected.count(n)) throw Error(path + ": unexpected tensor '" + n + "' for this config");
 
   std::unique_ptr<Model> m;
+  std::vector<bool> unset(layout.size(), false);  // lean: values never written
   if (in_place && base && reinterpret_cast<uintptr_t>(base) % alignof(float) == 0) {
     ParamStorage s;
     s.grads = false;
@@ -182,23 +183,36 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
       if (!covered[i]) f.read_f32(layout[i].name, layout[i].shape, m->params().value((int)i));
     // Packed matrices: their fp32 values (for lookups that read them, e.g. a tied embedding) are
     // the dequantized ones; products use the packed bytes in place (ParamStore::set_prepacked).
+    // Lean: only the matrices read as values are dequantized in place; the others one at a time
+    // into a scratch matrix, for the finiteness check below, and their values are left unset.
     std::map<int, const void*> data;
-    for (const PackedEntry& p : packed) {
-      const void* bytes = f.get(p.tensor).data;
-      wf->unpack(bytes, p.rows, p.cols, m->params().value(p.first));
-      data[p.first] = bytes;
-    }
+    std::vector<float> scratch;
     for (const PackedEntry& p : packed) {  // each packed matrix is one the model multiplies with
-      bool found = false;
-      for (const WeightMatrix& w : m->params().matrices())
-        found = found || (w.first == p.first && w.last == p.last && w.node->rows == p.rows && w.node->cols == p.cols);
-      if (!found) throw Error(path + ": packed tensor '" + p.tensor + "' is not one of the model's weight matrices");
+      const WeightMatrix* w = nullptr;
+      for (const WeightMatrix& x : m->params().matrices())
+        if (x.first == p.first && x.last == p.last && x.node->rows == p.rows && x.node->cols == p.cols) w = &x;
+      if (!w) throw Error(path + ": packed tensor '" + p.tensor + "' is not one of the model's weight matrices");
+      const void* bytes = f.get(p.tensor).data;
+      data[p.first] = bytes;
+      if (!o.lean || w->read_as_values) {
+        wf->unpack(bytes, p.rows, p.cols, m->params().value(p.first));
+        continue;
+      }
+      for (int i = p.first; i <= p.last; ++i) unset[i] = true;
+      if (o.allow_nonfinite) continue;
+      scratch.resize((size_t)(p.rows * p.cols));
+      wf->unpack(bytes, p.rows, p.cols, scratch.data());
+      for (size_t j = 0; j < scratch.size(); ++j)
+        if (!std::isfinite(scratch[j]))
+          throw Error(path + ": packed tensor '" + p.tensor + "' holds " + (std::isnan(scratch[j]) ? "NaN" : "Inf") +
+                      " (element " + std::to_string(j) + "): a corrupted checkpoint (--allow-nonfinite loads it anyway)");
     }
-    if (wf) m->params().set_prepacked(*wf, std::move(data), f.keep_alive());
+    if (wf) m->params().set_prepacked(*wf, std::move(data), f.keep_alive(), o.lean);
   }
   if (!o.allow_nonfinite) {
     const ParamStore& ps = m->params();
     for (size_t i = 0; i < ps.infos().size(); ++i) {
+      if (unset[i]) continue;  // checked above, one packed matrix at a time
       const float* v = ps.value((int)i);
       for (size_t j = 0; j < ps.infos()[i].numel; ++j)
         if (!std::isfinite(v[j]))

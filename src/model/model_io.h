@@ -25,6 +25,13 @@ struct LoadModelOptions {
   bool for_training = false;
   // A tensor holding NaN or ±Inf is an error naming it, unless this is set.
   bool allow_nonfinite = false;
+  // A quantized checkpoint, for inference in its own format: fp32 values only for the packed
+  // matrices the model also reads as values (WeightMatrix::read_as_values); the others are
+  // multiplied from the packed bytes and their fp32 values are never written, so they take no
+  // memory (a q4_0 model's resident set is then its file, not its file plus an fp32 copy).
+  // Packing into another format later fills them first (ParamStore::pack). Their finiteness is
+  // still checked, one dequantized matrix at a time.
+  bool lean = false;
 };
 // Reads the config from the metadata and checks every tensor the config declares (name, shape,
 // dtype, nothing unexpected) before anything is allocated, then builds the model and checks that

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "core/rng.h"
 
@@ -40,11 +41,16 @@ int ParamStore::add(const std::string& name, std::vector<int64_t> shape, Init in
 
 void ParamStore::allocate(bool with_grads) {
   LOOPLM_ASSERT(!values_, "ParamStore: values already exist");
-  value_store_.assign(total_, 0.0f);
-  values_ = value_store_.data();
+  auto zeros = [&] {
+    auto* p = static_cast<float*>(std::calloc(std::max<size_t>(total_, 1), sizeof(float)));
+    if (!p) throw std::bad_alloc();
+    return p;
+  };
+  value_store_.reset(zeros());
+  values_ = value_store_.get();
   if (with_grads) {
-    grad_store_.assign(total_, 0.0f);
-    grads_ = grad_store_.data();
+    grad_store_.reset(zeros());
+    grads_ = grad_store_.get();
   }
 }
 
@@ -148,6 +154,12 @@ void release_pages(const void* p, size_t bytes) {
 }  // namespace
 
 void ParamStore::pack(const WeightFormat& f) {
+  if (prepacked_values_unset_ && prepacked_format_ != &f) {  // another format packs from the values
+    for (const WeightMatrix& m : matrices_)
+      if (auto it = prepacked_.find(m.first); it != prepacked_.end() && !m.read_as_values)
+        prepacked_format_->unpack(it->second, m.node->rows, m.node->cols, m.node->v);
+    prepacked_values_unset_ = false;
+  }
   packed_store_.clear();
   packed_bytes_ = 0;
   format_ = &f;
@@ -176,12 +188,14 @@ void ParamStore::pack(const WeightFormat& f) {
 
 size_t ParamStore::packed_bytes() const { return packed_bytes_; }
 
-void ParamStore::set_prepacked(const WeightFormat& f, std::map<int, const void*> data, std::shared_ptr<const void> owner) {
+void ParamStore::set_prepacked(const WeightFormat& f, std::map<int, const void*> data, std::shared_ptr<const void> owner,
+                               bool values_unset) {
   prepacked_format_ = &f;
   prepacked_ = std::move(data);
   prepacked_owner_ = std::move(owner);
+  prepacked_values_unset_ = values_unset;
 }
-void ParamStore::Free::operator()(uint8_t* p) const { std::free(p); }
+void ParamStore::Free::operator()(void* p) const { std::free(p); }
 
 void ParamStore::zero_grad() {
   if (grads_) std::fill(grads_, grads_ + total_, 0.0f);

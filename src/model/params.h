@@ -53,6 +53,10 @@ struct WeightMatrix {
   Node* node = nullptr;
   PackedMatrix packed;
   int first = -1, last = -1;  // the params it covers (consecutive)
+  // Besides the products, the model reads this matrix's fp32 values at inference (a tied
+  // embedding's lookups, an energy block's Wᵀ products). A quantized checkpoint loaded lean
+  // (LoadModelOptions::lean) dequantizes only such matrices; the components set it in bind().
+  bool read_as_values = false;
 };
 
 class ParamStore {
@@ -67,7 +71,7 @@ class ParamStore {
   // Use `values` (total() floats, read-only) that `owner` keeps alive, e.g. a mapped checkpoint.
   void attach(float* values, std::shared_ptr<const void> owner);
   bool allocated() const { return values_ != nullptr || infos_.empty(); }
-  bool has_grads() const { return !grad_store_.empty(); }
+  bool has_grads() const { return grad_store_ != nullptr; }
   bool attached() const { return owner_ != nullptr; }  // values live elsewhere (attach)
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
@@ -97,7 +101,10 @@ class ParamStore {
   const std::deque<WeightMatrix>& matrices() const { return matrices_; }
   // Matrices that come packed already (a quantized checkpoint): pack(format) uses data[first param]
   // in place instead of packing the values; `owner` keeps the bytes alive.
-  void set_prepacked(const WeightFormat& format, std::map<int, const void*> data, std::shared_ptr<const void> owner);
+  // `values_unset`: the fp32 values of the packed matrices not read_as_values were left unset (a
+  // lean load); pack() fills them from the packed bytes before it packs into another format.
+  void set_prepacked(const WeightFormat& format, std::map<int, const void*> data, std::shared_ptr<const void> owner,
+                     bool values_unset = false);
   const WeightFormat* prepacked_format() const { return prepacked_format_; }
   size_t packed_bytes() const;
 
@@ -108,11 +115,13 @@ class ParamStore {
   void zero_grad();
 
  private:
+  struct Free { void operator()(void* p) const; };
   std::vector<ParamInfo> infos_;
   size_t total_ = 0;
   float* values_ = nullptr;
   float* grads_ = nullptr;
-  std::vector<float> value_store_, grad_store_;  // allocate()
+  // allocate(): calloc'd, so pages never written (a lean load's unset values) take no memory
+  std::unique_ptr<float[], Free> value_store_, grad_store_;
   std::shared_ptr<const void> owner_;            // attach()
   std::deque<Node> nodes_;                       // stable addresses
   std::deque<WeightMatrix> matrices_;
@@ -120,7 +129,7 @@ class ParamStore {
   const WeightFormat* prepacked_format_ = nullptr;
   std::map<int, const void*> prepacked_;
   std::shared_ptr<const void> prepacked_owner_;
-  struct Free { void operator()(uint8_t* p) const; };
+  bool prepacked_values_unset_ = false;
   std::vector<std::unique_ptr<uint8_t, Free>> packed_store_;
   size_t packed_bytes_ = 0;
 };
