@@ -1,7 +1,9 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "looplm/error.h"
 
@@ -23,11 +25,15 @@ KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_
   LOOPLM_ASSERT(n_heads_ >= 1 && width_ % n_heads_ == 0, "KV cache: the width must split into the heads");
   slots_per_position_ = (size_t)n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)n_coda_ * coda_steps_;
   const size_t per = (size_t)rows * capacity * width_ * (bytes_per_value() / sizeof(uint16_t));  // uint16 units
-  data_.assign(per * 2 * slots_per_position_, 0);
+  // calloc: zeros as before, but a page is only resident once a position in it is written, so a
+  // cache sized for the whole context costs memory as the sequences grow (and no memset up front).
+  data_size_ = per * 2 * slots_per_position_;
+  data_.reset(static_cast<uint16_t*>(std::calloc(std::max<size_t>(data_size_, 1), sizeof(uint16_t))));
+  if (!data_) throw std::bad_alloc();
   slots_.resize(slots_per_position_);
   for (size_t s = 0; s < slots_per_position_; ++s) {
-    slots_[s].k = data_.data() + per * 2 * s;
-    slots_[s].v = data_.data() + per * (2 * s + 1);
+    slots_[s].k = data_.get() + per * 2 * s;
+    slots_[s].v = data_.get() + per * (2 * s + 1);
     slots_[s].bf16 = bf16_;
     slots_[s].capacity = capacity;
     slots_[s].width = (int)width_;

@@ -9,6 +9,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "looplm/config.h"
@@ -31,7 +33,7 @@ class KVCache {
   int coda_steps() const { return coda_steps_; }
   bool averaged() const { return averaged_; }
   bool bf16() const { return bf16_; }
-  size_t bytes() const { return data_.size() * sizeof(uint16_t); }
+  size_t bytes() const { return data_size_ * sizeof(uint16_t); }
   size_t bytes_per_value() const { return bf16_ ? 2 : 4; }
   // The `last` / `first` policies for a token that exited before step `from`: position `pos` of
   // sequence `row` in every step-dependent slot of steps from.. takes a copy of step `src`.
@@ -42,7 +44,11 @@ class KVCache {
   bool averaged_, bf16_;
   int64_t width_;
   size_t slots_per_position_;
-  std::vector<uint16_t> data_;  // fp32 values as two halves each
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint16_t[], Free> data_;  // fp32 values as two halves each (calloc'd)
+  size_t data_size_ = 0;
   std::vector<op::CacheRef> slots_;
 };
 
