@@ -520,13 +520,24 @@ void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const fl
       integer_products(std::min(kFewRows, N - n0), R, C, p, group_bytes, x + (int64_t)n0 * C, y + (int64_t)n0 * R, f);
     return;
   }
+  // The activations as the integer kernels see them (int8 per block of 32, dequantized), so that
+  // every path computes the same function up to fp32 summation order: a prompt or an evaluation
+  // batch gets the logits decoding would give, whatever its number of rows.
+  static thread_local std::vector<float> xd_store;
+  static thread_local QuantizedRow row;
+  xd_store.resize((size_t)N * C);
+  float* xd = xd_store.data();  // (a thread_local name is another object inside the parallel region)
+  for (int n = 0; n < N; ++n) {
+    quantize_activations(x + (int64_t)n * C, C, row);
+    for (int c = 0; c < C; ++c) xd[(int64_t)n * C + c] = row.d[c / kQBlock] * (float)row.q[c];
+  }
   const int panels = (R + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < panels; ++i) {
     const int r0 = i * kPanel, n = std::min(kPanel, R - r0);
     float* w = scratch + (size_t)omp_get_thread_num() * kPanel * C;
     unpack(p + (int64_t)(r0 / rows) * group_bytes, n, C, w);  // a panel starts on a row group: a standalone [n, C] matrix
-    gemm(false, true, N, n, C, 1.0f, x, C, w, C, 0.0f, y + r0, R);  // sequential inside a parallel region
+    gemm(false, true, N, n, C, 1.0f, xd, C, w, C, 0.0f, y + r0, R);  // sequential inside a parallel region
   }
 }
 size_t quant_scratch(int64_t, int64_t C) { return (size_t)omp_get_max_threads() * kPanel * (size_t)C; }

@@ -68,7 +68,9 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
 // prompts): the integer products, kFewRows rows at a time, each row quantized once and each group
 // kernel call taking up to f.inputs of them. More rows (long prompts, evaluation): panels of 64
 // weight rows dequantized (exactly) into a per-thread buffer of quant_scratch floats and multiplied
-// there in fp32, the panels split between the threads. The crossover is the format's
+// there in fp32, the panels split between the threads, against the activations quantized to int8
+// per block and dequantized: both paths compute one function (up to fp32 summation order), so a
+// loss or a logit does not depend on how many rows a product had. The crossover is the format's
 // (WeightFormat::integer_rows), where the integer kernel's rate falls below the fp32 GEMM's once
 // the dequantization is paid. Measured on Zen 2 AVX2 at 1 thread: one 1024 × 384 product crosses at
 // ~256 rows for q4_0, ~56 for q8_0, ~24 for q4_k; a whole 6 × d384 model's warm 128-token prefill
