@@ -109,21 +109,27 @@ TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
   EXPECT_TRUE(ran);
 }
 
-// The fp32 few-rows kernel likewise gives each input row the AVX-512 matrix-vector kernel's
-// result, bit for bit (so a batched decode is each sequence's alone), on odd shapes.
+// The fp32 few-rows kernel (AVX-512 or AVX2) likewise gives each input row the best matrix-vector
+// kernel's result, bit for bit (so a batched decode is each sequence's alone), on odd shapes (K
+// around the AVX2 kernel's 8- and 16-column steps), at 2 threads on a shape whose rows get split.
 TEST(Bf16, FewRowsF32KernelIsTheMatrixVectorKernelPerRow) {
   std::mt19937 rng(19);
   std::normal_distribution<float> nd(0, 1);
-  for (int M : {1, 3, 4, 8, 9, 16})
-    for (int N : {1, 3, 4, 67})
-      for (int K : {1, 15, 33, 384}) {
+  struct Threads {
+    int before = omp_get_max_threads();
+    Threads() { omp_set_num_threads(2); }
+    ~Threads() { omp_set_num_threads(before); }
+  } two;
+  for (int M : {1, 3, 4, 7, 8, 9, 16})
+    for (int N : {1, 3, 4, 67, 260})
+      for (int K : {1, 7, 8, 15, 16, 17, 33, 384}) {
         std::vector<float> W((size_t)N * (K + 1)), X((size_t)M * (K + 2)), Y((size_t)M * (N + 1), -7.0f);
         for (auto& w : W) w = nd(rng);
         for (auto& v : X) v = nd(rng);
-        if (!gemm_rows_f32_few(M, N, K, W.data(), K + 1, X.data(), K + 2, Y.data(), N + 1)) GTEST_SKIP() << "no AVX-512";
+        if (!gemm_rows_f32_few(M, N, K, W.data(), K + 1, X.data(), K + 2, Y.data(), N + 1)) GTEST_SKIP() << "no AVX2";
         for (int m = 0; m < M; ++m) {
           std::vector<float> y(N);
-          gemv_rows(N, K, W.data(), K + 1, X.data() + (size_t)m * (K + 2), y.data(), false, GemvKernel::avx512);
+          gemv_rows(N, K, W.data(), K + 1, X.data() + (size_t)m * (K + 2), y.data(), false, GemvKernel::best);
           for (int n = 0; n < N; ++n)
             ASSERT_EQ(Y[(size_t)m * (N + 1) + n], y[n]) << "M " << M << " N " << N << " K " << K << " row " << m;
           ASSERT_EQ(Y[(size_t)m * (N + 1) + N], -7.0f);

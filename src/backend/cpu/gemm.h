@@ -63,7 +63,7 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
 // False where that kernel has no few-rows form (AVX-512 without BF16, or no AVX2).
 bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy);
 // The same for fp32 weights W [N, K] (row stride ldw), each output bit-identical to gemv_rows's
-// (AVX-512). False where the CPU lacks it.
+// with the best kernel (AVX-512 or AVX2). False where the CPU has neither.
 bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float* X, int ldx, float* Y, int ldy);
 
 }  // namespace looplm

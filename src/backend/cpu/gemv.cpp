@@ -416,13 +416,14 @@ void deinterleave(const float* x, int K, float* X, int half) {
 }  // namespace
 
 void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate, GemvKernel kernel) {
-  // fp32 has no AVX2 kernel of its own: the portable span's dot is ISA-cloned and memory-bound.
   const bool wide = kernel == GemvKernel::best ? have_avx512()
                                                : kernel == GemvKernel::avx512 || kernel == GemvKernel::avx512_bf16;
+  const bool avx2 = !wide && (kernel == GemvKernel::best || kernel == GemvKernel::avx2) && have_avx2_fma();
   for_row_blocks(N, K, [&](int lo, int n) {
 #ifdef LOOPLM_AVX512_GEMV
     if (wide) return span_f32_avx512(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
 #endif
+    if (avx2) return span_f32_avx2(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
     span_f32_portable(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
   });
 }
@@ -461,7 +462,7 @@ void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y
 
 std::vector<GemvKernel> gemv_kernels_available() {
   std::vector<GemvKernel> k = {GemvKernel::portable};
-  if (have_avx2_fma()) k.push_back(GemvKernel::avx2);  // bf16 only; fp32 runs the portable span
+  if (have_avx2_fma()) k.push_back(GemvKernel::avx2);
   if (have_avx512()) k.push_back(GemvKernel::avx512);
   if (have_avx512_bf16()) k.push_back(GemvKernel::avx512_bf16);
   return k;
@@ -539,14 +540,16 @@ bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, 
 }
 
 bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float* X, int ldx, float* Y, int ldy) {
+  if (M < 1) return false;
 #ifdef LOOPLM_AVX512_GEMV
-  if (!have_avx512() || M < 1) return false;
-  for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
-  return true;
-#else
-  (void)M, (void)N, (void)K, (void)W, (void)ldw, (void)X, (void)ldx, (void)Y, (void)ldy;
-  return false;
+  if (have_avx512()) {
+    for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+    return true;
+  }
 #endif
+  if (!have_avx2_fma()) return false;
+  for_row_blocks(N, K, [&](int lo, int n) { span_f32_avx2_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+  return true;
 }
 
 }  // namespace looplm

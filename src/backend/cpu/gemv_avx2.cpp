@@ -161,7 +161,61 @@ LOOPLM_AVX2 void dot_rows_avx2_impl(int N, int K, const E* W, int ldw, const flo
   }
 }
 
+// fp32 weights, row-major: one weight row against MG input rows, two 8-lane accumulators per input
+// (columns 16c .. 16c + 7 and 16c + 8 .. 16c + 15: two FMA chains where one would wait on its
+// latency), the last < 16 columns by masked loads (masked lanes read as 0, and are not read).
+// Per (row, input) the operations and their order do not depend on MG, so a batch's outputs are
+// the matrix-vector product's bits.
+LOOPLM_AVX2 inline __m256i lanes_below(int n) {  // lane l set where l < n
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+template <int MG>
+LOOPLM_AVX2 inline void row_f32(const float* w, const float* X, int ldx, int K, float* Y, int ldy, bool acc) {
+  __m256 a0[MG], a1[MG];
+  for (int g = 0; g < MG; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= K; i += 16) {
+    const __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
+    for (int g = 0; g < MG; ++g) {
+      const float* x = X + (int64_t)g * ldx + i;
+      a0[g] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), a0[g]);
+      a1[g] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a1[g]);
+    }
+  }
+  if (i < K) {
+    const __m256i m0 = lanes_below(K - i), m1 = lanes_below(K - i - 8);
+    const __m256 w0 = _mm256_maskload_ps(w + i, m0), w1 = _mm256_maskload_ps(w + i + 8, m1);
+    for (int g = 0; g < MG; ++g) {
+      const float* x = X + (int64_t)g * ldx + i;
+      a0[g] = _mm256_fmadd_ps(w0, _mm256_maskload_ps(x, m0), a0[g]);
+      a1[g] = _mm256_fmadd_ps(w1, _mm256_maskload_ps(x + 8, m1), a1[g]);
+    }
+  }
+  for (int g = 0; g < MG; ++g) {
+    float* out = Y + (int64_t)g * ldy;
+    const float s = hsum8(_mm256_add_ps(a0[g], a1[g]));
+    *out = acc ? *out + s : s;
+  }
+}
+
 }  // namespace
+
+LOOPLM_AVX2 void span_f32_avx2(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+  for (int j = 0; j < n; ++j) row_f32<1>(W + (int64_t)j * ldw, x, 0, K, y + j, 0, acc);
+}
+
+// Row by row (one sequential stream through the weights); every input against a row while it is
+// in L1: 4 inputs a pass, then 2, then 1.
+LOOPLM_AVX2 void span_f32_avx2_rows(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
+                                    int lo, int n) {
+  for (int j = lo; j < lo + n; ++j) {
+    const float* w = W + (int64_t)j * ldw;
+    int m = 0;
+    for (; m + 4 <= M; m += 4) row_f32<4>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false);
+    if (m + 2 <= M) row_f32<2>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false), m += 2;
+    if (m < M) row_f32<1>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false);
+  }
+}
 
 void dot_rows_avx2(int N, int K, const float* W, int ldw, const float* x, float* y) {
   dot_rows_avx2_impl(N, K, W, ldw, x, y);
@@ -207,6 +261,8 @@ bool have_avx2_fma() { return false; }
 void span_bf16_avx2(const uint16_t*, const float*, int, int, float*, int, bool) { std::abort(); }
 void span_bf16_avx2_rows(int, const uint16_t*, const float*, int, int, int, float*, int, int, int) { std::abort(); }
 void dot_rows_avx2(int, int, const float*, int, const float*, float*) { std::abort(); }
+void span_f32_avx2(const float*, int, const float*, int, float*, int, bool) { std::abort(); }
+void span_f32_avx2_rows(int, const float*, int, const float*, int, int, float*, int, int, int) { std::abort(); }
 void dot_rows_avx2(int, int, const uint16_t*, int, const float*, float*) { std::abort(); }
 }  // namespace looplm
 #endif
