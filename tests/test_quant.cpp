@@ -448,6 +448,34 @@ TEST(Quant, LeanLoadReadsWhatTheModelReads) {
       b2->prepare_inference(*find_weight_format("bf16"));
       EXPECT_EQ(all_logits(*a2, prompt), all_logits(*b2, prompt)) << what << " as bf16";
     }
+  // A non-finite value in a matrix whose values a lean load leaves unset is still found (its
+  // dequantized copy is checked), with the tensor named.
+  Config c = load_preset("llama");
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 16;
+  const std::string bad = dir + "/lean.nan.safetensors";
+  {
+    ParamStorage s;
+    s.grads = false;
+    Model m(c, s);
+    m.init_weights(5);
+    m.prepare_inference(*find_weight_format("q8_0"));
+    const WeightMatrix* w = nullptr;
+    for (const WeightMatrix& x : m.params().matrices())
+      if (!x.read_as_values) w = &x;
+    ASSERT_NE(w, nullptr);
+    const uint16_t nan_fp16 = 0x7e00;  // the first block's scale (a tile starts with its 16 rows' fp16 scales)
+    std::memcpy(const_cast<void*>(w->packed.data), &nan_fp16, sizeof nan_fp16);
+    save_model_packed(bad, m);
+  }
+  try {
+    LanguageModel::load(bad, LoadOptions{});
+    FAIL() << "loaded a checkpoint holding NaN";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("packed tensor"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NaN"), std::string::npos) << e.what();
+  }
 }
 
 namespace {
