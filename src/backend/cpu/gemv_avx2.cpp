@@ -232,8 +232,13 @@ bool have_avx2_fma() {
 LOOPLM_AVX2 void span_bf16_avx2(const uint16_t* W, const float* X, int half, int K, float* y, int n, bool acc) {
   static_assert(kBf16Rows == 4 && kBf16Cols == 32, "the kernel is written for 4 x 32 chunks");
   int j = 0;
-  for (; j + 4 <= n; j += 4)  // a block: one sequential stream of 4·K weights
-    rows_by_inputs<4, 1>(W + (int64_t)j * K, 128, 0, K, X, 0, half, y + j, 0, acc);
+  // A block: one sequential stream of 4·K weights; each chunk prefetches the next block's (DRAM-bound
+  // decoding on Zen 2: 325 → 352 tokens/s at 1 thread, 447–478 → 532–642 at 2; two blocks ahead
+  // measured no better).
+  for (; j + 4 <= n; j += 4) {
+    const uint16_t* blk = W + (int64_t)j * K;
+    rows_by_inputs<4, 1>(blk, 128, 0, K, X, 0, half, y + j, 0, acc, j + 8 <= n ? blk + 4 * (int64_t)K : nullptr);
+  }
   for (; j < n; ++j)  // the last R % 4 rows are plain
     rows_by_inputs<1, 1>(W + (int64_t)j * K, 32, 0, K, X, 0, half, y + j, 0, acc);
 }
