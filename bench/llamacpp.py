@@ -66,7 +66,8 @@ def verse(n):
     return (VERSE * (n // len(VERSE) + 1))[:n]
 
 
-def looplm_decode(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode"):
+def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode"):
+    """looplm's tokens/s of `what`: "decode" (the new tokens after the first) or "prefill" (the prompt)."""
     cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", prompt, "-n", str(n_new), "--temperature", "0",
            "--threads", str(threads)]
     if weights:
@@ -82,7 +83,8 @@ def looplm_decode(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="de
     return (int(m.group(1)) - 1) / (float(m.group(2)) / 1e3)
 
 
-def lcpp_decode(lcpp, gguf, threads, n_new, prompt_len=16, what="decode"):
+def lcpp_rate(lcpp, gguf, threads, n_new, prompt_len=16, what="decode"):
+    """llama.cpp's tokens/s of `what`, as looplm_rate."""
     # Decode: the better of two timed reps. At 2 threads on the 2-vCPU VMs a rep sometimes runs 5-30x
     # slow, most often a process's first; in those `ps -L` showed ggml's worker on the main thread's
     # vCPU. The peer is timed at its best; repeats that still collapse are left out (kept_median).
@@ -136,12 +138,12 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work):
                 (ck, w), gguf = files[p]
                 order = ("looplm", "llama.cpp") if rep % 2 == 0 else ("llama.cpp", "looplm")
                 for who in order:
-                    v = looplm_decode(looplm, ck, w, t, n_new) if who == "looplm" else lcpp_decode(lcpp, gguf, t, n_new)
+                    v = looplm_rate(looplm, ck, w, t, n_new) if who == "looplm" else lcpp_rate(lcpp, gguf, t, n_new)
                     res[(t, p)][who].append(v)
                     if pre is not None:  # 2 new tokens: the prefill's output and one decode step; a
                         # cold prefill is one short sample, so each repeat takes the best of 3 processes
-                        v = max(looplm_decode(looplm, ck, w, t, 2, verse(prefill_len), "prefill") if who == "looplm"
-                                else lcpp_decode(lcpp, gguf, t, 2, prefill_len, "prefill") for _ in range(3))
+                        v = max(looplm_rate(looplm, ck, w, t, 2, verse(prefill_len), "prefill") if who == "looplm"
+                                else lcpp_rate(lcpp, gguf, t, 2, prefill_len, "prefill") for _ in range(3))
                         pre[(t, p)][who].append(v)
     sizes = {p: (os.path.getsize(files[p][0][0]), os.path.getsize(files[p][1])) for p, _ in PAIRS}
     return res, pre, sizes
@@ -169,7 +171,7 @@ def table(res, sizes, repeats, title):
     if invalid:
         out += ["", "Not valid comparisons (collapsed settings; rerun them): " + "; ".join(invalid)]
     if dropped:
-        out += ["", "Collapsed repeats left out of the medians (decode speed under 1/4 of that engine's best "
+        out += ["", "Collapsed repeats left out of the medians (speed under 1/4 of that engine's best "
                 "repeat at the same setting; seen with llama.cpp at 2 threads, CPU time per token rising with it, cause not established): "
                 + "; ".join(dropped)]
     return "\n".join(out)

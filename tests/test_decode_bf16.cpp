@@ -20,6 +20,15 @@
 
 using namespace looplm;
 
+namespace {
+// 2 OpenMP threads for the scope (the few-rows tests split their rows between them).
+struct TwoThreads {
+  int before = omp_get_max_threads();
+  TwoThreads() { omp_set_num_threads(2); }
+  ~TwoThreads() { omp_set_num_threads(before); }
+};
+}  // namespace
+
 TEST(Bf16, RoundsToNearestEven) {
   auto bits = [](float f) { return to_bf16(f); };
   EXPECT_EQ(bits(1.0f), 0x3f80);
@@ -83,11 +92,7 @@ TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
   bool ran = false;
   // 2 threads, and N = 260 with K = 384 is large enough for the rows to be split between them
   // (a buffer read through a thread_local name inside the parallel region once crashed only there).
-  struct Threads {
-    int before = omp_get_max_threads();
-    Threads() { omp_set_num_threads(2); }
-    ~Threads() { omp_set_num_threads(before); }
-  } two;
+  const TwoThreads two;
   for (int M : {1, 2, 4, 5, 8, 13})
     for (int N : {3, 4, 7, 67, 260})
       for (int K : {1, 31, 33, 384}) {
@@ -115,11 +120,7 @@ TEST(Bf16, FewRowsKernelIsTheMatrixVectorKernelPerRow) {
 TEST(Bf16, FewRowsF32KernelIsTheMatrixVectorKernelPerRow) {
   std::mt19937 rng(19);
   std::normal_distribution<float> nd(0, 1);
-  struct Threads {
-    int before = omp_get_max_threads();
-    Threads() { omp_set_num_threads(2); }
-    ~Threads() { omp_set_num_threads(before); }
-  } two;
+  const TwoThreads two;
   for (int M : {1, 3, 4, 7, 8, 9, 16})
     for (int N : {1, 3, 4, 67, 260})
       for (int K : {1, 7, 8, 15, 16, 17, 33, 384}) {

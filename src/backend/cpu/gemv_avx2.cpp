@@ -212,7 +212,10 @@ LOOPLM_AVX2 void span_f32_avx2_rows(int M, const float* W, int ldw, const float*
     const float* w = W + (int64_t)j * ldw;
     int m = 0;
     for (; m + 4 <= M; m += 4) row_f32<4>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false);
-    if (m + 2 <= M) row_f32<2>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false), m += 2;
+    if (m + 2 <= M) {
+      row_f32<2>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false);
+      m += 2;
+    }
     if (m < M) row_f32<1>(w, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy + j, ldy, false);
   }
 }
@@ -265,9 +268,9 @@ namespace looplm {
 bool have_avx2_fma() { return false; }
 void span_bf16_avx2(const uint16_t*, const float*, int, int, float*, int, bool) { std::abort(); }
 void span_bf16_avx2_rows(int, const uint16_t*, const float*, int, int, int, float*, int, int, int) { std::abort(); }
-void dot_rows_avx2(int, int, const float*, int, const float*, float*) { std::abort(); }
 void span_f32_avx2(const float*, int, const float*, int, float*, int, bool) { std::abort(); }
 void span_f32_avx2_rows(int, const float*, int, const float*, int, int, float*, int, int, int) { std::abort(); }
+void dot_rows_avx2(int, int, const float*, int, const float*, float*) { std::abort(); }
 void dot_rows_avx2(int, int, const uint16_t*, int, const float*, float*) { std::abort(); }
 }  // namespace looplm
 #endif

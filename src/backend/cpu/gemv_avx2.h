@@ -1,6 +1,7 @@
 // AVX2 + FMA kernels (gemv_avx2.cpp), dispatched from gemv.cpp: the bf16 and fp32 matrix-vector
-// products (and their few-rows forms for batched decoding) and attention's scores. bf16 weights in the decode layout (bf16.h); x de-interleaved: xe = x[0::2] at X,
-// xo = x[1::2] at X + half, each zero-padded past ceil(K/2) to a multiple of 16.
+// products (and their few-rows forms for batched decoding) and attention's scores. bf16 weights in
+// the decode layout (bf16.h); x de-interleaved: xe = x[0::2] at X, xo = x[1::2] at X + half, each
+// zero-padded past ceil(K/2) to a multiple of 16.
 #pragma once
 #include <cstdint>
 
