@@ -333,9 +333,18 @@ TEST_F(Cli, EvalKvPolicy) {
   EXPECT_LE(j["mean_steps"].get<double>(), 3.0);
   r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --kv-policy last");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("decoded one at a time (kv policy last)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decoded one at a time (kv policy last, kv cache fp32)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bytes per token kept by the policy"), std::string::npos) << r.out;
   EXPECT_EQ(run(base + " --kv-policy newest").code, 2);
+  // --kv-cache alone scores incrementally too, through an int8 cache: close to the fp32 cache's loss
+  // (tests/test_decoder.cpp bounds it), a quarter of the bytes plus a 4-byte scale per head vector
+  r = run(base + " --kv-cache int8");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_cache"], "int8");
+  EXPECT_NEAR(j["loss"].get<double>(), full, 1e-2 * full);
+  EXPECT_LT(j["kv_bytes_per_token"].get<double>(), 0.5 * per_step_bytes);  // below bf16 even at this model's 8-wide heads
+  EXPECT_EQ(run(base + " --kv-cache int4").code, 2);
   r = run(base + " --depth 0 --exit-rule kl --exit-threshold 0.1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("needs loop steps"), std::string::npos) << r.out;
@@ -379,6 +388,12 @@ TEST_F(Cli, GeneratePrompts) {
   r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.txt -n 6 --temperature 0.9 --seed 3 --batch 2 --kv-cache bf16");
   ASSERT_EQ(r.code, 0) << r.out;
   one = run("generate --checkpoint " + ckpt() + " --prompt hello -n 6 --temperature 0.9 --seed 4 --quiet --kv-cache bf16");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(r.out.find("---------------\n" + one.out), std::string::npos) << r.out << "\n" << one.out;
+  // and an int8 one
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.txt -n 6 --temperature 0.9 --seed 3 --batch 2 --kv-cache int8");
+  ASSERT_EQ(r.code, 0) << r.out;
+  one = run("generate --checkpoint " + ckpt() + " --prompt hello -n 6 --temperature 0.9 --seed 4 --quiet --kv-cache int8");
   ASSERT_EQ(one.code, 0) << one.out;
   EXPECT_NE(r.out.find("---------------\n" + one.out), std::string::npos) << r.out << "\n" << one.out;
   r = run("generate --checkpoint " + ckpt() + " --prompt hi --kv-cache fp16");

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "backend/cpu/bf16.h"
+#include "backend/cpu/pointwise_f32.h"
 #include "infer/decoder.h"
 #include "infer/early_exit.h"
 #include "looplm/looplm.h"
@@ -64,7 +65,7 @@ TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
     const std::vector<std::vector<int32_t>> prompts = {some_tokens(3, 1), some_tokens(9, 2), some_tokens(16, 3),
                                                        some_tokens(20, 4)};
     for (double temperature : {0.0, 1.0})
-    for (const char* kv : {"fp32", "bf16"}) {
+    for (const char* kv : {"fp32", "bf16", "int8"}) {
       GenerateOptions g;
       g.max_new = 40;
       g.temperature = temperature;
@@ -184,21 +185,85 @@ TEST(Decoder, PolicyMemory) {
   EXPECT_DOUBLE_EQ(lm.evaluate(toks, o).kv_bytes_per_token, (1 + 2 * 4 + 1) * slot);
 }
 
-// Cached attention over a head-major cache, fp32 and bf16, against double precision on the keys
-// and values the cache holds (bf16: rounded to nearest even): several heads, head widths with and
-// without a 16-lane tail, key counts past a 16-key pass. Tolerance 1e-5 of Σ|terms|: fp32 sums.
+// The narrow caches: incremental scoring with a bf16 and an int8 cache stays close to the fp32
+// cache's (each stored key/value within 2^-9 relative of itself, or within half a step of its head
+// vector's 127 steps; a loss moves by far less than 1%), differs from it (the narrow cache is
+// used), and keeps 2 bytes / (1 + 4 · heads / width) bytes per value.
+TEST(Decoder, NarrowKvCachesScoreCloseAndKeepLess) {
+  for (const char* preset : {"llama", "looped"}) {
+    const Config c = small(preset);
+    LanguageModel lm = LanguageModel::from_config(c, 7);
+    const auto toks = some_tokens(2 * c.context + 1);
+    EvalOptions o;
+    o.incremental = true;
+    const EvalResult f32 = lm.evaluate(toks, o);
+    for (const char* kv : {"bf16", "int8"}) {
+      o.kv_cache = kv;
+      const EvalResult e = lm.evaluate(toks, o);
+      EXPECT_NEAR(e.loss, f32.loss, 1e-2 * f32.loss) << preset << " " << kv;
+      EXPECT_NE(e.loss, f32.loss) << preset << " " << kv;
+      const double per_value = std::string(kv) == "bf16" ? 2.0 : 1.0 + 4.0 * c.n_heads / c.d_model;
+      EXPECT_DOUBLE_EQ(e.kv_bytes_per_token, f32.kv_bytes_per_token * per_value / 4.0) << preset << " " << kv;
+    }
+  }
+  // Tokens exiting early under the policies that copy (last) or average (mean) cached steps.
+  const Config c = small("looped");
+  LanguageModel lm8 = LanguageModel::from_config(c, 7);
+  const auto toks = some_tokens(2 * c.context + 1);
+  for (KvPolicy p : {KvPolicy::last, KvPolicy::first, KvPolicy::mean}) {
+    EvalOptions o;
+    o.incremental = true;
+    o.exit = {ExitRule::kl, 1e30};  // every token exits at 2 of 4
+    o.kv_policy = p;
+    const EvalResult f32 = lm8.evaluate(toks, o);
+    o.kv_cache = "int8";
+    const EvalResult i8 = lm8.evaluate(toks, o);
+    EXPECT_NEAR(i8.loss, f32.loss, 1e-2 * f32.loss) << kv_policy_name(p);
+    EXPECT_NE(i8.loss, f32.loss) << kv_policy_name(p);
+  }
+  // replicate (last / first) copies an int8 position's codes and its scales.
+  KVCache cache(c, 2, c.context, c.R, 0, c.R, false, op::KvElem::i8);
+  const int core = c.n_prelude, hw = c.d_model / c.n_heads, pos = 3, row = 1;
+  const op::CacheRef from = cache.slot(core, 0), to = cache.slot(core, 2);
+  for (int h = 0; h < c.n_heads; ++h) {
+    const size_t at = ((size_t)row * c.n_heads + h) * c.context + pos;
+    for (int i = 0; i < hw; ++i) static_cast<int8_t*>(from.k)[at * hw + i] = (int8_t)(i + h), static_cast<int8_t*>(from.v)[at * hw + i] = (int8_t)-i;
+    from.k_scale[at] = 0.5f + h, from.v_scale[at] = 2.0f + h;
+  }
+  cache.replicate(row, pos, 0, 1);
+  for (int h = 0; h < c.n_heads; ++h) {
+    const size_t at = ((size_t)row * c.n_heads + h) * c.context + pos;
+    EXPECT_EQ(to.k_scale[at], 0.5f + h);
+    EXPECT_EQ(to.v_scale[at], 2.0f + h);
+    EXPECT_EQ(static_cast<int8_t*>(to.k)[at * hw + hw - 1], (int8_t)(hw - 1 + h));
+    EXPECT_EQ(static_cast<int8_t*>(to.v)[at * hw + 1], (int8_t)-1);
+  }
+  EvalOptions bad;
+  bad.incremental = true;
+  bad.kv_cache = "int4";
+  LanguageModel lm = LanguageModel::from_config(small("llama"), 7);
+  EXPECT_THROW(lm.evaluate(some_tokens(40), bad), UsageError);
+}
+
+// Cached attention over a head-major cache, fp32, bf16 and int8, against double precision on the
+// keys and values the cache holds (bf16: rounded to nearest even; int8: each head vector's codes
+// times its scale): several heads, head widths with and without a 16-lane tail, key counts past a
+// 16-key pass. Tolerance 1e-5 of Σ|terms|: fp32 sums.
 TEST(Decoder, CachedAttentionMatchesDouble) {
   for (int hd : {20, 64}) {
     const int H = 3, d = H * hd, cap = 40;
-    for (bool bf16 : {false, true}) {
-      std::vector<float> k32((size_t)cap * d), v32((size_t)cap * d);
+    for (op::KvElem elem : {op::KvElem::f32, op::KvElem::bf16, op::KvElem::i8}) {
+      const bool bf16 = elem == op::KvElem::bf16, i8 = elem == op::KvElem::i8;
+      std::vector<float> k32((size_t)cap * d), v32((size_t)cap * d), ks((size_t)H * cap), vs((size_t)H * cap);
       std::vector<uint16_t> k16((size_t)cap * d), v16((size_t)cap * d);
+      std::vector<int8_t> k8((size_t)cap * d), v8((size_t)cap * d);
       op::CacheRef ref;
-      ref.k = bf16 ? (void*)k16.data() : (void*)k32.data();
-      ref.v = bf16 ? (void*)v16.data() : (void*)v32.data();
+      ref.k = bf16 ? (void*)k16.data() : i8 ? (void*)k8.data() : (void*)k32.data();
+      ref.v = bf16 ? (void*)v16.data() : i8 ? (void*)v8.data() : (void*)v32.data();
       ref.capacity = cap;
       ref.width = d;
-      ref.bf16 = bf16;
+      ref.elem = elem;
+      if (i8) ref.k_scale = ks.data(), ref.v_scale = vs.data();
       std::vector<std::vector<float>> keys, vals;  // as the cache holds them
       Graph g;
       Graph::NoGrad ng(g);
@@ -213,6 +278,14 @@ TEST(Decoder, CachedAttentionMatchesDouble) {
         std::vector<float> kk(qkv->v + d, qkv->v + 2 * d), vv(qkv->v + 2 * d, qkv->v + 3 * d);
         if (bf16)
           for (int i = 0; i < d; ++i) kk[i] = from_bf16(to_bf16(kk[i])), vv[i] = from_bf16(to_bf16(vv[i]));
+        if (i8)
+          for (std::vector<float>* x : {&kk, &vv})
+            for (int h = 0; h < H; ++h) {
+              int8_t c[64];
+              float s;
+              k::quantize_kv_row(x->data() + h * hd, hd, c, &s);
+              for (int i = 0; i < hd; ++i) (*x)[h * hd + i] = s * (float)c[i];
+            }
         keys.push_back(kk);
         vals.push_back(vv);
         Node* y = op::attention_cached(g, qkv, 1, 1, H, {}, ref, op::RowPlace(p));
@@ -230,7 +303,7 @@ TEST(Decoder, CachedAttentionMatchesDouble) {
           for (int i = 0; i < hd; ++i) {
             double o = 0, mag = 0;
             for (int j = 0; j <= p; ++j) o += sc[j] / z * vals[j][h * hd + i], mag += sc[j] / z * std::fabs(vals[j][h * hd + i]);
-            ASSERT_NEAR(y->v[h * hd + i], o, 1e-5 * (mag + 1)) << "hd " << hd << " bf16 " << bf16 << " pos " << p << " head " << h;
+            ASSERT_NEAR(y->v[h * hd + i], o, 1e-5 * (mag + 1)) << "hd " << hd << " elem " << (int)elem << " pos " << p << " head " << h;
           }
         }
       }

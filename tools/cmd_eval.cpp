@@ -33,6 +33,12 @@ int cmd_eval(int argc, char** argv) {
       ->check(weights_check());
   ExitArgs ex;
   ex.add(app, "; given, eval scores through incremental decoding, token by token (default: full passes, per_step)");
+  std::string kv_cache;
+  CLI::Option* kv_opt = app.add_option("--kv-cache", kv_cache,
+                                       "KV cache precision for incremental scoring: fp32, bf16 or int8 (given, eval scores "
+                                       "incrementally; default fp32)")
+                            ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+                            ->type_name("TYPE");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   ThreadsArg threads;
   threads.add(app);
@@ -46,8 +52,9 @@ int cmd_eval(int argc, char** argv) {
   eo.exit = ex.exit();
   if (depth == 0 && eo.exit.rule != ExitRule::fixed)
     throw UsageError("eval: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
-  eo.incremental = ex.policy_given();
+  eo.incremental = ex.policy_given() || kv_opt->count() > 0;
   eo.kv_policy = ex.kv_policy();
+  if (!kv_cache.empty()) eo.kv_cache = kv_cache;
   set_threads(threads.n);
   set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
@@ -83,13 +90,13 @@ int cmd_eval(int argc, char** argv) {
       nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"tokens", e.tokens}, {"windows", e.windows},
                           {"R", R}, {"depth", depth_run}, {"mean_steps", e.mean_steps}, {"exit_fraction", e.exit_fraction},
                           {"exit_rule", ex.rule}, {"kv_policy", ex.policy}, {"kv_bytes_per_token", e.kv_bytes_per_token},
-                          {"kv_cache_bytes", e.kv_cache_bytes}, {"incremental", true}};
+                          {"kv_cache_bytes", e.kv_cache_bytes}, {"kv_cache", eo.kv_cache}, {"incremental", true}};
       if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
-    std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s)\n", (long long)e.tokens,
-                (long long)e.windows, lm.config().context, ex.policy.c_str());
+    std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s, kv cache %s)\n", (long long)e.tokens,
+                (long long)e.windows, lm.config().context, ex.policy.c_str(), eo.kv_cache.c_str());
     std::printf("loss %.4f, accuracy %.4f (at each token's exit: %s", e.loss, e.accuracy, ex.rule.c_str());
     if (eo.exit.rule != ExitRule::fixed) std::printf(" < %g", ex.threshold);
     std::printf(", %.3f loop steps per token of %d)\nkv cache: %.0f bytes per token kept by the policy, %.1f KiB allocated\n",

@@ -86,9 +86,10 @@ int cmd_generate(int argc, char** argv) {
                      " (default: the checkpoint's own; bf16 / q8_0 / q4_0 / q4_k copies are made at load)")
       ->check(weights_check());
   app.add_option("--kv-cache", g.kv_cache,
-                 "KV cache precision: fp32 (exact) or bf16 (half the bytes each attention pass reads: faster batched "
-                 "decoding; logits within ~1e-2) (default fp32)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+                 "KV cache precision: fp32 (exact), bf16 (half the bytes each attention pass reads: faster batched "
+                 "decoding; logits within ~1e-2) or int8 (a quarter: each head vector in 8 bits with one scale) "
+                 "(default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
       ->type_name("TYPE");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   app.add_flag("--quiet", quiet, "no timing summary");

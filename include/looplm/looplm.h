@@ -111,6 +111,7 @@ struct EvalOptions {
   // held-out loss of a policy). Text models only.
   bool incremental = false;
   KvPolicy kv_policy = KvPolicy::per_step;
+  std::string kv_cache = "fp32";  // incremental: the cache's precision (GenerateOptions::kv_cache)
   int batch = 8;            // windows per forward pass (incremental: sequences decoded together)
   int64_t max_windows = -1; // the first windows only; -1 = all
   // Called after each batch with (windows done, windows in all), e.g. to show progress.
@@ -141,9 +142,10 @@ struct GenerateOptions {
   // greedy decoding's.
   int speculative = 0;
   int draft_depth = 0;
-  // The KV cache's precision: "fp32" (exact: decoding gives the full forward's logits) or "bf16"
+  // The KV cache's precision: "fp32" (exact: decoding gives the full forward's logits), "bf16"
   // (half the bytes every attention pass reads, which is what batched decoding waits on; keys and
-  // values rounded to 8 bits of mantissa, logits within ~1e-2).
+  // values rounded to 8 bits of mantissa, logits within ~1e-2) or "int8" (a quarter, plus one fp32
+  // scale per position and head: each head vector rounded to 127 steps of its largest |value|).
   std::string kv_cache = "fp32";
   GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
 };

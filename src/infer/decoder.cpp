@@ -37,7 +37,7 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
     : m_(m),
       o_(o),
       cache_(m.config(), sequences, capacity, std::max(o.depth, 1), m.kv_width(), coda_slots(o),
-             o.policy == KvPolicy::mean, o.kv_bf16),
+             o.policy == KvPolicy::mean, o.kv),
       tracker_(o.exit, std::max(o.depth, 0), 0, m.config().vocab_size, m.config().d_model),
       len_(sequences, 0),
       exits_(std::max(o.depth, 0) + 1, 0) {

@@ -23,14 +23,16 @@ struct DecoderOptions {
   // draft_depth loop steps only, sharing their cache; prefill and verify also write the coda's keys
   // at exit draft_depth, which the drafts read.
   int draft_depth = 0;
-  bool kv_bf16 = false;  // the KV cache in bf16 (GenerateOptions::kv_cache)
+  op::KvElem kv = op::KvElem::f32;  // the KV cache's element (GenerateOptions::kv_cache)
 };
 
-// GenerateOptions::kv_cache as DecoderOptions::kv_bf16 (a usage error when it is neither).
-inline bool kv_bf16(const GenerateOptions& o) {
-  if (o.kv_cache == "fp32") return false;
-  if (o.kv_cache == "bf16") return true;
-  throw UsageError("generate: the KV cache is fp32 or bf16, not '" + o.kv_cache + "'");
+// GenerateOptions::kv_cache (EvalOptions::kv_cache) as DecoderOptions::kv (a usage error when it
+// is none of them).
+inline op::KvElem kv_element(const std::string& kv_cache) {
+  if (kv_cache == "fp32") return op::KvElem::f32;
+  if (kv_cache == "bf16") return op::KvElem::bf16;
+  if (kv_cache == "int8") return op::KvElem::i8;
+  throw UsageError("the KV cache is fp32, bf16 or int8, not '" + kv_cache + "'");
 }
 
 class Decoder {

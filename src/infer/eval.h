@@ -9,6 +9,7 @@
 #include "data/examples.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
+#include "ops/cache_ref.h"
 
 namespace looplm {
 
@@ -25,9 +26,10 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
 
 // The windows of evaluate_tokens scored through incremental decoding (src/infer/eval_decode.cpp):
 // each token fed one at a time through the KV cache, exiting by `early`, keys and values kept by
-// `policy`. loss and accuracy at each token's exit; mean_steps, exit_fraction, kv_bytes_per_token.
+// `policy`, stored as `kv`. loss and accuracy at each token's exit; mean_steps, exit_fraction,
+// kv_bytes_per_token.
 EvalResult evaluate_incremental(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                                 int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
-                                const EarlyExit& early, KvPolicy policy);
+                                const EarlyExit& early, KvPolicy policy, op::KvElem kv = op::KvElem::f32);
 
 }  // namespace looplm

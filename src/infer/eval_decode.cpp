@@ -14,7 +14,7 @@ namespace looplm {
 
 EvalResult evaluate_incremental(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                                 int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
-                                const EarlyExit& early, KvPolicy policy) {
+                                const EarlyExit& early, KvPolicy policy, op::KvElem kv) {
   const Config& c = m.config();
   const int T = c.context, V = c.vocab_size;
   if (depth < 0) depth = c.R;
@@ -32,7 +32,7 @@ EvalResult evaluate_incremental(const Model& m, const std::vector<int32_t>& toke
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
     const int B = (int)std::min<int64_t>(batch, n_win - w0);
     for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x.data() + (size_t)b * T, y.data() + (size_t)b * T);
-    DecoderOptions o{depth, early, policy};
+    DecoderOptions o{depth, early, policy, 0, kv};
     Decoder dec(m, B, T, o);
     for (int b = 0; b < B; ++b) seqs[b] = b;
     for (int t = 0; t < T; ++t) {

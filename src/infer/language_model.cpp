@@ -71,7 +71,8 @@ std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { retur
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
   if (o.incremental)
-    return evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit, o.kv_policy);
+    return evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit, o.kv_policy,
+                                kv_element(o.kv_cache));
   return evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit);
 }
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth) const {
@@ -147,7 +148,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   }
   // The cache holds what the window can hold: the longest prompt (at most a context) and the new tokens.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
-  Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy, 0, kv_bf16(opt)});
+  Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy, 0, kv_element(opt.kv_cache)});
   SamplerOptions so{opt.temperature, opt.top_k, opt.top_p};
   std::vector<Rng> rng;
   for (int i = 0; i < B; ++i) rng.emplace_back(opt.seed + (uint64_t)i, kStreamSample);

@@ -31,7 +31,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   // The window of plain generation (LanguageModel::generate_batch), restarted where it restarts, so
   // every token sees the context plain greedy decoding gives it.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)std::min<int64_t>(prompt_in.size(), ctx) + opt.max_new);
-  Decoder dec(m, 1, capacity, DecoderOptions{depth, {}, KvPolicy::per_step, opt.draft_depth, kv_bf16(opt)});
+  Decoder dec(m, 1, capacity, DecoderOptions{depth, {}, KvPolicy::per_step, opt.draft_depth, kv_element(opt.kv_cache)});
   std::vector<int32_t> seq = prompt_in, out, feed(K);
   std::vector<float> z(V), zs((size_t)K * V);
   std::vector<int32_t> drafts(K + 1);

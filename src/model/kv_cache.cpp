@@ -10,7 +10,7 @@
 namespace looplm {
 
 KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, bool averaged,
-                 bool bf16)
+                 op::KvElem elem)
     : n_prelude_(c.n_prelude),
       n_core_(c.n_core),
       n_coda_(c.n_coda),
@@ -20,24 +20,36 @@ KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_
       core_steps_(averaged ? 1 : std::max(core_steps, 1)),
       coda_steps_(averaged ? 1 : std::max(coda_steps, 1)),
       averaged_(averaged),
-      bf16_(bf16),
+      elem_(elem),
       width_(width > 0 ? width : c.d_model) {
   LOOPLM_ASSERT(n_heads_ >= 1 && width_ % n_heads_ == 0, "KV cache: the width must split into the heads");
   slots_per_position_ = (size_t)n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)n_coda_ * coda_steps_;
-  const size_t per = (size_t)rows * capacity * width_ * (bytes_per_value() / sizeof(uint16_t));  // uint16 units
+  const size_t values = (size_t)rows * capacity * width_;  // per slot, for keys and for values
+  const size_t scales = elem_ == op::KvElem::i8 ? (size_t)rows * n_heads_ * capacity : 0;
+  auto lines = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // each array starts on a cache line
+  const size_t values_bytes = lines(values * element_bytes()), slot_bytes = 2 * values_bytes + lines(2 * scales * sizeof(float));
   // calloc: zeros as before, but a page is only resident once a position in it is written, so a
   // cache sized for the whole context costs memory as the sequences grow (and no memset up front).
-  data_size_ = per * 2 * slots_per_position_;
-  data_.reset(static_cast<uint16_t*>(std::calloc(std::max<size_t>(data_size_, 1), sizeof(uint16_t))));
+  data_size_ = slot_bytes * slots_per_position_;
+  data_.reset(static_cast<unsigned char*>(std::calloc(std::max<size_t>(data_size_, 1), 1)));
   if (!data_) throw std::bad_alloc();
   slots_.resize(slots_per_position_);
   for (size_t s = 0; s < slots_per_position_; ++s) {
-    slots_[s].k = data_.get() + per * 2 * s;
-    slots_[s].v = data_.get() + per * (2 * s + 1);
-    slots_[s].bf16 = bf16_;
+    unsigned char* base = data_.get() + slot_bytes * s;
+    slots_[s].k = base;
+    slots_[s].v = base + values_bytes;
+    if (scales) {
+      slots_[s].k_scale = reinterpret_cast<float*>(base + 2 * values_bytes);
+      slots_[s].v_scale = slots_[s].k_scale + scales;
+    }
+    slots_[s].elem = elem_;
     slots_[s].capacity = capacity;
     slots_[s].width = (int)width_;
   }
+}
+
+double KVCache::bytes_per_value() const {
+  return (double)element_bytes() + (elem_ == op::KvElem::i8 ? sizeof(float) * (double)n_heads_ / (double)width_ : 0.0);
 }
 
 op::CacheRef KVCache::slot(int block, int step) const {
@@ -61,16 +73,17 @@ op::CacheRef KVCache::slot(int block, int step) const {
 void KVCache::replicate(int row, int pos, int src, int from) {
   LOOPLM_ASSERT(!averaged_ && row < rows_ && pos < capacity_, "KV cache: replicate outside the cache");
   // Head-major (cache_ref.h): the position's values are one run of width / heads per head.
-  const size_t hw = (size_t)width_ / n_heads_, n = bytes_per_value() * hw;
+  const size_t hw = (size_t)width_ / n_heads_, eb = element_bytes(), n = eb * hw;
   auto copy = [&](size_t first_slot, int steps) {
     if (src >= steps) return;
     const op::CacheRef& a = slots_[first_slot + src];
     for (int s = from; s < steps; ++s) {
       const op::CacheRef& b = slots_[first_slot + s];
       for (int h = 0; h < n_heads_; ++h) {
-        const size_t off = bytes_per_value() * (((size_t)row * n_heads_ + h) * capacity_ * hw + (size_t)pos * hw);
+        const size_t at = ((size_t)row * n_heads_ + h) * capacity_ + pos, off = eb * at * hw;
         std::memcpy(static_cast<char*>(b.k) + off, static_cast<const char*>(a.k) + off, n);
         std::memcpy(static_cast<char*>(b.v) + off, static_cast<const char*>(a.v) + off, n);
+        if (a.k_scale) b.k_scale[at] = a.k_scale[at], b.v_scale[at] = a.v_scale[at];
       }
     }
   };

@@ -21,9 +21,9 @@ namespace looplm {
 class KVCache {
  public:
   // `rows` sequences of up to `capacity` positions; `width` values per position for keys and for
-  // values (0: d_model; Model::kv_width for blocks with wider attention), fp32 or (`bf16`) bf16.
+  // values (0: d_model; Model::kv_width for blocks with wider attention), as `elem` (cache_ref.h).
   KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width = 0, int coda_steps = 1,
-          bool averaged = false, bool bf16 = false);
+          bool averaged = false, op::KvElem elem = op::KvElem::f32);
   // block: index over prelude, core, coda in order; step: 0-based loop step for core blocks, exit
   // index for coda blocks, 0 for prelude blocks.
   op::CacheRef slot(int block, int step) const;
@@ -32,22 +32,25 @@ class KVCache {
   int core_steps() const { return core_steps_; }
   int coda_steps() const { return coda_steps_; }
   bool averaged() const { return averaged_; }
-  bool bf16() const { return bf16_; }
-  size_t bytes() const { return data_size_ * sizeof(uint16_t); }
-  size_t bytes_per_value() const { return bf16_ ? 2 : 4; }
+  op::KvElem elem() const { return elem_; }
+  size_t bytes() const { return data_size_; }
+  // Bytes of one stored element (4, 2, 1), and per value with int8's scale shared out (1 + 4 / head width).
+  size_t element_bytes() const { return elem_ == op::KvElem::f32 ? 4 : elem_ == op::KvElem::bf16 ? 2 : 1; }
+  double bytes_per_value() const;
   // The `last` / `first` policies for a token that exited before step `from`: position `pos` of
   // sequence `row` in every step-dependent slot of steps from.. takes a copy of step `src`.
   void replicate(int row, int pos, int src, int from);
 
  private:
   int n_prelude_, n_core_, n_coda_, n_heads_, rows_, capacity_, core_steps_, coda_steps_;
-  bool averaged_, bf16_;
+  bool averaged_;
+  op::KvElem elem_;
   int64_t width_;
   size_t slots_per_position_;
   struct Free {
-    void operator()(uint16_t* p) const { std::free(p); }
+    void operator()(unsigned char* p) const { std::free(p); }
   };
-  std::unique_ptr<uint16_t[], Free> data_;  // fp32 values as two halves each (calloc'd)
+  std::unique_ptr<unsigned char[], Free> data_;  // every slot's keys and values, then (int8) their scales (calloc'd)
   size_t data_size_ = 0;
   std::vector<op::CacheRef> slots_;
 };

@@ -18,8 +18,11 @@ struct RowPlace {
 // Keys (rotated) and values of one (block, loop step), each [sequences, heads, capacity, width /
 // heads]: head-major, so that one decode step's pass over a head's keys reads one contiguous run
 // (position-major, a head's 64 values sat a whole position apart, and a batch's passes over
-// several caches ran at memory latency instead of the prefetched stream). Elements fp32, or bf16
-// (`bf16`: half the bytes each attention pass reads; values rounded to nearest even on write).
+// several caches ran at memory latency instead of the prefetched stream). Elements fp32; bf16 (half
+// the bytes each attention pass reads; values rounded to nearest even on write); or int8, a
+// quarter, each position's head vector as codes c and one fp32 scale d (x ≈ d · c, d = max|x| /
+// 127, c = round(x / d): k::quantize_kv_row), the scales in k_scale / v_scale [sequences, heads, capacity].
+enum class KvElem { f32, bf16, i8 };
 struct CacheRef {
   void* k = nullptr;
   void* v = nullptr;
@@ -29,7 +32,9 @@ struct CacheRef {
   // its position as the (mean_step + 1)-th sample (mean_step 0 overwrites).
   int mean_step = -1;
   bool write = true;  // false: the new keys/values are already there (CEM's inner steps reuse them)
-  bool bf16 = false;  // the elements are bf16 (else fp32)
+  KvElem elem = KvElem::f32;
+  float* k_scale = nullptr;  // int8: per (sequence, head, position)
+  float* v_scale = nullptr;
   explicit operator bool() const { return k != nullptr; }
 };
 

@@ -121,16 +121,51 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const
 }
 
 namespace {
-// The cache's element: fp32 as it is, bf16 rounded on write (and widened where it is read).
-inline void put(float* dst, int i, float x) { dst[i] = x; }
-inline void put(uint16_t* dst, int i, float x) { dst[i] = to_bf16(x); }
+// One (sequence, head) of a cache: keys and values [capacity, w] (and, int8, their scales per position).
+template <class E>
+struct HeadCache {
+  E* k;
+  E* v;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
+};
+
+// Position p's head vector x[hd] into the cache: fp32 as it is, bf16 rounded, int8 as codes and a
+// scale (quantize_kv_row). keep > 0 (the mean policy): keep · (what is there) + take · x.
 inline float get(const float* src, int i) { return src[i]; }
 inline float get(const uint16_t* src, int i) { return from_bf16(src[i]); }
+inline void put(float* dst, int i, float x) { dst[i] = x; }
+inline void put(uint16_t* dst, int i, float x) { dst[i] = to_bf16(x); }
+template <class E>
+void store(E* dst, float*, const float* x, int hd, float keep, float take) {
+  if (keep > 0)
+    for (int i = 0; i < hd; ++i) put(dst, i, keep * get(dst, i) + take * x[i]);
+  else
+    for (int i = 0; i < hd; ++i) put(dst, i, x[i]);
+}
+void store(int8_t* dst, float* scale, const float* x, int hd, float keep, float take) {
+  float blend[1024];
+  if (keep > 0) {
+    for (int i = 0; i < hd; ++i) blend[i] = keep * (*scale * (float)dst[i]) + take * x[i];
+    x = blend;
+  }
+  k::quantize_kv_row(x, hd, dst, scale);
+}
+
+inline void attend_row(const float* q, const HeadCache<float>& c, int w, int n, int hd, float scale, float* s, float* out) {
+  k::attend_cached_row(q, c.k, c.v, w, n, hd, scale, s, out);
+}
+inline void attend_row(const float* q, const HeadCache<uint16_t>& c, int w, int n, int hd, float scale, float* s, float* out) {
+  k::attend_cached_row(q, c.k, c.v, w, n, hd, scale, s, out);
+}
+inline void attend_row(const float* q, const HeadCache<int8_t>& c, int w, int n, int hd, float scale, float* s, float* out) {
+  k::attend_cached_row(q, c.k, c.k_scale, c.v, c.v_scale, w, n, hd, scale, s, out);
+}
 
 // One (batch row, head) of attention_cached: the T new keys/values into the cache (position p at
-// Kc + p·w), then each new query against the keys up to its position.
+// K + p·w), then each new query against the keys up to its position.
 template <class E>
-void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, E* Kc, E* Vc, int w, RopeAngles rope,
+void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, const HeadCache<E>& c, int w, RopeAngles rope,
                  const CacheRef& cache, float keep, float take, float scale, int shift, float* s, float* y) {
   const int half = hd / 2;
   float q[1024];  // head dims are small; checked by Config::validate
@@ -139,20 +174,13 @@ void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, E* Kc, E*
     const float* kn = Q + (int64_t)t * ld + d;
     const float* vn = kn + d;
     const int p = p0 + t;
-    E* kdst = Kc + (int64_t)p * w;
-    E* vdst = Vc + (int64_t)p * w;
     const float* knr = kn;
     if (rope) {
       k::rope_fwd(kn, ld, kr, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
       knr = kr;
     }
-    if (cache.mean_step > 0) {
-      for (int i = 0; i < hd; ++i) put(kdst, i, keep * get(kdst, i) + take * knr[i]);
-      for (int i = 0; i < hd; ++i) put(vdst, i, keep * get(vdst, i) + take * vn[i]);
-    } else {
-      for (int i = 0; i < hd; ++i) put(kdst, i, knr[i]);
-      for (int i = 0; i < hd; ++i) put(vdst, i, vn[i]);
-    }
+    store(c.k + (int64_t)p * w, c.k_scale ? c.k_scale + p : nullptr, knr, hd, keep, take);
+    store(c.v + (int64_t)p * w, c.v_scale ? c.v_scale + p : nullptr, vn, hd, keep, take);
   }
   for (int t = 0; t < T; ++t) {
     const int p = p0 + t, n = p + 1 - shift;  // keys 0..p (strict: ..p-1)
@@ -163,7 +191,7 @@ void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, E* Kc, E*
     }
     if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
     else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
-    k::attend_cached_row(q, Kc, Vc, w, n, hd, scale, s, out);
+    attend_row(q, c, w, n, hd, scale, s, out);
   }
 }
 }  // namespace
@@ -194,12 +222,25 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
     float* out = y->v + (int64_t)b * T * d + h * hd;
     // Head-major (cache_ref.h): this head's keys one after another, hw apart.
     const int64_t off = (int64_t)at.row(b) * cap * w + (int64_t)h * cap * hw;
-    if (cache.bf16)
-      attend_head(Q, T, ld, d, hd, p0, static_cast<uint16_t*>(cache.k) + off, static_cast<uint16_t*>(cache.v) + off, hw, rope,
-                  cache, keep, take, scale, shift, s, out);
-    else
-      attend_head(Q, T, ld, d, hd, p0, static_cast<float*>(cache.k) + off, static_cast<float*>(cache.v) + off, hw, rope, cache,
-                  keep, take, scale, shift, s, out);
+    switch (cache.elem) {
+      case KvElem::f32:
+        attend_head(Q, T, ld, d, hd, p0, HeadCache<float>{static_cast<float*>(cache.k) + off, static_cast<float*>(cache.v) + off},
+                    hw, rope, cache, keep, take, scale, shift, s, out);
+        break;
+      case KvElem::bf16:
+        attend_head(Q, T, ld, d, hd, p0,
+                    HeadCache<uint16_t>{static_cast<uint16_t*>(cache.k) + off, static_cast<uint16_t*>(cache.v) + off}, hw, rope,
+                    cache, keep, take, scale, shift, s, out);
+        break;
+      case KvElem::i8: {
+        const int64_t soff = off / hw;  // the scales: one per (sequence, head, position)
+        attend_head(Q, T, ld, d, hd, p0,
+                    HeadCache<int8_t>{static_cast<int8_t*>(cache.k) + off, static_cast<int8_t*>(cache.v) + off,
+                                      cache.k_scale + soff, cache.v_scale + soff},
+                    hw, rope, cache, keep, take, scale, shift, s, out);
+        break;
+      }
+    }
   }
   return y;
 }

@@ -49,10 +49,12 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
                GemvKernel kernel = GemvKernel::best);
 
 // y[N] = W[N,K] · x[K] for short rows (K ≤ 128: attention's scores over cached keys), single-threaded,
-// sixteen rows reduced together (AVX-512), eight (AVX2, gemv_avx2.cpp), else the portable kernel. W fp32, or bf16
-// (a bf16 KV cache: each value widened to fp32 exactly, fp32 products and sums).
+// sixteen rows reduced together (AVX-512), eight (AVX2, gemv_avx2.cpp), else the portable kernel. W fp32, bf16
+// (a bf16 KV cache: each value widened to fp32 exactly, fp32 products and sums) or int8 codes (an
+// int8 KV cache: y = the codes' dot with x, exact codes in fp32 products and sums; the caller scales).
 void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y);
 void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y);
+void dot_rows(int N, int K, const int8_t* W, int ldw, const float* x, float* y);
 
 // The same with W [N, K] in bf16 in the decode layout (backend/cpu/bf16.h: pack_bf16), widened to
 // fp32 as it is read (exact), fp32 products and sums: half the bytes of gemv_rows.

@@ -130,7 +130,13 @@ LOOPLM_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); 
 LOOPLM_AVX512 inline __m512 load16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
+LOOPLM_AVX512 inline __m512 load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
 LOOPLM_AVX512 inline __m512 load16(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+LOOPLM_AVX512 inline __m512 load16(__mmask16 m, const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)m, p))));
+}
 LOOPLM_AVX512 inline __m512 load16(__mmask16 m, const uint16_t* p) {
   const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -436,16 +442,19 @@ void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y) {
   span_f32_portable(W, ldw, x, K, y, N, false);
 }
 
-// Portable bf16 rows: 16 lanes per row (each lane its own fp32 sum over every 16th column, then one
-// fixed tree; ISA-cloned, the loops vectorize).
-LOOPLM_ISA_CLONES static void dot_rows_bf16_portable(int N, int K, const uint16_t* W, int ldw, const float* x, float* y) {
+// Portable bf16 / int8 rows: 16 lanes per row (each lane its own fp32 sum over every 16th column,
+// then one fixed tree; ISA-cloned, the loops vectorize).
+inline float widened(uint16_t v) { return from_bf16(v); }
+inline float widened(int8_t v) { return (float)v; }
+template <class E>
+LOOPLM_ISA_CLONES static void dot_rows_narrow_portable(int N, int K, const E* W, int ldw, const float* x, float* y) {
   for (int j = 0; j < N; ++j) {
-    const uint16_t* wj = W + (int64_t)j * ldw;
+    const E* wj = W + (int64_t)j * ldw;
     float acc[16] = {0};
     int i0 = 0;
     for (; i0 + 16 <= K; i0 += 16)
-      for (int l = 0; l < 16; ++l) acc[l] += x[i0 + l] * from_bf16(wj[i0 + l]);
-    for (int l = 0; i0 + l < K; ++l) acc[l] += x[i0 + l] * from_bf16(wj[i0 + l]);
+      for (int l = 0; l < 16; ++l) acc[l] += x[i0 + l] * widened(wj[i0 + l]);
+    for (int l = 0; i0 + l < K; ++l) acc[l] += x[i0 + l] * widened(wj[i0 + l]);
     for (int w = 8; w >= 1; w /= 2)
       for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
     y[j] = acc[0];
@@ -457,7 +466,15 @@ void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y
   if (have_avx512() && K <= 128) return dot_rows_avx512(N, K, W, ldw, x, y);
 #endif
   if (have_avx2_fma()) return dot_rows_avx2(N, K, W, ldw, x, y);
-  dot_rows_bf16_portable(N, K, W, ldw, x, y);
+  dot_rows_narrow_portable(N, K, W, ldw, x, y);
+}
+
+void dot_rows(int N, int K, const int8_t* W, int ldw, const float* x, float* y) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (have_avx512() && K <= 128) return dot_rows_avx512(N, K, W, ldw, x, y);
+#endif
+  if (have_avx2_fma()) return dot_rows_avx2(N, K, W, ldw, x, y);
+  dot_rows_narrow_portable(N, K, W, ldw, x, y);
 }
 
 std::vector<GemvKernel> gemv_kernels_available() {

@@ -120,6 +120,9 @@ LOOPLM_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 LOOPLM_AVX2 inline __m256 load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
+LOOPLM_AVX2 inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
 
 LOOPLM_AVX2 inline __m256 reduce8(const __m256* a) {  // lane r: the sum of a[r]'s 8 lanes
   const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
@@ -226,6 +229,9 @@ void dot_rows_avx2(int N, int K, const float* W, int ldw, const float* x, float*
 void dot_rows_avx2(int N, int K, const uint16_t* W, int ldw, const float* x, float* y) {
   dot_rows_avx2_impl(N, K, W, ldw, x, y);
 }
+void dot_rows_avx2(int N, int K, const int8_t* W, int ldw, const float* x, float* y) {
+  dot_rows_avx2_impl(N, K, W, ldw, x, y);
+}
 
 bool have_avx2_fma() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -272,5 +278,6 @@ void span_f32_avx2(const float*, int, const float*, int, float*, int, bool) { st
 void span_f32_avx2_rows(int, const float*, int, const float*, int, int, float*, int, int, int) { std::abort(); }
 void dot_rows_avx2(int, int, const float*, int, const float*, float*) { std::abort(); }
 void dot_rows_avx2(int, int, const uint16_t*, int, const float*, float*) { std::abort(); }
+void dot_rows_avx2(int, int, const int8_t*, int, const float*, float*) { std::abort(); }
 }  // namespace looplm
 #endif

@@ -26,8 +26,9 @@ void span_f32_avx2_rows(int M, const float* W, int ldw, const float* X, int ldx,
                         int n);
 
 // y[N] = W[N, K] · x for short rows (attention's scores over cached keys), eight rows reduced
-// together; W fp32 or bf16 (row stride ldw).
+// together; W fp32, bf16 or int8 codes (row stride ldw).
 void dot_rows_avx2(int N, int K, const float* W, int ldw, const float* x, float* y);
 void dot_rows_avx2(int N, int K, const uint16_t* W, int ldw, const float* x, float* y);
+void dot_rows_avx2(int N, int K, const int8_t* W, int ldw, const float* x, float* y);
 
 }  // namespace looplm

@@ -35,5 +35,12 @@ void attend_cached_row(const float* q, const float* K, const float* V, int ld, i
 // The same against a bf16 cache (each key and value widened to fp32 exactly as it is read).
 void attend_cached_row(const float* q, const uint16_t* K, const uint16_t* V, int ld, int n, int hd, float scale, float* s,
                        float* out);
+// The same against an int8 cache: key j is k_scale[j] · K[j], value j v_scale[j] · V[j] (the codes
+// widened exactly; the scores and softmax weights take the scales, fp32 arithmetic throughout).
+void attend_cached_row(const float* q, const int8_t* K, const float* k_scale, const int8_t* V, const float* v_scale, int ld,
+                       int n, int hd, float scale, float* s, float* out);
+// An int8 cache's element (cache_ref.h): x[n] as codes round(x / d) and d = max|x| / 127 (d = 0
+// and zero codes for a zero vector), |x − d · code| ≤ d / 2.
+void quantize_kv_row(const float* x, int n, int8_t* codes, float* scale);
 
 }  // namespace looplm::k

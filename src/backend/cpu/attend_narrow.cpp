@@ -1,7 +1,10 @@
-// Decode attention against a bf16 KV cache (GenerateOptions::kv_cache): half the bytes of the
-// fp32 cache per pass, which is what batched decoding waits on once the weights are shared. Each
-// key and value is widened to fp32 exactly (a 16-bit shift) as it is read; the arithmetic is fp32.
+// Decode attention against a narrow KV cache (GenerateOptions::kv_cache): bf16, half the bytes of
+// the fp32 cache per pass, or int8, a quarter (plus a scale per head vector) — the bytes are what
+// batched decoding waits on once the weights are shared. Each key and value is widened to fp32
+// exactly (bf16: a 16-bit shift; int8: the code) as it is read; the arithmetic is fp32. int8
+// scales fold into the scores (s_j · dk_j) and into the softmax weights (p_j · dv_j).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "backend/cpu/bf16.h"
@@ -21,22 +24,26 @@ float softmax_row(float* s, int n);
 
 namespace {
 
+inline float widened(uint16_t v) { return from_bf16(v); }
+inline float widened(int8_t v) { return (float)v; }
+
 // Portable: 64 columns at a time (ISA-cloned, the loops vectorize).
-LOOPLM_ISA_CLONES void weighted_rows_sum_bf16_portable(const float* p, const uint16_t* V, int ld, int n, int hd, float* out) {
+template <class E>
+LOOPLM_ISA_CLONES void weighted_rows_sum_portable(const float* p, const E* V, int ld, int n, int hd, float* out) {
   for (int i0 = 0; i0 < hd; i0 += 64) {
     const int w = std::min(64, hd - i0);
     float acc[64] = {0};
     if (w == 64) {
       for (int j = 0; j < n; ++j) {
-        const uint16_t* vj = V + (int64_t)j * ld + i0;
+        const E* vj = V + (int64_t)j * ld + i0;
         const float pj = p[j];
-        for (int l = 0; l < 64; ++l) acc[l] += pj * from_bf16(vj[l]);
+        for (int l = 0; l < 64; ++l) acc[l] += pj * widened(vj[l]);
       }
     } else {
       for (int j = 0; j < n; ++j) {
-        const uint16_t* vj = V + (int64_t)j * ld + i0;
+        const E* vj = V + (int64_t)j * ld + i0;
         const float pj = p[j];
-        for (int l = 0; l < w; ++l) acc[l] += pj * from_bf16(vj[l]);
+        for (int l = 0; l < w; ++l) acc[l] += pj * widened(vj[l]);
       }
     }
     for (int l = 0; l < w; ++l) out[i0 + l] = acc[l];
@@ -55,9 +62,16 @@ LOOPLM_ATT_AVX512 inline __m512 widen(const uint16_t* p) {
 LOOPLM_ATT_AVX512 inline __m512 widen_masked(__mmask16 m, const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+LOOPLM_ATT_AVX512 inline __m512 widen(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+LOOPLM_ATT_AVX512 inline __m512 widen_masked(__mmask16 m, const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
 
 // out = Σ_j p[j] V[j, :], 64 columns (4 registers) at a time.
-LOOPLM_ATT_AVX512 void weighted_rows_sum_bf16_avx512(const float* p, const uint16_t* V, int ld, int n, int hd, float* out) {
+template <class E>
+LOOPLM_ATT_AVX512 void weighted_rows_sum_avx512(const float* p, const E* V, int ld, int n, int hd, float* out) {
   for (int i0 = 0; i0 < hd; i0 += 64) {
     const int w = std::min(64, hd - i0);
     __mmask16 m[4];
@@ -68,7 +82,7 @@ LOOPLM_ATT_AVX512 void weighted_rows_sum_bf16_avx512(const float* p, const uint1
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     if (w == 64) {  // unmasked loads (the common head width)
       for (int j = 0; j < n; ++j) {
-        const uint16_t* vj = V + (int64_t)j * ld + i0;
+        const E* vj = V + (int64_t)j * ld + i0;
         const __m512 pj = _mm512_set1_ps(p[j]);
         for (int c = 0; c < 4; ++c) acc[c] = _mm512_fmadd_ps(pj, widen(vj + 16 * c), acc[c]);
       }
@@ -76,7 +90,7 @@ LOOPLM_ATT_AVX512 void weighted_rows_sum_bf16_avx512(const float* p, const uint1
       continue;
     }
     for (int j = 0; j < n; ++j) {
-      const uint16_t* vj = V + (int64_t)j * ld + i0;
+      const E* vj = V + (int64_t)j * ld + i0;
       const __m512 pj = _mm512_set1_ps(p[j]);
       for (int c = 0; c < 4; ++c)
         if (m[c]) acc[c] = _mm512_fmadd_ps(pj, widen_masked(m[c], vj + 16 * c), acc[c]);
@@ -91,13 +105,17 @@ LOOPLM_ATT_AVX512 void weighted_rows_sum_bf16_avx512(const float* p, const uint1
 LOOPLM_ATT_AVX2 inline __m256 widen8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
-LOOPLM_ATT_AVX2 void weighted_rows_sum_bf16_avx2(const float* p, const uint16_t* V, int ld, int n, int hd, float* out) {
+LOOPLM_ATT_AVX2 inline __m256 widen8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+template <class E>
+LOOPLM_ATT_AVX2 void weighted_rows_sum_avx2(const float* p, const E* V, int ld, int n, int hd, float* out) {
   int i0 = 0;
   for (; i0 + 64 <= hd; i0 += 64) {
     __m256 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
     for (int j = 0; j < n; ++j) {
-      const uint16_t* vj = V + (int64_t)j * ld + i0;
+      const E* vj = V + (int64_t)j * ld + i0;
       const __m256 pj = _mm256_set1_ps(p[j]);
       for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, widen8(vj + 8 * c), acc[c]);
     }
@@ -108,7 +126,7 @@ LOOPLM_ATT_AVX2 void weighted_rows_sum_bf16_avx2(const float* p, const uint16_t*
     for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), widen8(V + (int64_t)j * ld + i0), acc);
     _mm256_storeu_ps(out + i0, acc);
   }
-  if (i0 < hd) weighted_rows_sum_bf16_portable(p, V + i0, ld, n, hd - i0, out + i0);
+  if (i0 < hd) weighted_rows_sum_portable(p, V + i0, ld, n, hd - i0, out + i0);
 }
 #pragma GCC diagnostic pop
 
@@ -122,23 +140,42 @@ bool have_avx512_att() {
 }
 #endif
 
+// out = Σ_j p[j] V[j, :] with this CPU's kernel.
+template <class E>
+void weighted_rows_sum(const float* p, const E* V, int ld, int n, int hd, float* out) {
+#ifdef LOOPLM_ATT_AVX512
+  if (have_avx512_att() && hd <= 128) return weighted_rows_sum_avx512(p, V, ld, n, hd, out);
+  if (have_avx2_att()) return weighted_rows_sum_avx2(p, V, ld, n, hd, out);
+#endif
+  weighted_rows_sum_portable(p, V, ld, n, hd, out);
+}
+
 }  // namespace
 
 void attend_cached_row(const float* q, const uint16_t* K, const uint16_t* V, int ld, int n, int hd, float scale, float* s,
                        float* out) {
-#ifdef LOOPLM_ATT_AVX512
-  const bool wide = have_avx512_att() && hd <= 128;
-#else
-  const bool wide = false;
-#endif
   dot_rows(n, hd, K, ld, q, s);  // s = K q: sixteen keys per pass (gemv.cpp)
   for (int j = 0; j < n; ++j) s[j] *= scale;
   softmax_row(s, n);
-#ifdef LOOPLM_ATT_AVX512
-  if (wide) return weighted_rows_sum_bf16_avx512(s, V, ld, n, hd, out);
-  if (have_avx2_att()) return weighted_rows_sum_bf16_avx2(s, V, ld, n, hd, out);
-#endif
-  weighted_rows_sum_bf16_portable(s, V, ld, n, hd, out);
+  weighted_rows_sum(s, V, ld, n, hd, out);
+}
+
+void attend_cached_row(const float* q, const int8_t* K, const float* k_scale, const int8_t* V, const float* v_scale, int ld,
+                       int n, int hd, float scale, float* s, float* out) {
+  dot_rows(n, hd, K, ld, q, s);  // the codes' dot products
+  for (int j = 0; j < n; ++j) s[j] *= scale * k_scale[j];
+  softmax_row(s, n);
+  for (int j = 0; j < n; ++j) s[j] *= v_scale[j];
+  weighted_rows_sum(s, V, ld, n, hd, out);
+}
+
+// ISA-cloned: nearbyint is then one instruction (roundss) instead of a libm call per value.
+LOOPLM_ISA_CLONES void quantize_kv_row(const float* x, int n, int8_t* codes, float* scale) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+  for (int i = 0; i < n; ++i) codes[i] = (int8_t)std::nearbyint(x[i] * id);
+  *scale = d;
 }
 
 }  // namespace looplm::k
