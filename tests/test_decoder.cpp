@@ -245,6 +245,30 @@ TEST(Decoder, NarrowKvCachesScoreCloseAndKeepLess) {
   EXPECT_THROW(lm.evaluate(some_tokens(40), bad), UsageError);
 }
 
+// An int8 cache element: codes within half a step of each value, the largest at ±127; a zero
+// vector zero codes and scale; a vector holding Inf or NaN a NaN scale (what reads it is NaN, as
+// an fp32 cache would give), never a cast of a non-finite value.
+TEST(Decoder, Int8KvRowQuantization) {
+  float x[20];
+  for (int i = 0; i < 20; ++i) x[i] = 0.37f * (float)(i - 7);
+  int8_t c[20];
+  float d = -1;
+  k::quantize_kv_row(x, 20, c, &d);
+  EXPECT_FLOAT_EQ(d, 0.37f * 12 / 127.0f);
+  EXPECT_EQ(c[19], 127);
+  for (int i = 0; i < 20; ++i) EXPECT_LE(std::fabs(x[i] - d * (float)c[i]), 0.5f * d * (1 + 1e-5f)) << i;
+  const float zero[4] = {0, 0, 0, 0};
+  k::quantize_kv_row(zero, 4, c, &d);
+  EXPECT_EQ(d, 0.0f);
+  EXPECT_EQ(c[0] | c[1] | c[2] | c[3], 0);
+  for (float bad : {INFINITY, NAN}) {
+    x[3] = bad;
+    k::quantize_kv_row(x, 20, c, &d);
+    EXPECT_TRUE(std::isnan(d));
+    EXPECT_EQ(c[3], 0);
+  }
+}
+
 // Cached attention over a head-major cache, fp32, bf16 and int8, against double precision on the
 // keys and values the cache holds (bf16: rounded to nearest even; int8: each head vector's codes
 // times its scale): several heads, head widths with and without a 16-lane tail, key counts past a

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
@@ -49,8 +50,6 @@ LOOPLM_ISA_CLONES void weighted_rows_sum_portable(const float* p, const E* V, in
     for (int l = 0; l < w; ++l) out[i0 + l] = acc[l];
   }
 }
-
-
 
 #ifdef LOOPLM_ATT_AVX512
 #pragma GCC diagnostic push
@@ -172,9 +171,18 @@ void attend_cached_row(const float* q, const int8_t* K, const float* k_scale, co
 // ISA-cloned: nearbyint is then one instruction (roundss) instead of a libm call per value.
 LOOPLM_ISA_CLONES void quantize_kv_row(const float* x, int n, int8_t* codes, float* scale) {
   float amax = 0;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  bool finite = true;
+  for (int i = 0; i < n; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite = finite && std::isfinite(x[i]);
+  }
+  if (!finite) {  // as an fp32 cache would: the attention that reads it comes out NaN
+    std::fill(codes, codes + n, (int8_t)0);
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-  for (int i = 0; i < n; ++i) codes[i] = (int8_t)std::nearbyint(x[i] * id);
+  for (int i = 0; i < n; ++i) codes[i] = (int8_t)std::nearbyint(x[i] * id);  // |x · id| ≤ 127
   *scale = d;
 }
 

@@ -40,7 +40,8 @@ void attend_cached_row(const float* q, const uint16_t* K, const uint16_t* V, int
 void attend_cached_row(const float* q, const int8_t* K, const float* k_scale, const int8_t* V, const float* v_scale, int ld,
                        int n, int hd, float scale, float* s, float* out);
 // An int8 cache's element (cache_ref.h): x[n] as codes round(x / d) and d = max|x| / 127 (d = 0
-// and zero codes for a zero vector), |x − d · code| ≤ d / 2.
+// and zero codes for a zero vector), |x − d · code| ≤ d / 2. A vector holding NaN or Inf: zero
+// codes and a NaN scale, so that what reads it is NaN, as with an fp32 cache.
 void quantize_kv_row(const float* x, int n, int8_t* codes, float* scale);
 
 }  // namespace looplm::k
