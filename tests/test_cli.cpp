@@ -603,6 +603,16 @@ TEST_F(Cli, NonFiniteCheckpoints) {
   EXPECT_NE(r.out.find("the loss is not finite"), std::string::npos) << r.out;
   r = run("generate --checkpoint " + dir + "/nan.safetensors --prompt hi");
   EXPECT_EQ(r.code, 1) << r.out;
+  // quantize --allow-nonfinite keeps the NaN (its block's scale is NaN), so the quantized file is
+  // refused as the fp32 one is, not loaded as finite, wrong weights
+  for (const char* fmt : {"q8_0", "q4_0", "q4_k"}) {
+    const std::string q = dir + "/nan." + fmt + ".safetensors";
+    r = run("quantize --checkpoint " + dir + "/nan.safetensors --format " + fmt + " --allow-nonfinite --out " + q);
+    ASSERT_EQ(r.code, 0) << fmt << r.out;
+    r = run("eval --checkpoint " + q + " --data " + dir + "/val.txt");
+    EXPECT_EQ(r.code, 1) << fmt << r.out;
+    EXPECT_NE(r.out.find("NaN"), std::string::npos) << fmt << r.out;
+  }
 }
 
 // The char tokenizer end to end: `looplm data --tokenizer char` writes the alphabet beside the

@@ -50,21 +50,32 @@ float fp16_to_fp32(uint16_t h) {
 
 // ---------------------------------------------------------------- the scalar reference
 namespace {
-// Codes u = clamp(round(x / d), lo, hi) + offset of a block (n ≤ 32 values, the rest 0).
+// Codes u = clamp(round(x / d), lo, hi) + offset of a block (n ≤ 32 values, the rest 0); a zero
+// or non-finite scale: every code at the offset (the value 0, or NaN once multiplied by d).
 void block_codes(const float* x, int n, float d, float lo, float hi, float offset, uint8_t* u) {
-  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const float id = d != 0 && std::isfinite(d) ? 1.0f / d : 0.0f;
   for (int i = 0; i < kQBlock; ++i) {
     const float v = i < n ? std::nearbyint(x[i] * id) : 0.0f;
     u[i] = (uint8_t)(std::clamp(v, lo, hi) + offset);
   }
 }
+// A block holding NaN or Inf gets a NaN scale, so that it dequantizes to NaN (quantize
+// --allow-nonfinite keeps what it was given non-finite; a plain load then refuses it). Without
+// this the max skipped a NaN and the block came out finite and wrong.
+bool block_finite(const float* x, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
 inline float block_amax(const float* x, int n) {
+  if (!block_finite(x, n)) return NAN;
   float amax = 0;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   return amax;
 }
 // The value of largest magnitude, with its sign (q4_0's scale, llama.cpp's choice: it maps to −8 exactly).
 float block_extreme(const float* x, int n) {
+  if (!block_finite(x, n)) return NAN;
   float amax = 0, m = 0;
   for (int i = 0; i < n; ++i)
     if (std::fabs(x[i]) > amax) {
@@ -95,7 +106,9 @@ LOOPLM_ISA_CLONES static void quantize_blocks(const float* x, int K, int blocks,
   for (int b = 0; b < blocks; ++b) {
     const int n = std::min(kQBlock, K - b * kQBlock);
     const float* xb = x + (int64_t)b * kQBlock;
-    const float d = block_amax(xb, n) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    float amax = 0;  // (not block_amax: activations skip its finiteness pass, as the AVX-512 path does)
+    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     int32_t s = 0;
     for (int i = 0; i < n; ++i) {
       const int v = (int)std::nearbyint(xb[i] * id);

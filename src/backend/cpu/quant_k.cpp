@@ -74,12 +74,17 @@ inline uint8_t six_bits(float v, float s) { return s > 0 ? (uint8_t)std::clamp(s
 }  // namespace
 
 GridQ4_K fit_grid_q4_k(const float* x, int n) {
+  GridQ4_K g;
+  for (int i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) {  // NaN / Inf: NaN d and dmin, zero codes (a NaN super-block, as q8_0 / q4_0 do)
+      g.d = g.dmin = NAN;
+      return g;
+    }
   float a[kQKSubs] = {}, b[kQKSubs] = {}, amax = 0, bmax = 0;
   for (int j = 0; j * kQBlock < n; ++j) {
     fit_sub_block(x + j * kQBlock, std::min(kQBlock, n - j * kQBlock), &a[j], &b[j]);
     amax = std::max(amax, a[j]), bmax = std::max(bmax, b[j]);
   }
-  GridQ4_K g;
   g.d = fp16_to_fp32(fp32_to_fp16(amax / 63.0f));
   g.dmin = fp16_to_fp32(fp32_to_fp16(bmax / 63.0f));
   for (int j = 0; j < kQKSubs; ++j) g.sc[j] = six_bits(a[j], g.d), g.m[j] = six_bits(b[j], g.dmin);
