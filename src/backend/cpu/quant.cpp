@@ -333,7 +333,8 @@ LOOPLM_AVX2_Q inline void pin_sums(__m256i* s) {
 
 // The two block halves (rows 0–7, 8–15) in one pass over the blocks for up to 2 inputs, in two
 // passes for more (the accumulators of one half then fit in the 16 registers). Measured on Zen 2, one
-// 1536 × 384 q4_0 product, 1 thread: 4 inputs 47 → 70+ GMAC/s; 1 input is faster in one pass.
+// 1536 × 384 q4_0 product through WeightFormat::gemm, 1 thread: 4+ inputs 47 → 65 GMAC/s (q8_0
+// 35 → 40); 1 input is faster in one pass (58 against 54 GMAC/s in a standalone copy).
 template <int NX, bool Q4>
 LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, float* out) {
   using Block = std::conditional_t<Q4, BlockQ4_0x16, BlockQ8_0x16>;
