@@ -146,6 +146,36 @@ LOOPLM_VNNI_Q static void quantize_blocks_avx512(const float* x, int K, int bloc
     quantize_blocks(x + (int64_t)full * kQBlock, K - full * kQBlock, blocks - full, q + (size_t)full * kQBlock, dd + full,
                     sum + full);
 }
+// The same with AVX2 (4% of a batch-1 q4_0 decode on Zen 2 went to the scalar loop): eight lanes
+// of max|x|, vcvtps2dq's nearest-even rounding, and the codes packed down with saturation (they
+// are within ±127 already).
+LOOPLM_AVX2_Q static void quantize_blocks_avx2(const float* x, int K, int blocks, int8_t* q, float* dd, int32_t* sum) {
+  const int full = K / kQBlock;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int b = 0; b < full; ++b) {
+    const float* xb = x + (int64_t)b * kQBlock;
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int c = 0; c < 4; ++c) m = _mm256_max_ps(m, _mm256_and_ps(v[c] = _mm256_loadu_ps(xb + 8 * c), abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float d = _mm_cvtss_f32(m4) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m256i i[4], s = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) s = _mm256_add_epi32(s, i[c] = _mm256_cvtps_epi32(_mm256_mul_ps(v[c], _mm256_set1_ps(id))));
+    // packs interleave the 128-bit lanes; the permute puts the 32 codes back in order
+    const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i[0], i[1]), 0xd8);
+    const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i[2], i[3]), 0xd8);
+    _mm256_storeu_si256((__m256i*)(q + (size_t)b * kQBlock), _mm256_permute4x64_epi64(_mm256_packs_epi16(p16, q16), 0xd8));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    dd[b] = d;
+    sum[b] = _mm_cvtsi128_si32(s4);
+  }
+  if (full < blocks)
+    quantize_blocks(x + (int64_t)full * kQBlock, K - full * kQBlock, blocks - full, q + (size_t)full * kQBlock, dd + full,
+                    sum + full);
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -156,6 +186,7 @@ void quantize_activations(const float* x, int K, QuantizedRow& o) {
   o.sum.resize(o.blocks);
 #ifdef LOOPLM_QUANT_X86
   if (have_vnni_q()) return quantize_blocks_avx512(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
+  if (have_avx2_q()) return quantize_blocks_avx2(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
 #endif
   quantize_blocks(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
 }
