@@ -152,10 +152,8 @@ void store(int8_t* dst, float* scale, const float* x, int hd, float keep, float 
   k::quantize_kv_row(x, hd, dst, scale);
 }
 
-inline void attend_row(const float* q, const HeadCache<float>& c, int w, int n, int hd, float scale, float* s, float* out) {
-  k::attend_cached_row(q, c.k, c.v, w, n, hd, scale, s, out);
-}
-inline void attend_row(const float* q, const HeadCache<uint16_t>& c, int w, int n, int hd, float scale, float* s, float* out) {
+template <class E>  // fp32, bf16
+inline void attend_row(const float* q, const HeadCache<E>& c, int w, int n, int hd, float scale, float* s, float* out) {
   k::attend_cached_row(q, c.k, c.v, w, n, hd, scale, s, out);
 }
 inline void attend_row(const float* q, const HeadCache<int8_t>& c, int w, int n, int hd, float scale, float* s, float* out) {

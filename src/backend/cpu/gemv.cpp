@@ -461,21 +461,16 @@ LOOPLM_ISA_CLONES static void dot_rows_narrow_portable(int N, int K, const E* W,
   }
 }
 
-void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y) {
+template <class E>
+static void dot_rows_narrow(int N, int K, const E* W, int ldw, const float* x, float* y) {
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512() && K <= 128) return dot_rows_avx512(N, K, W, ldw, x, y);
 #endif
   if (have_avx2_fma()) return dot_rows_avx2(N, K, W, ldw, x, y);
   dot_rows_narrow_portable(N, K, W, ldw, x, y);
 }
-
-void dot_rows(int N, int K, const int8_t* W, int ldw, const float* x, float* y) {
-#ifdef LOOPLM_AVX512_GEMV
-  if (have_avx512() && K <= 128) return dot_rows_avx512(N, K, W, ldw, x, y);
-#endif
-  if (have_avx2_fma()) return dot_rows_avx2(N, K, W, ldw, x, y);
-  dot_rows_narrow_portable(N, K, W, ldw, x, y);
-}
+void dot_rows(int N, int K, const uint16_t* W, int ldw, const float* x, float* y) { dot_rows_narrow(N, K, W, ldw, x, y); }
+void dot_rows(int N, int K, const int8_t* W, int ldw, const float* x, float* y) { dot_rows_narrow(N, K, W, ldw, x, y); }
 
 std::vector<GemvKernel> gemv_kernels_available() {
   std::vector<GemvKernel> k = {GemvKernel::portable};

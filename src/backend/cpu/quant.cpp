@@ -68,11 +68,12 @@ bool block_finite(const float* x, int n) {
   return true;
 }
 inline float block_amax(const float* x, int n) {
-  if (!block_finite(x, n)) return NAN;
   float amax = 0;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   return amax;
 }
+// q8_0's weight scale base (the activations take block_amax without the finiteness pass).
+inline float weight_amax(const float* x, int n) { return block_finite(x, n) ? block_amax(x, n) : NAN; }
 // The value of largest magnitude, with its sign (q4_0's scale, llama.cpp's choice: it maps to −8 exactly).
 float block_extreme(const float* x, int n) {
   if (!block_finite(x, n)) return NAN;
@@ -90,7 +91,7 @@ void quantize_block_q8_0_scaled(const float* x, int n, float d, uint8_t* u) { bl
 void quantize_block_q4_0_scaled(const float* x, int n, float d, uint8_t* u) { block_codes(x, n, d, -8, 7, 8, u); }
 
 void quantize_block_q8_0(const float* x, int n, uint16_t* d, uint8_t* u) {
-  const float s = block_amax(x, n) / 127.0f;
+  const float s = weight_amax(x, n) / 127.0f;
   *d = fp32_to_fp16(s);
   quantize_block_q8_0_scaled(x, n, s, u);
 }
@@ -106,9 +107,7 @@ LOOPLM_ISA_CLONES static void quantize_blocks(const float* x, int K, int blocks,
   for (int b = 0; b < blocks; ++b) {
     const int n = std::min(kQBlock, K - b * kQBlock);
     const float* xb = x + (int64_t)b * kQBlock;
-    float amax = 0;  // (not block_amax: activations skip its finiteness pass, as the AVX-512 path does)
-    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const float d = block_amax(xb, n) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     int32_t s = 0;
     for (int i = 0; i < n; ++i) {
       const int v = (int)std::nearbyint(xb[i] * id);
@@ -628,7 +627,7 @@ void q4_gemm(int N, int R, int C, const void* p, const float* x, float* y, float
 }
 
 // ---------------------------------------------------------------- GPTQ's hooks: a grid is a block's scale
-void q8_choose_grid(const float* x, int n, float* g) { *g = fp16_to_fp32(fp32_to_fp16(block_amax(x, n) / 127.0f)); }
+void q8_choose_grid(const float* x, int n, float* g) { *g = fp16_to_fp32(fp32_to_fp16(weight_amax(x, n) / 127.0f)); }
 void q4_choose_grid(const float* x, int n, float* g) { *g = fp16_to_fp32(fp32_to_fp16(block_extreme(x, n) / -8.0f)); }
 float q8_snap(float x, const float* g, int) { return *g == 0 ? 0.0f : *g * std::clamp(std::nearbyint(x / *g), -127.0f, 127.0f); }
 float q4_snap(float x, const float* g, int) { return *g == 0 ? 0.0f : *g * std::clamp(std::nearbyint(x / *g), -8.0f, 7.0f); }
