@@ -2,10 +2,10 @@
 """looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights (issue 9).
 
     python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
-                              [--prefill-len 128]
+                              [--prefill-len 128] [--d-model 384 --layers 6]
 
 The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
-shape of ../shared/anchors/llamacpp/README.md), written by `looplm train --steps 0` (random weights:
+shape of ../shared/anchors/llamacpp/README.md; --d-model / --layers change it, heads of 64), written by `looplm train --steps 0` (random weights:
 decode speed does not depend on their values). llama.cpp's prebuilt CPU build comes from npm
 (../shared/anchors/llamacpp/setup.sh); `looplm_to_gguf.py` converts the checkpoint to GGUF F32 /
 F16 / Q8_0 / Q4_0 (llama.cpp's own round-to-nearest quantization of the fp32 weights) and
@@ -33,12 +33,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "llamacpp")
 PAIRS = (("fp32", "f32"), ("bf16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"))
-SETS = ["d_model=384", "n_heads=6", "n_core=6", "context=256", "R=1"]
+def model_sets(d_model, layers):
+    return [f"d_model={d_model}", f"n_heads={d_model // 64}", f"n_core={layers}", "context=256", "R=1"]
 PROMPT = "And it came to pass"[:16]
 
 
 def sh(cmd, timeout=600):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    # errors="replace": a random-weight byte model prints bytes that are not UTF-8
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
 
 
 def setup_llamacpp():
@@ -99,7 +101,7 @@ def lcpp_rate(lcpp, gguf, threads, n_new, prompt_len=16, what="decode"):
     return max(json.loads(l)[f"{what}_tok_s"] for l in lines)
 
 
-def run(looplm, threads_list, repeats, n_new, prefill_len, work):
+def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
     lcpp = setup_llamacpp()
     if not lcpp:
         return None
@@ -107,10 +109,10 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work):
         print("(llama.cpp comparison skipped: the GGUF converter needs numpy for /usr/bin/python3 — "
               "apt-get install python3-numpy)")
         return None
-    run_dir = os.path.join(work, "llama384")
+    run_dir = os.path.join(work, "llama")
     cmd = [looplm, "train", "--preset", "llama", "--steps", "0", "--out", run_dir, "--overwrite", "--quiet",
            "--sample-len", "0"]
-    for s in SETS:
+    for s in sets:
         cmd += ["--set", s]
     r = sh(cmd)
     if r.returncode != 0:
@@ -195,17 +197,22 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n-new", type=int, default=200)
     ap.add_argument("--prefill-len", type=int, default=128, help="prompt bytes of the prefill table (0: none)")
+    ap.add_argument("--d-model", type=int, default=384, help="model width (a multiple of 64: heads of 64)")
+    ap.add_argument("--layers", type=int, default=6)
     a = ap.parse_args(argv)
+    if a.d_model <= 0 or a.d_model % 64 or a.layers <= 0:
+        ap.error("--d-model must be a positive multiple of 64 and --layers positive")
     if not os.path.exists(a.looplm):
         print(f"(llama.cpp comparison skipped: no looplm binary at {a.looplm})")
         return 0
     with tempfile.TemporaryDirectory(prefix="looplm_lcpp_") as work:
-        got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, a.prefill_len, work)
+        got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, a.prefill_len, work,
+                  model_sets(a.d_model, a.layers))
     if got is None:
         return 0
     res, pre, sizes = got
     print(table(res, sizes, a.repeats,
-                f"Batch-1 decoding, 6 x d384 Llama-style, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
+                f"Batch-1 decoding, {a.layers} x d{a.d_model} Llama-style, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
                 f"medians of {a.repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):"))
     if pre is not None:
         print()
