@@ -145,7 +145,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   } catch (const nlohmann::json::exception& e) {  // e.g. a name or value that is not valid UTF-8
     throw Error(where + ": header cannot be encoded as JSON: " + plain_message(e));
   }
-  text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
+  // The data section starts 64-byte aligned (the header padded with spaces, as the format allows):
+  // a mapped file's tensors are used in place, and a tensor whose rows start mid-cache-line makes
+  // every 64-byte load of the matrix-vector kernels touch two lines (Zen 5, 1 thread, 6 x d384 fp32
+  // decode: 416-428 tokens/s with the tensors 24 bytes past a line, 512-577 aligned). Tensors of
+  // multiples of 64 bytes keep the next one aligned.
+  text.append((64 - (8 + text.size()) % 64) % 64, ' ');
 
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
