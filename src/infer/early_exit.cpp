@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/parallel.h"
+
 namespace looplm {
 
 ExitRule parse_exit_rule(const std::string& name) {
@@ -79,9 +81,8 @@ const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const 
   exiting_.clear();
   now_.assign(rows_, 0);
   const bool first = r == 1;
-#pragma omp parallel for if (rows_ * V_ > (1 << 16))
-  for (int64_t n = 0; n < rows_; ++n) {
-    if (exit_[n]) continue;
+  parallel_for<int64_t>(rows_, rows_ * V_ > (1 << 16), [&](int64_t n) {
+    if (exit_[n]) return;
     double* lp = logp_.data() + n * V_;
     log_softmax_row(logits + n * V_, V_, lp);
     const double s = exit_score(rule_.rule, lp, first || prev_logp_.empty() ? nullptr : prev_logp_.data() + n * V_, V_,
@@ -89,7 +90,7 @@ const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const 
     now_[n] = r >= depth_ || s < rule_.threshold;
     if (!prev_logp_.empty()) std::copy(lp, lp + V_, prev_logp_.data() + n * V_);
     if (!prev_h_.empty()) std::copy(h + n * d_, h + (n + 1) * d_, prev_h_.data() + n * d_);
-  }
+  });
   for (int64_t n = 0; n < rows_; ++n)
     if (now_[n]) {
       exit_[n] = r;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "backend/cpu/parallel.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "infer/early_exit.h"
@@ -29,15 +30,14 @@ int64_t correct_top1(const Node* logits, const int32_t* targets) {
 void token_losses(const Node* logits, const int32_t* targets, std::vector<float>& out) {
   const int64_t rows = logits->rows, V = logits->cols;
   std::vector<float> l(rows);
-#pragma omp parallel for if (rows * V > (1 << 16))
-  for (int64_t n = 0; n < rows; ++n) {
-    if (targets[n] < 0) continue;
+  parallel_for<int64_t>(rows, rows * V > (1 << 16), [&](int64_t n) {
+    if (targets[n] < 0) return;
     const float* z = logits->v + n * V;
     double m = z[0], s = 0;
     for (int64_t v = 1; v < V; ++v) m = std::max(m, (double)z[v]);
     for (int64_t v = 0; v < V; ++v) s += std::exp((double)z[v] - m);
     l[n] = (float)(m + std::log(s) - z[targets[n]]);
-  }
+  });
   for (int64_t n = 0; n < rows; ++n)
     if (targets[n] >= 0) out.push_back(l[n]);
 }

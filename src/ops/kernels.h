@@ -11,6 +11,7 @@
 
 #include "backend/cpu/fastmath.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/pointwise_f32.h"
 
 namespace looplm::k {
@@ -32,9 +33,9 @@ template <class T>
 void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out) {
   gemm_fixed_split(false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
   if (b) {
-#pragma omp parallel for if ((int64_t)N * out > kParallelMin)
-    for (int n = 0; n < N; ++n)
+    parallel_for<int>(N, (int64_t)N * out > kParallelMin, [&](int n) {
       for (int o = 0; o < out; ++o) y[(int64_t)n * out + o] += b[o];
+    });
   }
 }
 // dx = dy W  (overwrite or add);  dW += dy^T x;  db += colsum(dy)
@@ -43,12 +44,11 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
   if (dx) gemm_fixed_split(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
   if (dW) gemm_fixed_split(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);  // thread-count independent
   if (db) {
-#pragma omp parallel for if ((int64_t)N * out > kParallelMin)
-    for (int o = 0; o < out; ++o) {
+    parallel_for<int>(out, (int64_t)N * out > kParallelMin, [&](int o) {
       T s = 0;
       for (int n = 0; n < N; ++n) s += dy[(int64_t)n * out + o];
       db[o] += s;
-    }
+    });
   }
 }
 
@@ -58,8 +58,7 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
 template <class T>
 void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int d, int T_rows, int pos0 = 0,
                    const int* row_pos = nullptr) {
-#pragma omp parallel for if ((int64_t)N * d > kParallelMin)
-  for (int n = 0; n < N; ++n) {
+  parallel_for<int>(N, (int64_t)N * d > kParallelMin, [&](int n) {
     const T* e = E + (int64_t)tok[n] * d;
     T* yn = y + (int64_t)n * d;
     if (P) {
@@ -68,7 +67,7 @@ void embedding_fwd(const int32_t* tok, const T* E, const T* P, T* y, int N, int 
     } else {
       for (int i = 0; i < d; ++i) yn[i] = e[i];
     }
-  }
+  });
 }
 // dE[tok[n]] += dy[n];  dP[n % T_rows] += dy[n]. Parallel over channel slices so rows never race.
 template <class T>
@@ -102,8 +101,7 @@ void reduce_partials(const T* part, int nt, int d, T* out) {
 // x, y [N, d]; w [d]; rstd [N] saved for backward
 template <class T>
 void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int d, double eps) {
-#pragma omp parallel for if ((int64_t)N * d > kParallelMin)
-  for (int n = 0; n < N; ++n) {
+  parallel_for<int>(N, (int64_t)N * d > kParallelMin, [&](int n) {
     const T* xn = x + (int64_t)n * d;
     T* yn = y + (int64_t)n * d;
     T ss = 0;
@@ -111,15 +109,14 @@ void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int d, double eps
     T r = T(1) / std::sqrt(ss / T(d) + T(eps));
     rstd[n] = r;
     for (int i = 0; i < d; ++i) yn[i] = xn[i] * r * w[i];
-  }
+  });
 }
 // dx = r (dy w) - r^3/d x Σ(dy w x);  dw += Σ_n dy x r.  part: scratch [row_chunks(N), d] for dw
 template <class T>
 void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool acc, T* dw, T* part, int N,
                  int d) {
   const int nch = row_chunks(N);
-#pragma omp parallel for schedule(static) if ((int64_t)N * d > kParallelMin)
-  for (int ch = 0; ch < nch; ++ch) {
+  parallel_for<int>(nch, (int64_t)N * d > kParallelMin, [&](int ch) {
     T* pw = part + (int64_t)ch * d;
     std::fill(pw, pw + d, T(0));
     for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n) {
@@ -134,7 +131,7 @@ void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, bool
       }
       for (int i = 0; i < d; ++i) pw[i] += gn[i] * xn[i] * r;
     }
-  }
+  });
   if (dw) reduce_partials(part, nch, d, dw);
 }
 
@@ -174,9 +171,9 @@ void layernorm_row_bwd(const T* xn, const T* w, T mu, T r, const T* gn, T* o, bo
 
 template <class T>
 void layernorm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int N, int d, double eps) {
-#pragma omp parallel for if ((int64_t)N * d > kParallelMin)
-  for (int n = 0; n < N; ++n)
+  parallel_for<int>(N, (int64_t)N * d > kParallelMin, [&](int n) {
     layernorm_row_fwd(x + (int64_t)n * d, w, b, y + (int64_t)n * d, d, eps, mean[n], rstd[n]);
+  });
 }
 // x̂ = (x-μ)r; g = dy w;  dx = r (g - mean(g) - x̂ mean(g x̂));  dw += Σ dy x̂;  db += Σ dy.
 // part: scratch [row_chunks(N), 2d]
@@ -184,15 +181,14 @@ template <class T>
 void layernorm_bwd(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, bool acc, T* dw,
                    T* db, T* part, int N, int d) {
   const int nch = row_chunks(N);
-#pragma omp parallel for schedule(static) if ((int64_t)N * d > kParallelMin)
-  for (int ch = 0; ch < nch; ++ch) {
+  parallel_for<int>(nch, (int64_t)N * d > kParallelMin, [&](int ch) {
     T* pw = part + (int64_t)ch * 2 * d;
     T* pb = pw + d;
     std::fill(pw, pw + 2 * d, T(0));
     for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n)
       layernorm_row_bwd(x + (int64_t)n * d, w, mean[n], rstd[n], dy + (int64_t)n * d, dx ? dx + (int64_t)n * d : nullptr,
                         acc, pw, pb, d);
-  }
+  });
   for (int ch = 0; ch < nch; ++ch)
     for (int i = 0; i < d; ++i) {
       if (dw) dw[i] += part[(int64_t)ch * 2 * d + i];

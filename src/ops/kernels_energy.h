@@ -30,37 +30,33 @@ inline GeluDerivs<T> gelu_derivs(T u) {
 // y = GELU′(u) ⊙ v
 template <class T>
 void gelu_prime_mul_fwd(const T* u, const T* v, T* y, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = gelu_derivs(u[i]).f1 * v[i];
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) { y[i] = gelu_derivs(u[i]).f1 * v[i]; });
 }
 // du = GELU″(u) ⊙ v ⊙ dy;  dv = GELU′(u) ⊙ dy
 template <class T>
 void gelu_prime_mul_bwd(const T* u, const T* v, const T* dy, T* du, bool au, T* dv, bool av, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) {
     const GeluDerivs<T> d = gelu_derivs(u[i]);
     if (du) store(du + i, d.f2 * v[i] * dy[i], au);
     if (dv) store(dv + i, d.f1 * dy[i], av);
-  }
+  });
 }
 
 // y = GELU(u) ⊙ GELU′(u)  (½ ∂‖GELU(u)‖²/∂u)
 template <class T>
 void gelu_gelu_prime_fwd(const T* u, T* y, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) {
     const GeluDerivs<T> d = gelu_derivs(u[i]);
     y[i] = d.f * d.f1;
-  }
+  });
 }
 // du = (GELU′² + GELU GELU″) ⊙ dy
 template <class T>
 void gelu_gelu_prime_bwd(const T* u, const T* dy, T* du, bool acc, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) {
     const GeluDerivs<T> d = gelu_derivs(u[i]);
     store(du + i, (d.f1 * d.f1 + d.f * d.f2) * dy[i], acc);
-  }
+  });
 }
 
 // ---------------------------------------------------------------- y = α x W (W [K, M] used untransposed)
@@ -79,25 +75,24 @@ void matmul_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
 // ---------------------------------------------------------------- y = c · x ⊙ w (w one row)
 template <class T>
 void mul_row_fwd(const T* x, const T* w, T c, T* y, int N, int C) {
-#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
-  for (int n = 0; n < N; ++n)
+  parallel_for<int>(N, (int64_t)N * C > kParallelMin, [&](int n) {
     for (int j = 0; j < C; ++j) y[(int64_t)n * C + j] = c * x[(int64_t)n * C + j] * w[j];
+  });
 }
 // dx = c w ⊙ dy;  dw[j] += c Σ_n x[n, j] dy[n, j] (per column, rows in order)
 template <class T>
 void mul_row_bwd(const T* x, const T* w, T c, const T* dy, T* dx, bool acc, T* dw, int N, int C) {
   if (dx) {
-#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
-    for (int n = 0; n < N; ++n)
+    parallel_for<int>(N, (int64_t)N * C > kParallelMin, [&](int n) {
       for (int j = 0; j < C; ++j) store(dx + (int64_t)n * C + j, c * w[j] * dy[(int64_t)n * C + j], acc);
+    });
   }
   if (dw) {
-#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
-    for (int j = 0; j < C; ++j) {
+    parallel_for<int>(C, (int64_t)N * C > kParallelMin, [&](int j) {
       T s = 0;
       for (int n = 0; n < N; ++n) s += x[(int64_t)n * C + j] * dy[(int64_t)n * C + j];
       dw[j] += c * s;
-    }
+    });
   }
 }
 
@@ -105,15 +100,14 @@ void mul_row_bwd(const T* x, const T* w, T c, const T* dy, T* dx, bool acc, T* d
 // repeat: y [N, n·d] = [x | x | ... | x];  its backward is sum_blocks, and the other way round.
 template <class T>
 void repeat_cols_fwd(const T* x, T* y, int N, int d, int n) {
-#pragma omp parallel for if ((int64_t)N * d * n > kParallelMin)
-  for (int r = 0; r < N; ++r)
+  parallel_for<int>(N, (int64_t)N * d * n > kParallelMin, [&](int r) {
     for (int s = 0; s < n; ++s) std::copy(x + (int64_t)r * d, x + (int64_t)r * d + d, y + ((int64_t)r * n + s) * d);
+  });
 }
 // y [N, d] = Σ_s x_s  (x [N, n·d]), or added to y
 template <class T>
 void sum_blocks_fwd(const T* x, T* y, bool acc, int N, int d, int n) {
-#pragma omp parallel for if ((int64_t)N * d * n > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * d * n > kParallelMin, [&](int r) {
     T* o = y + (int64_t)r * d;
     const T* in = x + (int64_t)r * n * d;
     for (int j = 0; j < d; ++j) {
@@ -121,18 +115,18 @@ void sum_blocks_fwd(const T* x, T* y, bool acc, int N, int d, int n) {
       for (int b = 0; b < n; ++b) s += in[(int64_t)b * d + j];
       o[j] = s;
     }
-  }
+  });
 }
 // dx_s = dy for every block (overwrite or add)
 template <class T>
 void repeat_cols_acc(const T* dy, T* dx, bool acc, int N, int d, int n) {
-#pragma omp parallel for if ((int64_t)N * d * n > kParallelMin)
-  for (int r = 0; r < N; ++r)
+  parallel_for<int>(N, (int64_t)N * d * n > kParallelMin, [&](int r) {
     for (int s = 0; s < n; ++s) {
       T* o = dx + ((int64_t)r * n + s) * d;
       const T* in = dy + (int64_t)r * d;
       for (int j = 0; j < d; ++j) store(o + j, in[j], acc);
     }
+  });
 }
 
 // ---------------------------------------------------------------- per-head layouts (CEM)
@@ -140,20 +134,19 @@ void repeat_cols_acc(const T* dy, T* dx, bool acc, int N, int d, int n) {
 template <class T>
 void head_concat_fwd(const T* A, const T* B, T* Y, int N, int H, int a, int b) {
   const int w = a + b;
-#pragma omp parallel for if ((int64_t)N * H * w > kParallelMin)
-  for (int r = 0; r < N; ++r)
+  parallel_for<int>(N, (int64_t)N * H * w > kParallelMin, [&](int r) {
     for (int k = 0; k < H; ++k) {
       T* y = Y + ((int64_t)r * H + k) * w;
       std::copy(A + ((int64_t)r * H + k) * a, A + ((int64_t)r * H + k) * a + a, y);
       std::copy(B + (int64_t)r * b, B + (int64_t)r * b + b, y + a);
     }
+  });
 }
 // dA_k = dY_k[0, a);  dB = Σ_k dY_k[a, a+b)  (overwrite or add)
 template <class T>
 void head_concat_bwd(const T* dY, T* dA, bool aa, T* dB, bool ab, int N, int H, int a, int b) {
   const int w = a + b;
-#pragma omp parallel for if ((int64_t)N * H * w > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * H * w > kParallelMin, [&](int r) {
     for (int k = 0; k < H; ++k) {
       const T* g = dY + ((int64_t)r * H + k) * w;
       if (dA)
@@ -165,41 +158,39 @@ void head_concat_bwd(const T* dY, T* dA, bool aa, T* dB, bool ab, int N, int H, 
         for (int k = 0; k < H; ++k) s += dY[((int64_t)r * H + k) * w + a + j];
         store(dB + (int64_t)r * b + j, s, ab);
       }
-  }
+  });
 }
 // head_slice: Z [N, H·n], head k = Y_k[c0, c0+n) (Y [N, H·w])
 template <class T>
 void head_slice_fwd(const T* Y, T* Z, int N, int H, int w, int c0, int n) {
-#pragma omp parallel for if ((int64_t)N * H * n > kParallelMin)
-  for (int r = 0; r < N; ++r)
+  parallel_for<int>(N, (int64_t)N * H * n > kParallelMin, [&](int r) {
     for (int k = 0; k < H; ++k)
       std::copy(Y + ((int64_t)r * H + k) * w + c0, Y + ((int64_t)r * H + k) * w + c0 + n, Z + ((int64_t)r * H + k) * n);
+  });
 }
 // dY_k[c0, c0+n) = dZ_k (added when acc; without acc the rest of dY is zeroed)
 template <class T>
 void head_slice_bwd(const T* dZ, T* dY, bool acc, int N, int H, int w, int c0, int n) {
-#pragma omp parallel for if ((int64_t)N * H * w > kParallelMin)
-  for (int r = 0; r < N; ++r)
+  parallel_for<int>(N, (int64_t)N * H * w > kParallelMin, [&](int r) {
     for (int k = 0; k < H; ++k) {
       T* o = dY + ((int64_t)r * H + k) * w;
       if (!acc) std::fill(o, o + w, T(0));
       for (int j = 0; j < n; ++j) o[c0 + j] += dZ[((int64_t)r * H + k) * n + j];
     }
+  });
 }
 
 // ---------------------------------------------------------------- elementwise
 template <class T>
 void mul_fwd(const T* a, const T* b, T* y, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) { y[i] = a[i] * b[i]; });
 }
 template <class T>
 void mul_bwd(const T* a, const T* b, const T* dy, T* da, bool aa, T* db, bool ab, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) {
     if (da) store(da + i, b[i] * dy[i], aa);
     if (db) store(db + i, a[i] * dy[i], ab);
-  }
+  });
 }
 // softplus(x) = log(1 + eˣ) (stable), its derivative σ(x)
 template <class T>

@@ -13,6 +13,7 @@
 #include <omp.h>
 #include <vector>
 
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/pointwise_f32.h"
 #include "ops/kernels.h"
 
@@ -49,48 +50,43 @@ inline void row_store(T a, const T* x, T* y, int n, bool acc) {
 // ---------------------------------------------------------------- sigmoid: y = o · σ(s · x)
 template <class T>
 void sigmoid_fwd(const T* x, T* y, int64_t n, T s, T o) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = o / (T(1) + std::exp(-s * x[i]));
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) { y[i] = o / (T(1) + std::exp(-s * x[i])); });
 }
 // dy/dx = o · s · σ (1 − σ) = s · y · (1 − y / o)
 template <class T>
 void sigmoid_bwd(const T* y, const T* dy, T* dx, bool acc, int64_t n, T s, T o) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) store(dx + i, dy[i] * s * y[i] * (T(1) - y[i] / o), acc);
+  parallel_for<int64_t>(n, n > kParallelMin,
+                        [&](int64_t i) { store(dx + i, dy[i] * s * y[i] * (T(1) - y[i] / o), acc); });
 }
 
 // ---------------------------------------------------------------- SiLU: y = x σ(x)
 template <class T>
 void silu_fwd(const T* x, T* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) { y[i] = x[i] / (T(1) + std::exp(-x[i])); });
 }
 // silu'(x) = σ(x) (1 + x (1 − σ(x)))
 template <class T>
 void silu_bwd(const T* x, const T* dy, T* dx, bool acc, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) {
     const T sg = T(1) / (T(1) + std::exp(-x[i]));
     store(dx + i, dy[i] * sg * (T(1) + x[i] * (T(1) - sg)), acc);
-  }
+  });
 }
 
 // ---------------------------------------------------------------- gate mix: y = g ⊙ a + (1 − g) ⊙ b
 template <class T>
 void gate_mix_fwd(const T* g, const T* a, const T* b, T* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = b[i] + g[i] * (a[i] - b[i]);
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) { y[i] = b[i] + g[i] * (a[i] - b[i]); });
 }
 // dg = dy (a − b), da = dy g, db = dy (1 − g)
 template <class T>
 void gate_mix_bwd(const T* g, const T* a, const T* b, const T* dy, T* dg, bool acc_g, T* da, bool acc_a, T* db,
                   bool acc_b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for<int64_t>(n, n > kParallelMin, [&](int64_t i) {
     if (dg) store(dg + i, dy[i] * (a[i] - b[i]), acc_g);
     if (da) store(da + i, dy[i] * g[i], acc_a);
     if (db) store(db + i, dy[i] * (T(1) - g[i]), acc_b);
-  }
+  });
 }
 
 // ---------------------------------------------------------------- scale and shift: y = s·x + b
@@ -98,9 +94,9 @@ void gate_mix_bwd(const T* g, const T* a, const T* b, const T* dy, T* dg, bool a
 template <class T>
 void scale_shift_fwd(const T* x, const T* s, const T* b, T* y, int N, int C) {
   const T sc = s ? s[0] : T(1);
-#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
-  for (int n = 0; n < N; ++n)
+  parallel_for<int>(N, (int64_t)N * C > kParallelMin, [&](int n) {
     for (int c = 0; c < C; ++c) y[(int64_t)n * C + c] = sc * x[(int64_t)n * C + c] + (b ? b[c] : T(0));
+  });
 }
 // dx = s dy;  ds += Σ dy ⊙ x (fixed row chunks, added in order; part: row_chunks(N) scratch);
 // db[c] += Σ_n dy[n, c]
@@ -109,8 +105,7 @@ void scale_shift_bwd(const T* x, const T* s, const T* dy, T* dx, bool acc, T* ds
   const T sc = s ? s[0] : T(1);
   const int nch = row_chunks(N);
   if (ds) std::fill(part, part + nch, T(0));
-#pragma omp parallel for schedule(static) if ((int64_t)N * C > kParallelMin)
-  for (int ch = 0; ch < nch; ++ch)
+  parallel_for<int>(nch, (int64_t)N * C > kParallelMin, [&](int ch) {
     for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n) {
       const T* g = dy + (int64_t)n * C;
       if (dx)
@@ -121,15 +116,15 @@ void scale_shift_bwd(const T* x, const T* s, const T* dy, T* dx, bool acc, T* ds
         part[ch] += acc_s;
       }
     }
+  });
   if (ds)
     for (int ch = 0; ch < nch; ++ch) ds[0] += part[ch];
   if (db) {
-#pragma omp parallel for if ((int64_t)N * C > kParallelMin)
-    for (int c = 0; c < C; ++c) {
+    parallel_for<int>(C, (int64_t)N * C > kParallelMin, [&](int c) {
       T t = 0;
       for (int n = 0; n < N; ++n) t += dy[(int64_t)n * C + c];
       db[c] += t;
-    }
+    });
   }
 }
 
@@ -137,19 +132,17 @@ void scale_shift_bwd(const T* x, const T* s, const T* dy, T* dx, bool acc, T* ds
 // y = x / sqrt(mean(x²) + eps) over each row of D; rstd [N] saved.
 template <class T>
 void rms_normalize_fwd(const T* x, T* y, T* rstd, int N, int D, double eps) {
-#pragma omp parallel for if ((int64_t)N * D > kParallelMin)
-  for (int n = 0; n < N; ++n) {
+  parallel_for<int>(N, (int64_t)N * D > kParallelMin, [&](int n) {
     const T* xn = x + (int64_t)n * D;
     const T r = T(1) / std::sqrt(row_dot(xn, xn, D) / T(D) + T(eps));
     rstd[n] = r;
     row_scale(r, xn, y + (int64_t)n * D, D);
-  }
+  });
 }
 // dx = r dy − r³/D · x Σ(dy x)
 template <class T>
 void rms_normalize_bwd(const T* x, const T* rstd, const T* dy, T* dx, bool acc, int N, int D) {
-#pragma omp parallel for if ((int64_t)N * D > kParallelMin)
-  for (int n = 0; n < N; ++n) {
+  parallel_for<int>(N, (int64_t)N * D > kParallelMin, [&](int n) {
     const T* xn = x + (int64_t)n * D;
     const T* gn = dy + (int64_t)n * D;
     T* o = dx + (int64_t)n * D;
@@ -157,27 +150,25 @@ void rms_normalize_bwd(const T* x, const T* rstd, const T* dy, T* dx, bool acc, 
     const T c = r * r * r * row_dot(gn, xn, D) / T(D);
     row_store(r, gn, o, D, acc);
     row_axpy(-c, xn, o, D);
-  }
+  });
 }
 
 // ---------------------------------------------------------------- stream mix: x = Σ_s w_s Y_s
 // Y [N, n·d], w [N, n] -> x [N, d]
 template <class T>
 void stream_mix_fwd(const T* Y, const T* w, T* x, int N, int n, int d) {
-#pragma omp parallel for if ((int64_t)N * n * d > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * n * d > kParallelMin, [&](int r) {
     const T* Yr = Y + (int64_t)r * n * d;
     const T* wr = w + (int64_t)r * n;
     T* xr = x + (int64_t)r * d;
     row_scale(wr[0], Yr, xr, d);
     for (int s = 1; s < n; ++s) row_axpy(wr[s], Yr + (int64_t)s * d, xr, d);
-  }
+  });
 }
 // dY_s = w_s dx;  dw_s = <dx, Y_s>
 template <class T>
 void stream_mix_bwd(const T* Y, const T* w, const T* dx, T* dY, bool acc_Y, T* dw, bool acc_w, int N, int n, int d) {
-#pragma omp parallel for if ((int64_t)N * n * d > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * n * d > kParallelMin, [&](int r) {
     const T* Yr = Y + (int64_t)r * n * d;
     const T* wr = w + (int64_t)r * n;
     const T* gr = dx + (int64_t)r * d;
@@ -185,7 +176,7 @@ void stream_mix_bwd(const T* Y, const T* w, const T* dx, T* dY, bool acc_Y, T* d
       if (dY) row_store(wr[s], gr, dY + ((int64_t)r * n + s) * d, d, acc_Y);
       if (dw) store(dw + (int64_t)r * n + s, row_dot(gr, Yr + (int64_t)s * d, d), acc_w);
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------- stream update
@@ -194,8 +185,7 @@ void stream_mix_bwd(const T* Y, const T* w, const T* dx, T* dY, bool acc_Y, T* d
 // Y, Y' [N, n·d]; P [N, n]; x [N, d]
 template <class T>
 void stream_update_fwd(const T* Y, const T* H, const T* P, const T* x, T* Yo, int N, int n, int d, bool full) {
-#pragma omp parallel for if ((int64_t)N * n * d > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * n * d > kParallelMin, [&](int r) {
     const T* Yr = Y + (int64_t)r * n * d;
     const T* xr = x + (int64_t)r * d;
     for (int s = 0; s < n; ++s) {
@@ -208,7 +198,7 @@ void stream_update_fwd(const T* Y, const T* H, const T* P, const T* x, T* Yo, in
         row_axpy(H[(int64_t)r * n + s], Yr + (int64_t)s * d, o, d);
       }
     }
-  }
+  });
 }
 // dY_t = Σ_s H[s,t] dY'_s (diagonal: H_t dY'_t);  dH[s,t] = <dY'_s, Y_t> (diagonal: <dY'_s, Y_s>);
 // dP_s = <dY'_s, x>;  dx = Σ_s P_s dY'_s
@@ -216,8 +206,7 @@ template <class T>
 void stream_update_bwd(const T* Y, const T* H, const T* P, const T* x, const T* dYo, T* dY, bool acc_Y, T* dH,
                        bool acc_H, T* dP, bool acc_P, T* dx, bool acc_x, int N, int n, int d, bool full) {
   const int nh = full ? n * n : n;
-#pragma omp parallel for if ((int64_t)N * n * d > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * n * d > kParallelMin, [&](int r) {
     const T* Yr = Y + (int64_t)r * n * d;
     const T* Gr = dYo + (int64_t)r * n * d;
     const T* xr = x + (int64_t)r * d;
@@ -244,7 +233,7 @@ void stream_update_bwd(const T* Y, const T* H, const T* P, const T* x, const T* 
       row_store(Pr[0], Gr, o, d, acc_x);
       for (int s = 1; s < n; ++s) row_axpy(Pr[s], Gr + (int64_t)s * d, o, d);
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------- Sinkhorn–Knopp (mHC)
@@ -287,14 +276,13 @@ template <class T>
 void sinkhorn_fwd(const T* L, T* H, int N, int n, int iters, double* work) {
   const int nn = n * n;
   const size_t per = sinkhorn_work(n, iters);
-#pragma omp parallel for if ((int64_t)N * nn * iters > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * nn * iters > kParallelMin, [&](int r) {
     double* it = work + per * (size_t)omp_get_thread_num();
     double* sums = it + (size_t)(2 * iters + 1) * nn;
     sinkhorn_one(L + (int64_t)r * nn, n, iters, it, sums);
     const double* X = it + (size_t)2 * iters * nn;
     for (int i = 0; i < nn; ++i) H[(int64_t)r * nn + i] = (T)X[i];
-  }
+  });
 }
 // Back through the rounds: for y = a / colsum(a): da[s,u] = (dy[s,u] − Σ_v dy[v,u] y[v,u]) / c_u;
 // for y = x / rowsum(x): dx[s,u] = (dy[s,u] − Σ_v dy[s,v] y[s,v]) / r_s; then dL = dX0 ⊙ X0 (the
@@ -303,8 +291,7 @@ template <class T>
 void sinkhorn_bwd(const T* L, const T* dH, T* dL, bool acc, int N, int n, int iters, double* work) {
   const int nn = n * n;
   const size_t per = sinkhorn_work(n, iters) + 2 * (size_t)nn;
-#pragma omp parallel for if ((int64_t)N * nn * iters > kParallelMin)
-  for (int r = 0; r < N; ++r) {
+  parallel_for<int>(N, (int64_t)N * nn * iters > kParallelMin, [&](int r) {
     double* it = work + per * (size_t)omp_get_thread_num();
     double* sums = it + (size_t)(2 * iters + 1) * nn;
     double* g = sums + (size_t)2 * iters * n;  // gradient of the current iterate
@@ -328,7 +315,7 @@ void sinkhorn_bwd(const T* L, const T* dH, T* dL, bool acc, int N, int n, int it
       }
     }
     for (int i = 0; i < nn; ++i) store(dL + (int64_t)r * nn + i, (T)(g[i] * it[i]), acc);
-  }
+  });
 }
 
 }  // namespace looplm::k

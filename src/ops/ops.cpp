@@ -212,8 +212,7 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
   const float keep = cache.mean_step > 0 ? (float)cache.mean_step / (cache.mean_step + 1) : 0.0f;
   const float take = 1.0f - keep;
   float* scores = g.shared_scratch((size_t)n_threads() * std::max(Tk, 1));
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int bh = 0; bh < B * H; ++bh) {
+  auto head = [&](int bh) {
     const int b = bh / H, h = bh % H, p0 = at.at(b);
     float* s = scores + (size_t)omp_get_thread_num() * Tk;
     const float* Q = qkv->v + (int64_t)b * T * ld + h * hd;
@@ -239,7 +238,13 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
         break;
       }
     }
+  };
+  if (!pool_has_threads()) {  // one thread: no OpenMP region at all (backend/cpu/parallel.h)
+    for (int bh = 0; bh < B * H; ++bh) head(bh);
+    return y;
   }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int bh = 0; bh < B * H; ++bh) head(bh);
   return y;
 }
 

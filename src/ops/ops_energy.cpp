@@ -146,12 +146,11 @@ Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, const RowPlace
     LOOPLM_ASSERT(at.at(b) + T <= ra.positions, "rope: positions beyond the RoPE table");
   Node* y = g.output(x->rows, d, x);
   LOOPLM_ASSERT(!at.pos || !y->requires_grad, "rope: per-row positions are for generation (no gradients)");
-#pragma omp parallel for if ((int64_t)B * T * d > k::kParallelMin)
-  for (int bh = 0; bh < B * H; ++bh) {
+  parallel_for<int>(B * H, (int64_t)B * T * d > k::kParallelMin, [&](int bh) {
     const int64_t off = (int64_t)(bh / H) * T * d + (bh % H) * hd;
     const size_t p0 = (size_t)at.at(bh / H) * half;
     k::rope_fwd(x->v + off, d, y->v + off, d, ra.cos + p0, ra.sin + p0, T, hd);
-  }
+  });
   if (y->requires_grad) {
     const float* cs = ra.cos + (size_t)at.pos0 * half;
     const float* sn = ra.sin + (size_t)at.pos0 * half;
@@ -159,11 +158,10 @@ Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, const RowPlace
       bool acc = false;
       float* dx = g.grad_of(x, acc);
       if (!dx) return;
-#pragma omp parallel for if ((int64_t)B * T * d > k::kParallelMin)
-      for (int bh = 0; bh < B * H; ++bh) {
+      parallel_for<int>(B * H, (int64_t)B * T * d > k::kParallelMin, [&](int bh) {
         const int64_t off = (int64_t)(bh / H) * T * d + (bh % H) * hd;
         k::rope_bwd(y->g + off, d, dx + off, d, cs, sn, T, hd, acc);
-      }
+      });
     });
   }
   return y;

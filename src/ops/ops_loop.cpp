@@ -135,8 +135,7 @@ Node* sinkhorn(Graph& g, Node* L, int n, int iters) {
 Node* gaussian(Graph& g, int64_t rows, int64_t cols, double std, const Rng& rng) {
   Node* y = g.node(rows, cols, false);
   const int64_t n = rows * cols, pairs = (n + 1) / 2;
-#pragma omp parallel for schedule(static) if (n > k::kParallelMin)
-  for (int64_t p = 0; p < pairs; ++p) {
+  parallel_for<int64_t>(pairs, n > k::kParallelMin, [&](int64_t p) {
     Rng r = rng;
     r.counter = 2 * (uint64_t)p;  // Box–Muller on two uniforms gives two normals
     double u1 = r.uniform(), u2 = r.uniform();
@@ -144,7 +143,7 @@ Node* gaussian(Graph& g, int64_t rows, int64_t cols, double std, const Rng& rng)
     const double m = std * std::sqrt(-2.0 * std::log(u1)), a = 6.283185307179586 * u2;
     y->v[2 * p] = (float)(m * std::cos(a));
     if (2 * p + 1 < n) y->v[2 * p + 1] = (float)(m * std::sin(a));
-  }
+  });
   return y;
 }
 

@@ -48,6 +48,11 @@ std::vector<GemvKernel> gemv_kernels_available();  // portable first, best last
 void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate,
                GemvKernel kernel = GemvKernel::best);
 
+// The AVX-512 fp32 matrix-vector kernel with `rows` (1 or 4) weight rows side by side; gemv_rows
+// picks one by CPU (gemv.cpp: f32_rows_side_by_side), both sum every row in the same order. For
+// tests; single-threaded; false where the CPU has no AVX-512.
+bool gemv_rows_f32_avx512_by(int rows, int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate);
+
 // y[N] = W[N,K] · x[K] for short rows (K ≤ 128: attention's scores over cached keys), single-threaded,
 // sixteen rows reduced together (AVX-512), eight (AVX2, gemv_avx2.cpp), else the portable kernel. W fp32, bf16
 // (a bf16 KV cache: each value widened to fp32 exactly, fp32 products and sums) or int8 codes (an

@@ -16,8 +16,10 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/parallel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define LOOPLM_AVX512_GEMV 1
 // GCC 12's own AVX-512 headers trip this warning (their _mm512_undefined_* placeholders in
@@ -91,20 +93,52 @@ LOOPLM_AVX512 inline void store_row(float* y, __m512 a, bool acc) {
   *y = acc ? *y + s : s;
 }
 
-// fp32: 16 columns per step, the K % 16 tail by a masked load; one row after another, so that a
-// row-major matrix is read as one sequential stream. (Four rows side by side — four streams a row
-// apart — measured at less than half the bandwidth from memory on a Zen 4 core, 9-10 against
-// 20-23 GB/s on the decode shapes; one accumulator per row is still far faster than memory.)
-LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+// fp32: 16 columns per step, the K % 16 tail by a masked load, one 16-lane accumulator per row;
+// RB rows side by side (RB streams a row apart, each load of x feeding RB products). Which access
+// pattern streams memory fastest depends on the core (f32_rows_side_by_side below); every row's
+// sum runs in the same order either way, so the outputs are bit-identical.
+template <int RB>
+LOOPLM_AVX512 void span_f32_avx512_by(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
   const int full = K / 16 * 16;
   const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
-  for (int j = 0; j < n; ++j) {
+  int j = 0;
+  for (; j + RB <= n; j += RB) {
     const float* w = W + (int64_t)j * ldw;
-    __m512 a = _mm512_setzero_ps();
-    for (int i = 0; i < full; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a);
-    if (tail) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + full), _mm512_maskz_loadu_ps(tail, x + full), a);
-    store_row(y + j, a, acc);
+    __m512 a[RB];
+    for (int r = 0; r < RB; ++r) a[r] = _mm512_setzero_ps();
+    for (int i = 0; i < full; i += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + i);
+      for (int r = 0; r < RB; ++r) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + (int64_t)r * ldw + i), xv, a[r]);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + full);
+      for (int r = 0; r < RB; ++r) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + (int64_t)r * ldw + full), xv, a[r]);
+    }
+    for (int r = 0; r < RB; ++r) store_row(y + j + r, a[r], acc);
   }
+  if constexpr (RB > 1)
+    if (j < n) span_f32_avx512_by<1>(W + (int64_t)j * ldw, ldw, x, K, y + j, n - j, acc);
+}
+
+// One row after another reads a row-major matrix as one sequential stream: on a Zen 4 core four
+// rows side by side read memory at less than half that bandwidth (9-10 against 20-23 GB/s on the
+// decode shapes). A Zen 5 core is the other way round (1 thread, 256 MB of 384-wide rows, one
+// stream 20-22 GB/s, four rows 25-29; 64 MB of 1536-wide rows 22-26 against 29-36; 2 threads 43-47
+// against 52-62 GB/s). Other CPUs keep the sequential stream, the choice measured first.
+bool f32_rows_side_by_side() {
+  static const bool yes = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || !(b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163)) return false;  // "AuthenticAMD"
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned base = (a >> 8) & 0xf, family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
+    return family >= 0x1a;  // Zen 5 and later
+  }();
+  return yes;
+}
+
+LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
+  if (f32_rows_side_by_side()) return span_f32_avx512_by<4>(W, ldw, x, K, y, n, acc);
+  span_f32_avx512_by<1>(W, ldw, x, K, y, n, acc);
 }
 
 // Sixteen short rows at a time (attention's scores: K = a head's width): each row's partial sums
@@ -401,7 +435,7 @@ bool have_avx512_bf16() { return false; }
 // than the work), else one contiguous block of rows (a multiple of 4) per thread.
 template <class F>
 void for_row_blocks(int N, int K, F span) {
-  if ((int64_t)N * K <= (1 << 15)) { span(0, N); return; }
+  if ((int64_t)N * K <= (1 << 15) || !pool_has_threads()) { span(0, N); return; }
 #pragma omp parallel
   {
     const int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -432,6 +466,20 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
     if (avx2) return span_f32_avx2(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
     span_f32_portable(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
   });
+}
+
+bool gemv_rows_f32_avx512_by(int rows, int N, int K, const float* W, int ldw, const float* x, float* y, bool accumulate) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (!have_avx512()) return false;
+  if (rows == 4)
+    span_f32_avx512_by<4>(W, ldw, x, K, y, N, accumulate);
+  else
+    span_f32_avx512_by<1>(W, ldw, x, K, y, N, accumulate);
+  return true;
+#else
+  (void)rows, (void)N, (void)K, (void)W, (void)ldw, (void)x, (void)y, (void)accumulate;
+  return false;
+#endif
 }
 
 void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y) {

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/quant_driver.h"
 #include "backend/cpu/weight_format.h"
 
@@ -216,8 +217,7 @@ template <class Block, class Codes>
 void pack_tiles(int64_t R, int64_t C, void* dst, Codes codes) {
   auto* B = static_cast<Block*>(dst);
   const int64_t nb = col_blocks(C);
-#pragma omp parallel for if (R * C > (1 << 18))
-  for (int64_t t = 0; t < tiles(R); ++t)
+  parallel_for<int64_t>(tiles(R), R * C > (1 << 18), [&](int64_t t) {
     for (int64_t b = 0; b < nb; ++b) {
       Block& blk = B[t * nb + b];
       for (int r = 0; r < kQTile; ++r) {
@@ -227,6 +227,7 @@ void pack_tiles(int64_t R, int64_t C, void* dst, Codes codes) {
         place_codes(blk, r, u);
       }
     }
+  });
 }
 
 void q8_pack(const float* w, int64_t R, int64_t C, void* dst) {
@@ -548,15 +549,14 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
   const auto* p = static_cast<const uint8_t*>(W);
   const int rows = f.rows;
   const int64_t G = (R + rows - 1) / rows;
-#pragma omp parallel for schedule(static) if ((int64_t)R * C > (1 << 15))
-  for (int64_t g = 0; g < G; ++g) {
+  parallel_for<int64_t>(G, (int64_t)R * C > (1 << 15), [&](int64_t g) {
     float o[kQTile];
     f.f(p + g * group_bytes, C, xs, 1, o);
     for (int r = 0; r < rows && g * rows + r < R; ++r) {
       float& t = y[g * rows + r];
       t = accumulate ? t + o[r] : o[r];
     }
-  }
+  });
 }
 
 constexpr int kPanel = 64;  // rows per dequantized panel (many rows)
@@ -575,8 +575,7 @@ static void integer_products(int N, int R, int C, const uint8_t* p, size_t group
   }
   const int rows = f.rows;
   const int64_t G = (R + rows - 1) / rows;
-#pragma omp parallel for schedule(static) if ((int64_t)R * C * N > (1 << 15))
-  for (int64_t g = 0; g < G; ++g)
+  parallel_for<int64_t>(G, (int64_t)R * C * N > (1 << 15), [&](int64_t g) {
     for (int n0 = 0; n0 < N; n0 += f.inputs) {
       const int nx = std::min(f.inputs, N - n0);
       float o[kGroupInputs * kQTile];
@@ -584,6 +583,7 @@ static void integer_products(int N, int R, int C, const uint8_t* p, size_t group
       for (int j = 0; j < nx; ++j)
         for (int r = 0; r < rows && g * rows + r < R; ++r) y[(int64_t)(n0 + j) * R + g * rows + r] = o[j * rows + r];
     }
+  });
 }
 
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,

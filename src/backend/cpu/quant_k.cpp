@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_driver.h"
 #include "backend/cpu/quant_q4_block.h"
@@ -143,8 +144,7 @@ void pack_rows(const float* w, int64_t R, int64_t C, void* dst, GridOf grid) {
   auto* base = static_cast<uint8_t*>(dst);
   const int64_t supers = (C + kQKBlock - 1) / kQKBlock;
   std::memset(dst, 0, q4k_bytes(R, C));
-#pragma omp parallel for if (R * C > (1 << 18))
-  for (int64_t g = 0; g < row_groups(R); ++g)
+  parallel_for<int64_t>(row_groups(R), R * C > (1 << 18), [&](int64_t g) {
     for (int64_t s = 0; s < supers; ++s) {
       auto* blk = reinterpret_cast<BlockQ4_Kx4*>(base + g * group_bytes(C) + s * sizeof(BlockQ4_Kx4));
       const int n = (int)std::min<int64_t>(kQKBlock, C - s * kQKBlock), subs = (int)col_blocks(n);
@@ -160,6 +160,7 @@ void pack_rows(const float* w, int64_t R, int64_t C, void* dst, GridOf grid) {
         put_row(blk, r, gr, u, subs);
       }
     }
+  });
 }
 
 void q4k_pack(const float* w, int64_t R, int64_t C, void* dst) {
