@@ -166,6 +166,33 @@ TEST(Bf16, FewRowsF32KernelIsTheMatrixVectorKernelPerRow) {
       }
 }
 
+// The AVX-512 fp32 few-rows kernel's two sweeps (one weight row at a time, or four: picked by CPU
+// as for batch 1) each give every input row the one-row batch-1 kernel's result bit for bit, on
+// row counts around the 4-row sweep (N % 4 rows go one at a time) and the 4 / 2 / 1 input-row
+// groups, so a batched decode is each sequence's alone on every AVX-512 CPU. Skipped without AVX-512.
+TEST(Bf16, FewRowsF32SweepsAreTheMatrixVectorKernelPerRow) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0, 1);
+  for (int rows : {1, 4})
+    for (int M : {1, 2, 3, 4, 5, 7, 8})
+      for (int N : {1, 3, 4, 5, 8, 9, 67})
+        for (int K : {1, 15, 16, 17, 100}) {
+          const int ldw = K + 3, ldx = K + 2, ldy = N + 1;
+          std::vector<float> W((size_t)N * ldw), X((size_t)M * ldx), Y((size_t)M * ldy, -7.0f);
+          for (auto& w : W) w = nd(rng);
+          for (auto& v : X) v = nd(rng);
+          if (!gemm_rows_f32_few_avx512_by(rows, M, N, K, W.data(), ldw, X.data(), ldx, Y.data(), ldy))
+            GTEST_SKIP() << "no AVX-512";
+          for (int m = 0; m < M; ++m) {
+            std::vector<float> y(N);
+            ASSERT_TRUE(gemv_rows_f32_avx512_by(1, N, K, W.data(), ldw, X.data() + (size_t)m * ldx, y.data(), false));
+            for (int n = 0; n < N; ++n)
+              ASSERT_EQ(Y[(size_t)m * ldy + n], y[n]) << "rows " << rows << " M " << M << " N " << N << " K " << K;
+            ASSERT_EQ(Y[(size_t)m * ldy + N], -7.0f);  // the gap between output rows is not written
+          }
+        }
+}
+
 // dot_rows (attention's scores over cached keys: 16 rows reduced together on AVX-512, 8 on AVX2)
 // against a double product on row counts around 8 and 16 and widths around the 8- and 16-lane steps
 // and the AVX-512 kernel's 128 limit, for fp32 and bf16 keys; 1e-5 of Σ|w x| (fp32 partial sums in

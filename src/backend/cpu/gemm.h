@@ -72,5 +72,9 @@ bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, 
 // The same for fp32 weights W [N, K] (row stride ldw), each output bit-identical to gemv_rows's
 // with the best kernel (AVX-512 or AVX2). False where the CPU has neither.
 bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float* X, int ldx, float* Y, int ldy);
+// Its AVX-512 form with `rows` (1 or 4) weight rows per sweep (gemm_rows_f32_few picks by CPU, as
+// gemv_rows does). For tests; single-threaded; false where the CPU has no AVX-512.
+bool gemm_rows_f32_few_avx512_by(int rows, int M, int N, int K, const float* W, int ldw, const float* X, int ldx,
+                                 float* Y, int ldy);
 
 }  // namespace looplm

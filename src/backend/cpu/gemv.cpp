@@ -261,6 +261,31 @@ LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X,
   }
 }
 
+// The same with four weight rows per sweep (where the CPU streams four rows side by side fastest,
+// f32_rows_side_by_side) against up to 4 input rows (16 accumulators): 8 loads per 16 FMAs where one
+// row against 8 inputs needs 9 per 8, the second pass over the block from L1. The N % 4 last rows
+// go one at a time. Zen 5, 8 sequences, 1 thread, int8 cache, interleaved (3 each): bench-dense
+// 2,219-2,416 -> 2,626-2,951 tokens/s, 8 x d1024 248-263 -> 275-334 (block_f32_rows<1, 8> had
+// taken 69% of a batched step).
+LOOPLM_AVX512 void span_f32_rows4(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
+                                  int lo, int n) {
+  int j = lo;
+  for (; j + 4 <= lo + n; j += 4) {
+    const float* w = W + (int64_t)j * ldw;
+    const float* next = j + 8 <= lo + n ? w + 4 * (int64_t)ldw : nullptr;  // fetched by the block's last pass
+    int m = 0;
+    auto pass = [&](auto mg) {
+      constexpr int MG = decltype(mg)::value;
+      block_f32_rows<4, MG>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j, m + MG >= M ? next : nullptr);
+      m += MG;
+    };
+    while (M - m >= 4) pass(std::integral_constant<int, 4>{});
+    if (M - m >= 2) pass(std::integral_constant<int, 2>{});
+    if (M - m >= 1) pass(std::integral_constant<int, 1>{});
+  }
+  if (j < lo + n) span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, j, lo + n - j);
+}
+
 // bf16 in the decode layout (bf16.h). One 64-byte load holds a row's 32 weights of a chunk; in
 // 32-bit lane l, bits 0-15 are column 2l and bits 16-31 column 2l+1, so `w << 16` is the even
 // columns as fp32 and `w & 0xffff0000` the odd ones (exact). x comes de-interleaved
@@ -482,6 +507,21 @@ bool gemv_rows_f32_avx512_by(int rows, int N, int K, const float* W, int ldw, co
 #endif
 }
 
+bool gemm_rows_f32_few_avx512_by(int rows, int M, int N, int K, const float* W, int ldw, const float* X, int ldx,
+                                 float* Y, int ldy) {
+#ifdef LOOPLM_AVX512_GEMV
+  if (!have_avx512() || M < 1) return false;
+  if (rows == 4)
+    span_f32_rows4(M, W, ldw, X, ldx, K, Y, ldy, 0, N);
+  else
+    span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, 0, N);
+  return true;
+#else
+  (void)rows, (void)M, (void)N, (void)K, (void)W, (void)ldw, (void)X, (void)ldx, (void)Y, (void)ldy;
+  return false;
+#endif
+}
+
 void dot_rows(int N, int K, const float* W, int ldw, const float* x, float* y) {
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512()) return K <= 128 ? dot_rows_avx512(N, K, W, ldw, x, y) : span_f32_avx512(W, ldw, x, K, y, N, false);
@@ -603,7 +643,10 @@ bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float
   if (M < 1) return false;
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512()) {
-    for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+    if (f32_rows_side_by_side())
+      for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows4(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+    else
+      for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
     return true;
   }
 #endif
