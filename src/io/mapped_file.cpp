@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 
 #include "io/atomic_file.h"
 #include "looplm/error.h"
@@ -62,7 +63,16 @@ std::shared_ptr<const Bytes> map_file(const std::string& path) {
     ::close(fd);
     return hold_bytes(read_file(path));
   }
-  void* p = ::mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (getenv("LOOPLM_HUGE")) {
+    size_t n = (size_t)st.st_size, cap = (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    void* a = ::mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ::madvise(a, cap, MADV_HUGEPAGE);
+    size_t got = 0;
+    while (got < n) { ssize_t r = ::pread(fd, (char*)a + got, n - got, got); if (r <= 0) break; got += r; }
+    ::close(fd);
+    return std::make_shared<Mapping>(a, cap);
+  }
+  void* p = ::mmap(nullptr, (size_t)st.st_size, PROT_READ, getenv("LOOPLM_POP") ? MAP_PRIVATE | MAP_POPULATE : MAP_PRIVATE, fd, 0);
   int e = errno;
   ::close(fd);
   if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(e));
