@@ -184,11 +184,16 @@ void quantize_activations(const float* x, int K, QuantizedRow& o) {
   o.q.assign((size_t)o.blocks * kQBlock, 0);
   o.d.resize(o.blocks);
   o.sum.resize(o.blocks);
+  o.dsum.resize(o.blocks);
 #ifdef LOOPLM_QUANT_X86
-  if (have_vnni_q()) return quantize_blocks_avx512(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
-  if (have_avx2_q()) return quantize_blocks_avx2(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
+  if (have_vnni_q())
+    quantize_blocks_avx512(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
+  else if (have_avx2_q())
+    quantize_blocks_avx2(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
+  else
 #endif
-  quantize_blocks(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
+    quantize_blocks(x, K, o.blocks, o.q.data(), o.d.data(), o.sum.data());
+  for (int b = 0; b < o.blocks; ++b) o.dsum[b] = o.d[b] * (float)o.sum[b];
 }
 
 namespace {

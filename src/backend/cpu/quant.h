@@ -99,6 +99,7 @@ struct QuantizedRow {
   std::vector<int8_t> q;    // blocks · 32 (padded with zeros)
   std::vector<float> d;     // per block
   std::vector<int32_t> sum; // per block: Σ q
+  std::vector<float> dsum;  // per block: d · (float) Σ q (q4_k's min correction, once per row)
 };
 void quantize_activations(const float* x, int K, QuantizedRow& out);
 

@@ -23,7 +23,7 @@ LOOPLM_AVX2_Q inline void q4_block_avx2(const uint8_t* qs, __m128 sw, __m128 mw,
     const __m256i Xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)xq));
     const __m256i Xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xq + 16)));
     const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
-    corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
+    corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->dsum[b]), corr[n]);
     const __m256i P01 = _mm256_add_epi16(_mm256_maddubs_epi16(lo01, Xlo), _mm256_maddubs_epi16(hi01, Xhi));
     const __m256i P23 = _mm256_add_epi16(_mm256_maddubs_epi16(lo23, Xlo), _mm256_maddubs_epi16(hi23, Xhi));
     const __m256 s01 = _mm256_set_m128(_mm_shuffle_ps(s4, s4, 0x55), _mm_shuffle_ps(s4, s4, 0x00));
@@ -57,15 +57,17 @@ LOOPLM_VNNI_Q inline void q4_block_vnni(const uint8_t* qs, __m128 sw, __m128 mw,
   const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   const __m512i W = _mm512_loadu_si512(qs);
   const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
-#pragma GCC unroll 4
+  // sw_r in row r's 4 lanes, once for all inputs (then · dx per input: the same products as
+  // spreading sw · dx, so each input's bits do not depend on how many share the call)
+  const __m512 sw16 = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(sw));
+#pragma GCC unroll 8
   for (int n = 0; n < NX; ++n) {
     const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
     const __m512i Xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)xq));
     const __m512i Xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq + 16)));
     const __m512i A = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, Xlo), hi, Xhi);
-    const __m128 s4 = _mm_mul_ps(sw, _mm_set1_ps(x[n]->d[b]));
-    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s4)), acc[n]);
-    corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->d[b] * (float)x[n]->sum[b]), corr[n]);
+    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_mul_ps(sw16, _mm512_set1_ps(x[n]->d[b])), acc[n]);
+    corr[n] = _mm_fmadd_ps(mw, _mm_set1_ps(x[n]->dsum[b]), corr[n]);
   }
 }
 
