@@ -261,12 +261,19 @@ TEST(Decoder, Int8KvRowQuantization) {
   k::quantize_kv_row(zero, 4, c, &d);
   EXPECT_EQ(d, 0.0f);
   EXPECT_EQ(c[0] | c[1] | c[2] | c[3], 0);
-  for (float bad : {INFINITY, NAN}) {
-    x[3] = bad;
-    k::quantize_kv_row(x, 20, c, &d);
-    EXPECT_TRUE(std::isnan(d));
-    EXPECT_EQ(c[3], 0);
-  }
+  x[5] = -9.0f;  // the largest |x| among the first 16 (the kernel's 16 lanes), negative
+  k::quantize_kv_row(x, 20, c, &d);
+  EXPECT_FLOAT_EQ(d, 9.0f / 127.0f);
+  EXPECT_EQ(c[5], -127);
+  for (int at : {3, 18})  // a non-finite value in the lanes and in the tail past them
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      float y[20];
+      std::copy(x, x + 20, y);
+      y[at] = bad;
+      k::quantize_kv_row(y, 20, c, &d);
+      EXPECT_TRUE(std::isnan(d)) << at;
+      EXPECT_EQ(c[at], 0);
+    }
 }
 
 // Cached attention over a head-major cache, fp32, bf16 and int8, against double precision on the

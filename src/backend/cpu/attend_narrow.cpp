@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "backend/cpu/bf16.h"
@@ -169,10 +170,25 @@ void attend_cached_row(const float* q, const int8_t* K, const float* k_scale, co
 }
 
 // ISA-cloned: nearbyint is then one instruction (roundss) instead of a libm call per value.
+// The max and the finiteness check run in 16 independent lanes (so they vectorize: the scalar
+// loop's early-out compare per value was 8% of a batched bench-dense decode on Zen 5); a max does
+// not depend on the order, so the codes and scale are the same.
 LOOPLM_ISA_CLONES void quantize_kv_row(const float* x, int n, int8_t* codes, float* scale) {
+  float lane_max[16] = {};
+  uint32_t lane_bad[16] = {};  // exponent all ones: Inf or NaN
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) {
+      const float a = std::fabs(x[i + l]);
+      lane_max[l] = lane_max[l] < a ? a : lane_max[l];
+      uint32_t bits;
+      std::memcpy(&bits, x + i + l, 4);
+      lane_bad[l] |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
+    }
   float amax = 0;
   bool finite = true;
-  for (int i = 0; i < n; ++i) {
+  for (int l = 0; l < 16; ++l) amax = std::max(amax, lane_max[l]), finite = finite && !lane_bad[l];
+  for (; i < n; ++i) {
     amax = std::max(amax, std::fabs(x[i]));
     finite = finite && std::isfinite(x[i]);
   }
