@@ -213,15 +213,19 @@ LOOPLM_AVX512 void dot_rows_avx512(int n, int K, const E* W, int ldw, const floa
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <int RB, int MG>
 LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int ldx, int K, float* Y, int ldy, int j,
-                                  const float* next = nullptr) {
+                                  const float* next = nullptr, int next_rows = RB, bool to_l2 = false) {
   const int full = K / 16 * 16;
   const __mmask16 tail = (__mmask16)((1u << (K - full)) - 1);
   __m512 a[RB][MG];
   for (int r = 0; r < RB; ++r)
     for (int g = 0; g < MG; ++g) a[r][g] = _mm512_setzero_ps();
   for (int i = 0; i < full; i += 16) {
-    if (next)  // the next block's rows, one cache line each per step, while this one computes from L1
-      for (int r = 0; r < RB; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + (int64_t)r * ldw + i), _MM_HINT_T0);
+    if (next) {  // the next block's rows, one cache line each per step, while this one computes from L1
+      if (to_l2)
+        for (int r = 0; r < next_rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + (int64_t)r * ldw + i), _MM_HINT_T1);
+      else
+        for (int r = 0; r < next_rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + (int64_t)r * ldw + i), _MM_HINT_T0);
+    }
     __m512 wv[RB];
     for (int r = 0; r < RB; ++r) wv[r] = _mm512_loadu_ps(w + (int64_t)r * ldw + i);
     for (int g = 0; g < MG; ++g) {
@@ -239,10 +243,10 @@ LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int l
 }
 #pragma GCC diagnostic pop
 
-// One weight row per sweep (one sequential stream through the matrix, as span_f32_avx512: four rows
-// side by side read from memory at half the bandwidth, and so did fetching the next four ahead in
-// address order) against up to 8 input rows (8 accumulators): one pass over the weights serves the
-// whole batch; the last pass over a row (in L1 by then) fetches the next row.
+// One weight row per sweep against up to 8 input rows (8 accumulators): one pass over the weights
+// serves the whole batch; the last pass over a row (in L1 by then) fetches the next row. The rows
+// past a multiple of four in span_f32_rows4 (once every batched product on Zen 4; slower there,
+// see below).
 LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
                                  int lo, int n) {
   for (int j = lo; j < lo + n; ++j) {
@@ -261,23 +265,29 @@ LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X,
   }
 }
 
-// The same with four weight rows per sweep (where the CPU streams four rows side by side fastest,
-// f32_rows_side_by_side) against up to 4 input rows (16 accumulators): 8 loads per 16 FMAs where one
-// row against 8 inputs needs 9 per 8, the second pass over the block from L1. The N % 4 last rows
-// go one at a time. Zen 5, 8 sequences, 1 thread, int8 cache, interleaved (3 each): bench-dense
-// 2,219-2,416 -> 2,626-2,951 tokens/s, 8 x d1024 248-263 -> 275-334 (block_f32_rows<1, 8> had
-// taken 69% of a batched step).
+// The same with four weight rows per sweep against up to 4 input rows (16 accumulators): 8 loads
+// per 16 FMAs where one row against 8 inputs needs 9 per 8, the second pass over the block from L1.
+// The passes share out the next block's rows and fetch them into L2 as they go (T0 from the last
+// pass alone left the weights' stream waiting on memory between blocks). Every AVX-512 CPU takes
+// this path with more than one input: on Zen 4, where batch 1 keeps one row per sweep
+// (f32_rows_side_by_side), 8 x d1024, 8 sequences, 1 thread, int8 cache, interleaved: one row a
+// sweep 155-171, four rows with the last pass's T0 fetch 186-193, shared T1 fetches 248-261
+// tokens/s (batch 1 65-68). Zen 5 (before the shared fetches): bench-dense 2,219-2,416 ->
+// 2,626-2,951, 8 x d1024 248-263 -> 275-334. The N % 4 last rows go one at a time.
 LOOPLM_AVX512 void span_f32_rows4(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
                                   int lo, int n) {
   int j = lo;
   for (; j + 4 <= lo + n; j += 4) {
     const float* w = W + (int64_t)j * ldw;
-    const float* next = j + 8 <= lo + n ? w + 4 * (int64_t)ldw : nullptr;  // fetched by the block's last pass
-    int m = 0;
-    auto pass = [&](auto mg) {
+    const float* next = j + 8 <= lo + n ? w + 4 * (int64_t)ldw : nullptr;
+    const int passes = M / 4 + (M % 4 >= 2) + (M % 2);
+    int m = 0, p = 0;
+    auto pass = [&](auto mg) {  // pass p fetches its share of the next block's rows
       constexpr int MG = decltype(mg)::value;
-      block_f32_rows<4, MG>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j, m + MG >= M ? next : nullptr);
-      m += MG;
+      const int r0 = 4 * p / passes, r1 = 4 * (p + 1) / passes;
+      block_f32_rows<4, MG>(w, ldw, X + (int64_t)m * ldx, ldx, K, Y + (int64_t)m * ldy, ldy, j,
+                            next && r1 > r0 ? next + (int64_t)r0 * ldw : nullptr, r1 - r0, true);
+      m += MG, ++p;
     };
     while (M - m >= 4) pass(std::integral_constant<int, 4>{});
     if (M - m >= 2) pass(std::integral_constant<int, 2>{});
@@ -643,10 +653,7 @@ bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float
   if (M < 1) return false;
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512()) {
-    if (f32_rows_side_by_side())
-      for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows4(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
-    else
-      for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+    for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows4(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
     return true;
   }
 #endif
