@@ -458,7 +458,9 @@ LOOPLM_AVX2_Q void group_q4_avx2(const uint8_t* g, int, const QuantizedRow* cons
 // llama, 8 sequences, int8 cache, 4 interleaved runs each (-n 100): q4_0 1,200–1,288 → 1,302–1,698
 // tokens/s, q8_0 805–859 → 1,274–1,383; 1 / 2 KB ahead gave less (q4_0 ~1,340 / ~1,520 at -n 64),
 // 8 KB the same; bench-dense (weights in L2 / L3) unchanged. One input, where the kernel runs at
-// the DRAM rate, was no faster with it. The accumulators start at −offset · Σ qx (the same integer
+// the DRAM rate, was no faster with it. Into L2 (T1) rather than L1: Zen 4, the same runs, 4
+// interleaved: q8_0 661-745 -> 924-995 tokens/s, q4_0 1,010-1,083 -> 1,061-1,122 (batch 1: q8_0
+// 227-243, q4_0 294-506 on a noisy VM; 8 KB ahead the same within the noise). The accumulators start at −offset · Σ qx (the same integer
 // sum; one subtraction fewer per block and input: ~5% at 8 inputs with the weights in L3).
 template <int NX, bool Q4>
 LOOPLM_VNNI_Q void tile_vnni(const uint8_t* g, const QuantizedRow* const* x, float* out) {
@@ -476,9 +478,9 @@ LOOPLM_VNNI_Q void tile_vnni(const uint8_t* g, const QuantizedRow* const* x, flo
   for (int b = 0; b < blocks; ++b) {
     const uint8_t* qs = &B[b].qs[0][0][0];
     const size_t at = (size_t)b * kQBlock;
-    if constexpr (NX > 1)  // batched: fetch 4 KB ahead (tile_vnni's comment)
+    if constexpr (NX > 1)  // batched: fetch 4 KB ahead into L2 (tile_vnni's comment)
       for (int l = 0; l < (int)sizeof(Block); l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(B + b) + kBatchPrefetchAhead + l, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(B + b) + kBatchPrefetchAhead + l, _MM_HINT_T1);
     // Each input's sum starts at −offset · Σ qx (the same integer at the end, one subtraction fewer);
     // two sums for one input (the dependent vpdpbusd chain is then half as long).
     constexpr int kSplit = NX == 1 ? 2 : 1;
