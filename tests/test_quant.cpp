@@ -177,7 +177,7 @@ double quantized_dot(const float* wrow, const QuantizedRow& xq, int C, double* m
 }
 }  // namespace
 
-// Every kernel of both formats, on shapes around the 4-row groups and 32-column blocks: the
+// Every kernel of every format, on shapes around the 16-row tiles and 32-column blocks: the
 // matrix-vector product (with and without accumulate) against the double value of the same
 // integer products (1e-5 of Σ|terms|: fp32 partial sums per block and scale), a few rows (batched
 // decoding) the same, and many rows (prefill) too: the dequantized matrix against the activations
@@ -214,10 +214,8 @@ TEST(Quant, KernelsMatchTheScalarReference) {
           for (GemvKernel k : f->kernels()) {
             f->gemv(R, C, packed.data(), x.data(), y.data(), false, k);
             check_quantized("gemv kernel " + std::to_string((int)k), 0);
-            // q8_0 / q4_0: every kernel does the same float operations on exact integer sums (quant.h)
-            if (std::string(name) != "q4_k") {
-              for (int r = 0; r < R; ++r) ASSERT_EQ(y[r], portable[r]) << name << " kernel " << (int)k << " row " << r;
-            }
+            // every kernel does the same float operations on exact integer sums (quant.h)
+            for (int r = 0; r < R; ++r) ASSERT_EQ(y[r], portable[r]) << name << " kernel " << (int)k << " row " << r;
             std::fill(y.begin(), y.end(), 0.5f);
             f->gemv(R, C, packed.data(), x.data(), y.data(), true, k);
             check_quantized("gemv accumulate kernel " + std::to_string((int)k), 0.5);
@@ -247,7 +245,7 @@ TEST(Quant, KernelsMatchTheScalarReference) {
 // their bound. Every kernel must still give the portable kernel's bits and the exact value.
 TEST(Quant, KernelsAtTheIntegerExtremes) {
   const int R = 19, C = 96;
-  for (const char* name : {"q8_0", "q4_0"}) {
+  for (const char* name : {"q8_0", "q4_0", "q4_k"}) {
     const WeightFormat* f = find_weight_format(name);
     ASSERT_NE(f, nullptr);
     std::vector<float> w((size_t)R * C), back((size_t)R * C);
@@ -370,6 +368,17 @@ TEST(Quant, QuantizedCheckpointRoundTrip) {
     FAIL() << "loaded a file packed in another layout";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'rows4' layout"), std::string::npos) << e.what();
+  }
+  {  // q4_k as looplm packed it before its 16-row tiles (2026-12-04): 4-row groups, refused the same way
+    std::unique_ptr<Model> k = load_model(fp32);
+    k->prepare_inference(*find_weight_format("q4_k"));
+    save_model_packed(bad, *k, {{"layout", "rows4"}});
+    try {
+      load_model(bad);
+      FAIL() << "loaded a q4_k file packed in another layout";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("q4_k matrices are packed in the 'rows4' layout"), std::string::npos) << e.what();
+    }
   }
   save_model_packed(bad, *m, {{"packed", "[{\"tensor\": \"packed.x\", \"params\": [\"nope\"], \"rows\": 1, \"cols\": 1}]"}});
   try {

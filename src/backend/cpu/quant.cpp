@@ -12,6 +12,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/quant_driver.h"
+#include "backend/cpu/quant_q4_block.h"
 #include "backend/cpu/weight_format.h"
 
 
@@ -329,12 +330,6 @@ constexpr GroupKernel kQ8Portable{tile_portable<BlockQ8_0x16, 128>, kQTile, kGro
 constexpr GroupKernel kQ4Portable{tile_portable<BlockQ4_0x16, 8>, kQTile, kGroupInputs};
 
 #ifdef LOOPLM_QUANT_X86
-inline int32_t load4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // AVX2: a 64-byte group of columns is two registers (rows 0–7, 8–15). vpmaddubsw multiplies
 // unsigned by signed bytes into saturating int16 pairs, so q8's codes go in as |q| with q's sign
 // moved onto x (≤ 2·127² fits; the sum is then Σ q·qx, no offset); q4's codes (≤ 15) go in directly.
@@ -349,23 +344,7 @@ LOOPLM_AVX2_Q inline void tile_step_avx2_q8(__m256i A, __m256i S, const int8_t* 
   }
 }
 
-// q4: the pairs' int16 sums (each |·| ≤ 2·15·128 = 3,840) added up in int16 over the block's 8
-// steps (≤ 30,720 < 2^15: exact, no saturation), then widened once: one vpmaddwd per input and
-// block half instead of one per step. (q8's pairs reach 2·127², so its steps widen each time.)
-template <int NX>
-LOOPLM_AVX2_Q inline void tile_step_avx2_q4(__m256i A, const int8_t* const* xq, size_t at, __m256i* P) {
-#pragma GCC unroll 8
-  for (int n = 0; n < NX; ++n)
-    P[n] = _mm256_add_epi16(P[n], _mm256_maddubs_epi16(A, _mm256_set1_epi32(load4(xq[n] + at))));
-}
-
-// g++ 12 reassociates the integer sums of the unrolled steps into a tree: every product is formed
-// first and spilled to the stack, then added (half the speed at 4 inputs). An empty asm naming each
-// sum after a column group's steps pins the order: the sums stay in registers, one add per product.
-template <int NX>
-LOOPLM_AVX2_Q inline void pin_sums(__m256i* s) {
-  for (int n = 0; n < NX; ++n) __asm__("" : "+x"(s[n]));
-}
+// q4's steps (tile_step_avx2_q4, pin_sums): quant_q4_block.h.
 
 // The two block halves (rows 0–7, 8–15) in one pass over the blocks for up to 2 inputs, in two
 // passes for more (the accumulators of one half then fit in the 16 registers). Measured on Zen 2, one
@@ -587,7 +566,7 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
 }
 
 constexpr int kPanel = 64;  // rows per dequantized panel (many rows)
-static_assert(kPanel % kQTile == 0 && kPanel % kQRows == 0);
+static_assert(kPanel % kQTile == 0);
 
 // y[N, R] for N ≤ kFewRows input rows: each row quantized once, then per group every row against
 // its weights while they are in L1 (f.inputs at a time).

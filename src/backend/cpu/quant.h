@@ -31,8 +31,7 @@
 namespace looplm {
 
 constexpr int kQBlock = 32;     // weights per block (one scale)
-constexpr int kQTile = 16;      // rows per q8_0 / q4_0 tile
-constexpr int kQRows = 4;       // rows per q4_k group
+constexpr int kQTile = 16;      // rows per q8_0 / q4_0 / q4_k tile
 
 struct BlockQ8_0x16 {
   uint16_t d[kQTile];                  // fp16 scales of the 16 rows' blocks
@@ -51,23 +50,28 @@ static_assert(sizeof(BlockQ4_0x16) == 288, "q4_0: 16 x (2 + 16) bytes, 4.5 bits 
 // in turn by an fp16 pair (d, dmin):
 //   w = (d · sc_j) · u − (dmin · m_j),  u in 0..15 (nibbles as q4_0),  4.5 bits per weight.
 // The min lets a sub-block's grid sit where its values are (asymmetric), the 6-bit scales cost
-// 0.375 bits per weight where q4_0's fp16 scales cost 0.5. Interleaved like q4_0: one BlockQ4_Kx4
-// holds the 4 rows of a group at the same 256 columns; a matrix's last super-block holds only the
-// sub-blocks its columns reach (so a width of 384 is 1.5 super-blocks, not 2).
+// 0.375 bits per weight where q4_0's fp16 scales cost 0.5. Tiled like q4_0: one BlockQ4_Kx16 holds
+// the 16 rows of a tile at the same 256 columns, each sub-block's codes exactly as a BlockQ4_0x16's
+// (one vpdpbusd advances 16 rows by 4 columns), the 6-bit numbers in 16-byte rows of the 16 rows'
+// values so that one load spreads a sub-block's scales to the 16 lanes. A matrix's last
+// super-block holds only the sub-blocks its columns reach (a width of 384 is 1.5 super-blocks).
+// Per row r, sub-block j (the activations' block b), every kernel computes in this order
+//   acc_r = fma((float) Σ_k u·qx, S_{r,j} · dx_b, acc_r),  acc_r = fma(−M_{r,j}, dx_b · Σ_k qx, acc_r)
+// with S = d·sc, M = dmin·m in fp32 and y_r = acc_r, so its kernels agree bit for bit as q4_0's do.
 constexpr int kQKBlock = 256;  // weights per super-block
 constexpr int kQKSubs = 8;     // sub-blocks of 32
-struct BlockQ4_Kx4 {
-  uint16_t d[kQRows];                  // fp16: each row's scale of its sub-block scales
-  uint16_t dmin[kQRows];               // fp16: the same for the mins
-  uint8_t sm_lo[kQKSubs * kQRows];     // entry k = j·4 + r (sub-block j, row r): sc & 15 | (m & 15) << 4
-  uint8_t sm_hi[kQKSubs * kQRows / 2]; // entry k's top bits, sc >> 4 | (m >> 4) << 2: the low nibble of
-                                       // byte k for k < 16, the high nibble of byte k − 16 otherwise
-  uint8_t qs[kQKSubs][kQRows][kQBlock / 2];  // per sub-block, as q4_0's codes
+struct BlockQ4_Kx16 {
+  uint16_t d[kQTile];                     // fp16: each row's scale of its sub-block scales
+  uint16_t dmin[kQTile];                  // fp16: the same for the mins
+  uint8_t sm_lo[kQKSubs][kQTile];         // [j][r]: sc & 15 | (m & 15) << 4 of sub-block j, row r
+  uint8_t sm_hi[kQKSubs / 2][kQTile];     // [j % 4][r]: the top bits sc >> 4 | (m >> 4) << 2, in the
+                                          // low nibble for j < 4, the high one for j >= 4
+  uint8_t qs[kQKSubs][kQBlock / 8][kQTile][4];  // per sub-block, as BlockQ4_0x16::qs
 };
-static_assert(sizeof(BlockQ4_Kx4) == 576, "q4_k: 4 x (2 + 2 + 12 + 128) bytes, 4.5 bits per weight");
+static_assert(sizeof(BlockQ4_Kx16) == 2304, "q4_k: 16 x (2 + 2 + 12 + 128) bytes, 4.5 bits per weight");
 // The header (d, dmin, sm) of a super-block: what a truncated last one holds before its sub-blocks.
-constexpr int kQKHeader = 64;
-static_assert(offsetof(BlockQ4_Kx4, qs) == kQKHeader);
+constexpr int kQKHeader = 256;
+static_assert(offsetof(BlockQ4_Kx16, qs) == kQKHeader);
 
 // The q4_k grid of one row's super-block: d and dmin (fp16-rounded), sc[8], m[8] (0..63) — the
 // 18 numbers GPTQ's grid hooks carry — and the value of code u in sub-block j.

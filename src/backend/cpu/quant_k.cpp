@@ -100,40 +100,49 @@ extern const WeightFormat kQ4_K;
 
 namespace {
 
-int64_t row_groups(int64_t R) { return (R + kQRows - 1) / kQRows; }
+int64_t tiles(int64_t R) { return (R + kQTile - 1) / kQTile; }
 int64_t col_blocks(int64_t C) { return (C + kQBlock - 1) / kQBlock; }
-// Bytes of one row group: the whole super-blocks, then a header and the sub-blocks of the last.
-size_t group_bytes(int64_t C) {
+constexpr size_t kSubBytes = sizeof(BlockQ4_Kx16::qs[0]);  // one sub-block of a tile's codes
+// Bytes of one tile: the whole super-blocks, then a header and the sub-blocks of the last.
+size_t tile_bytes(int64_t C) {
   const int64_t full = C / kQKBlock, tail = col_blocks(C % kQKBlock);
-  return (size_t)full * sizeof(BlockQ4_Kx4) + (tail ? kQKHeader + tail * kQRows * kHalf : 0);
+  return (size_t)full * sizeof(BlockQ4_Kx16) + (tail ? kQKHeader + tail * kSubBytes : 0);
 }
-size_t q4k_bytes(int64_t R, int64_t C) { return (size_t)row_groups(R) * group_bytes(C); }
+size_t q4k_bytes(int64_t R, int64_t C) { return (size_t)tiles(R) * tile_bytes(C); }
+const BlockQ4_Kx16* super_block(const uint8_t* tile, int64_t s) {
+  return reinterpret_cast<const BlockQ4_Kx16*>(tile + s * sizeof(BlockQ4_Kx16));
+}
 
 // ---------------------------------------------------------------- packing
+// Code of row r, column c (0..31) of sub-block j: as q4_0's (quant.h).
+inline uint8_t& code_byte(BlockQ4_Kx16* blk, int j, int r, int c) { return blk->qs[j][(c % kHalf) / 4][r][c % 4]; }
+inline int code_at(const BlockQ4_Kx16* blk, int j, int r, int c) {
+  const uint8_t b = blk->qs[j][(c % kHalf) / 4][r][c % 4];
+  return c < kHalf ? b & 15 : b >> 4;
+}
+
 // Writes row r's grid and codes (u[256]: 0 past the matrix's columns) into super-block `blk`.
-void put_row(BlockQ4_Kx4* blk, int r, const GridQ4_K& g, const uint8_t* u, int subs) {
+void put_row(BlockQ4_Kx16* blk, int r, const GridQ4_K& g, const uint8_t* u, int subs) {
   blk->d[r] = fp32_to_fp16(g.d);
   blk->dmin[r] = fp32_to_fp16(g.dmin);
   for (int j = 0; j < kQKSubs; ++j) {
-    const int k = j * kQRows + r;
-    blk->sm_lo[k] = (uint8_t)((g.sc[j] & 15) | (g.m[j] & 15) << 4);
+    blk->sm_lo[j][r] = (uint8_t)((g.sc[j] & 15) | (g.m[j] & 15) << 4);
     const uint8_t top = (uint8_t)(g.sc[j] >> 4 | (g.m[j] >> 4) << 2);
-    uint8_t& h = blk->sm_hi[k % 16];
-    h = k < 16 ? (uint8_t)((h & 0xf0) | top) : (uint8_t)((h & 0x0f) | top << 4);
+    uint8_t& h = blk->sm_hi[j % 4][r];
+    h = j < 4 ? (uint8_t)((h & 0xf0) | top) : (uint8_t)((h & 0x0f) | top << 4);
   }
   for (int j = 0; j < subs; ++j)
-    for (int i = 0; i < kHalf; ++i) blk->qs[j][r][i] = (uint8_t)(u[j * kQBlock + i] | u[j * kQBlock + i + kHalf] << 4);
+    for (int c = 0; c < kHalf; ++c) code_byte(blk, j, r, c) = (uint8_t)(u[j * kQBlock + c] | u[j * kQBlock + c + kHalf] << 4);
 }
 
-GridQ4_K get_row(const BlockQ4_Kx4* blk, int r) {
+GridQ4_K get_row(const BlockQ4_Kx16* blk, int r) {
   GridQ4_K g;
   g.d = fp16_to_fp32(blk->d[r]);
   g.dmin = fp16_to_fp32(blk->dmin[r]);
   for (int j = 0; j < kQKSubs; ++j) {
-    const int k = j * kQRows + r;
-    const int top = k < 16 ? blk->sm_hi[k] & 15 : blk->sm_hi[k - 16] >> 4;
-    g.sc[j] = (uint8_t)((blk->sm_lo[k] & 15) | (top & 3) << 4);
-    g.m[j] = (uint8_t)((blk->sm_lo[k] >> 4) | (top >> 2) << 4);
+    const int h = blk->sm_hi[j % 4][r], top = j < 4 ? h & 15 : h >> 4;
+    g.sc[j] = (uint8_t)((blk->sm_lo[j][r] & 15) | (top & 3) << 4);
+    g.m[j] = (uint8_t)((blk->sm_lo[j][r] >> 4) | (top >> 2) << 4);
   }
   return g;
 }
@@ -144,12 +153,12 @@ void pack_rows(const float* w, int64_t R, int64_t C, void* dst, GridOf grid) {
   auto* base = static_cast<uint8_t*>(dst);
   const int64_t supers = (C + kQKBlock - 1) / kQKBlock;
   std::memset(dst, 0, q4k_bytes(R, C));
-  parallel_for<int64_t>(row_groups(R), R * C > (1 << 18), [&](int64_t g) {
+  parallel_for<int64_t>(tiles(R), R * C > (1 << 18), [&](int64_t t) {
     for (int64_t s = 0; s < supers; ++s) {
-      auto* blk = reinterpret_cast<BlockQ4_Kx4*>(base + g * group_bytes(C) + s * sizeof(BlockQ4_Kx4));
+      auto* blk = reinterpret_cast<BlockQ4_Kx16*>(base + t * tile_bytes(C) + s * sizeof(BlockQ4_Kx16));
       const int n = (int)std::min<int64_t>(kQKBlock, C - s * kQKBlock), subs = (int)col_blocks(n);
-      for (int r = 0; r < kQRows; ++r) {
-        const int64_t row = g * kQRows + r;
+      for (int r = 0; r < kQTile; ++r) {
+        const int64_t row = t * kQTile + r;
         uint8_t u[kQKBlock] = {};
         GridQ4_K gr;  // a padding row: all zero
         if (row < R) {
@@ -172,16 +181,15 @@ void q4k_pack(const float* w, int64_t R, int64_t C, void* dst) {
 LOOPLM_ISA_CLONES void q4k_unpack(const void* p, int64_t R, int64_t C, float* dst) {
   const auto* base = static_cast<const uint8_t*>(p);
   for (int64_t row = 0; row < R; ++row) {
-    const int r = (int)(row % kQRows);
-    const uint8_t* group = base + (row / kQRows) * group_bytes(C);
+    const int r = (int)(row % kQTile);
+    const uint8_t* tile = base + (row / kQTile) * tile_bytes(C);
     for (int64_t s = 0; s * kQKBlock < C; ++s) {
-      const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
+      const BlockQ4_Kx16* blk = super_block(tile, s);
       const GridQ4_K g = get_row(blk, r);
       for (int j = 0; j < kQKSubs && s * kQKBlock + j * kQBlock < C; ++j) {
         const int64_t c0 = s * kQKBlock + j * kQBlock, n = std::min<int64_t>(kQBlock, C - c0);
-        const uint8_t* q = blk->qs[j][r];
         float* o = dst + row * C + c0;
-        for (int64_t i = 0; i < n; ++i) o[i] = g.value(j, i < kHalf ? q[i] & 15 : q[i - kHalf] >> 4);
+        for (int64_t i = 0; i < n; ++i) o[i] = g.value(j, code_at(blk, j, r, (int)i));
       }
     }
   }
@@ -211,123 +219,186 @@ void q4k_pack_on_grids(const float* w, const float* grids, int64_t R, int64_t C,
   });
 }
 
-// ---------------------------------------------------------------- the products of one row group
-// Per super-block the 4 rows' sub-block scales d·sc and mins dmin·m, as S[j·4 + r], M[j·4 + r];
-// then per sub-block j, as q4_0: y += dx · (S_j · Σ u·qx − M_j · Σ qx).
-void decode_scales(const BlockQ4_Kx4* blk, float* S, float* M) {
-  for (int r = 0; r < kQRows; ++r) {
+// ---------------------------------------------------------------- the products of one tile
+// Per super-block the 16 rows' sub-block scales d·sc and mins dmin·m, as S[j·16 + r], M[j·16 + r];
+// then per sub-block j and row r quant.h's two fmas (the integer sum scaled, the min taken off).
+void decode_scales(const BlockQ4_Kx16* blk, float* S, float* M) {
+  for (int r = 0; r < kQTile; ++r) {
     const GridQ4_K g = get_row(blk, r);
-    for (int j = 0; j < kQKSubs; ++j) S[j * kQRows + r] = g.d * (float)g.sc[j], M[j * kQRows + r] = g.dmin * (float)g.m[j];
+    for (int j = 0; j < kQKSubs; ++j) S[j * kQTile + r] = g.d * (float)g.sc[j], M[j * kQTile + r] = g.dmin * (float)g.m[j];
   }
 }
 
-void group_q4k_portable(const uint8_t* group, int C, const QuantizedRow* const* x, int nx, float* out) {
+void tile_q4k_portable(const uint8_t* tile, int C, const QuantizedRow* const* x, int nx, float* out) {
   const int blocks = (int)col_blocks(C);
   for (int n = 0; n < nx; ++n) {
-    float acc[kQRows] = {0, 0, 0, 0};
+    float acc[kQTile] = {};
     for (int s = 0; s * kQKSubs < blocks; ++s) {
-      const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
-      float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
+      const BlockQ4_Kx16* blk = super_block(tile, s);
+      float S[kQKSubs * kQTile], M[kQKSubs * kQTile];
       decode_scales(blk, S, M);
       for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
         const int b = s * kQKSubs + j;
         const int8_t* xq = x[n]->q.data() + (size_t)b * kQBlock;
-        for (int r = 0; r < kQRows; ++r) {
+        for (int r = 0; r < kQTile; ++r) {
           int32_t dot = 0;
-          for (int i = 0; i < kHalf; ++i) dot += (blk->qs[j][r][i] & 15) * xq[i] + (blk->qs[j][r][i] >> 4) * xq[i + kHalf];
-          acc[r] += x[n]->d[b] * (S[j * kQRows + r] * (float)dot - M[j * kQRows + r] * (float)x[n]->sum[b]);
+          for (int c = 0; c < kQBlock; ++c) dot += code_at(blk, j, r, c) * xq[c];
+          acc[r] = std::fma((float)dot, S[j * kQTile + r] * x[n]->d[b], acc[r]);
+          acc[r] = std::fma(-M[j * kQTile + r], x[n]->dsum[b], acc[r]);
         }
       }
     }
-    std::copy(acc, acc + kQRows, out + n * kQRows);
+    std::copy(acc, acc + kQTile, out + n * kQTile);
   }
 }
 
 #ifdef LOOPLM_QUANT_X86
 
-// decode_scales with vector instructions: the 32 low nibble pairs and 32 top-bit nibbles, widened
-// to floats and multiplied by the rows' d / dmin (lane k's row is k mod 4).
-LOOPLM_AVX2_Q inline void decode_scales_avx2(const BlockQ4_Kx4* blk, float* S, float* M) {
-  const __m256i L = _mm256_loadu_si256((const __m256i*)blk->sm_lo);
-  const __m128i H = _mm_loadu_si128((const __m128i*)blk->sm_hi);
+// decode_scales with vector instructions, two sub-blocks (32 rows' bytes) a step: the 6-bit
+// numbers from their low nibbles and top bits, widened to floats, times the rows' d / dmin.
+LOOPLM_AVX2_Q inline void decode_scales_avx2(const BlockQ4_Kx16* blk, float* S, float* M) {
   const __m256i nib = _mm256_set1_epi8(15);
-  const __m256i top = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(H, 4), H), nib);
-  const __m256i sc = _mm256_or_si256(_mm256_and_si256(L, nib), _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi8(3)), 4));
-  const __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), nib),
-                                    _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi8(12)), 2));
-  const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)blk->d)), m4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)blk->dmin));
-  const __m256 D = _mm256_set_m128(d4, d4), Dm = _mm256_set_m128(m4, m4);
-  alignas(32) uint8_t scb[32], mb[32];
-  _mm256_store_si256((__m256i*)scb, sc);
-  _mm256_store_si256((__m256i*)mb, m);
-  for (int k = 0; k < 32; k += 8) {
-    _mm256_storeu_ps(S + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(scb + k)))), D));
-    _mm256_storeu_ps(M + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mb + k)))), Dm));
+  const __m256 d[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)blk->d)),
+                       _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(blk->d + 8)))};
+  const __m256 dm[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)blk->dmin)),
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(blk->dmin + 8)))};
+  for (int j = 0; j < kQKSubs; j += 2) {
+    const __m256i L = _mm256_loadu_si256((const __m256i*)blk->sm_lo[j]);
+    const __m256i H = _mm256_loadu_si256((const __m256i*)blk->sm_hi[j % 4]);
+    const __m256i top = _mm256_and_si256(j < 4 ? H : _mm256_srli_epi16(H, 4), nib);
+    const __m256i sc = _mm256_or_si256(_mm256_and_si256(L, nib), _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi8(3)), 4));
+    const __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), nib),
+                                      _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi8(12)), 2));
+    alignas(32) uint8_t scb[32], mb[32];
+    _mm256_store_si256((__m256i*)scb, sc);
+    _mm256_store_si256((__m256i*)mb, m);
+    for (int k = 0; k < 32; k += 8) {  // rows 0-7, 8-15 of sub-block j, then of j + 1
+      const int o = j * kQTile + k;
+      _mm256_storeu_ps(S + o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(scb + k)))), d[k / 8 % 2]));
+      _mm256_storeu_ps(M + o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mb + k)))), dm[k / 8 % 2]));
+    }
   }
 }
 
-// The sub-blocks through quant_q4_block.h, with their scales and mins from the super-block.
+// AVX2, as q4_0's tile_avx2: the two halves of the tile (rows 0-7, 8-15) in one pass for up to 2
+// inputs, in two passes for more (one half's accumulators then fit the 16 registers); batch 1
+// fetches the codes 1 KB ahead (quant.cpp: kTilePrefetchAhead's comment).
 template <int NX>
-LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* group, const QuantizedRow* const* x, float* out) {
-  __m256 acc01[NX], acc23[NX];
-  __m128 corr[NX];
-  for (int n = 0; n < NX; ++n) acc01[n] = acc23[n] = _mm256_setzero_ps(), corr[n] = _mm_setzero_ps();
+LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* tile, const QuantizedRow* const* x, float* out) {
+  constexpr int kPasses = NX > 2 ? 2 : 1, kHalves = 2 / kPasses;
+  const int8_t* xq[NX];
+  for (int n = 0; n < NX; ++n) xq[n] = x[n]->q.data();
   const int blocks = x[0]->blocks;
-  for (int s = 0; s * kQKSubs < blocks; ++s) {
-    const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
-    alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
-    decode_scales_avx2(blk, S, M);
-    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j)
-      q4_block_avx2<NX>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
-                              acc01, acc23, corr);
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int pass = 0; pass < kPasses; ++pass) {
+    __m256 acc[NX][kHalves];
+    for (int n = 0; n < NX; ++n)
+      for (int k = 0; k < kHalves; ++k) acc[n][k] = _mm256_setzero_ps();
+    for (int s = 0; s * kQKSubs < blocks; ++s) {
+      const BlockQ4_Kx16* blk = super_block(tile, s);
+      alignas(32) float S[kQKSubs * kQTile], M[kQKSubs * kQTile];
+      decode_scales_avx2(blk, S, M);
+      for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
+        const int b = s * kQKSubs + j;
+        const uint8_t* qs = &blk->qs[j][0][0][0];
+        const size_t at = (size_t)b * kQBlock;
+        if constexpr (NX == 1)
+          for (int l = 0; l < (int)kSubBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(qs) + 1024 + l, _MM_HINT_T0);
+        for (int k = 0; k < kHalves; ++k) {
+          const int h = pass * kHalves + k;
+          __m256i P[NX];
+          for (int n = 0; n < NX; ++n) P[n] = _mm256_setzero_si256();
+          for (int q = 0; q < kQBlock / 8; ++q) {
+            const __m256i W = _mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32));
+            tile_step_avx2_q4<NX>(_mm256_and_si256(W, low), xq, at + 4 * q, P);
+            tile_step_avx2_q4<NX>(_mm256_and_si256(_mm256_srli_epi16(W, 4), low), xq, at + 16 + 4 * q, P);
+            pin_sums<NX>(P);
+          }
+          const __m256 sw = _mm256_load_ps(S + j * kQTile + 8 * h), mw = _mm256_load_ps(M + j * kQTile + 8 * h);
+          for (int n = 0; n < NX; ++n) {
+            const __m256 i = _mm256_cvtepi32_ps(_mm256_madd_epi16(P[n], ones));
+            acc[n][k] = _mm256_fmadd_ps(i, _mm256_mul_ps(sw, _mm256_set1_ps(x[n]->d[b])), acc[n][k]);
+            acc[n][k] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(x[n]->dsum[b]), acc[n][k]);
+          }
+        }
+      }
+    }
+    for (int n = 0; n < NX; ++n)
+      for (int k = 0; k < kHalves; ++k) _mm256_storeu_ps(out + n * kQTile + 8 * (pass * kHalves + k), acc[n][k]);
   }
-  q4_reduce_avx2<NX>(acc01, acc23, corr, out);
 }
-
-LOOPLM_AVX2_Q void group_q4k_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+LOOPLM_AVX2_Q void tile_q4k_avx2(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS(q4k_avx2, g, x, nx, out)
 }
 
-// VNNI takes up to 8 inputs a call (the scales decoded and each 64-byte load unpacked once for
-// all of them; the AVX2 kernel's 16 registers hold 4), the scales spread to the lanes once per
-// sub-block, d · Σqx once per input row (QuantizedRow::dsum), and batched calls prefetch 4 KB
-// ahead. Zen 5, 1 thread, 8 x d1024 llama q4_k, 8 sequences, int8 cache, 3 interleaved runs
-// (-n 100): 586-600 -> 862-886 tokens/s (without the prefetch 744-770); batch 1 389-392 -> 406-424.
-// The 4-row groups still cost ~4 instructions per vpdpbusd against q4_0's tiles' ~1.5 (8 inputs
-// and the weights in L3: ~110 against ~225 GMAC/s): q4_k in 16-row tiles is the next step.
+// (g++ 12 warns falsely about the intrinsics' undefined pass-through operands once they inline.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// AVX-512 VNNI, as q4_0's tile_vnni: per sub-block one vpdpbusd per 4 columns of the 16 rows and
+// input; the sub-block's 16 scales and mins are one register each. Batched calls fetch 4 KB ahead
+// into L2 (tile_vnni's comment); one input splits its sums in two chains (lo / hi nibbles).
 template <int NX>
-LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* group, const QuantizedRow* const* x, float* out) {
+LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* tile, const QuantizedRow* const* x, float* out) {
   __m512 acc[NX];
-  __m128 corr[NX];
-  for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps(), corr[n] = _mm_setzero_ps();
+  for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const int8_t* xq[NX];
+  const float *xd[NX], *xds[NX];
+  for (int n = 0; n < NX; ++n) xq[n] = x[n]->q.data(), xd[n] = x[n]->d.data(), xds[n] = x[n]->dsum.data();
   const int blocks = x[0]->blocks;
+  constexpr int kSplit = NX == 1 ? 2 : 1;
   for (int s = 0; s * kQKSubs < blocks; ++s) {
-    const auto* blk = reinterpret_cast<const BlockQ4_Kx4*>(group + s * sizeof(BlockQ4_Kx4));
-    if constexpr (NX > 1)  // batched: 4 KB ahead, as quant.cpp's tile_vnni
-      for (int l = 0; l < (int)sizeof(BlockQ4_Kx4); l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096 + l, _MM_HINT_T0);
-    alignas(32) float S[kQKSubs * kQRows], M[kQKSubs * kQRows];
+    const BlockQ4_Kx16* blk = super_block(tile, s);
+    if constexpr (NX > 1)
+      for (int l = 0; l < kQKHeader; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 4096 + l, _MM_HINT_T1);
+    alignas(64) float S[kQKSubs * kQTile], M[kQKSubs * kQTile];
     decode_scales_avx2(blk, S, M);
-    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j)
-      q4_block_vnni<NX>(blk->qs[j][0], _mm_load_ps(S + j * kQRows), _mm_load_ps(M + j * kQRows), s * kQKSubs + j, x,
-                              acc, corr);
+    for (int j = 0; j < kQKSubs && s * kQKSubs + j < blocks; ++j) {
+      const int b = s * kQKSubs + j;
+      const uint8_t* qs = &blk->qs[j][0][0][0];
+      const size_t at = (size_t)b * kQBlock;
+      if constexpr (NX > 1)
+        for (int l = 0; l < (int)kSubBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(qs) + 4096 + l, _MM_HINT_T1);
+      __m512i I[NX][kSplit];
+      for (int n = 0; n < NX; ++n)
+        for (int k = 0; k < kSplit; ++k) I[n][k] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int q = 0; q < kQBlock / 8; ++q) {
+        const __m512i W = _mm512_loadu_si512(qs + q * 64);
+        const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
+#pragma GCC unroll 8
+        for (int n = 0; n < NX; ++n) {
+          I[n][0] = _mm512_dpbusd_epi32(I[n][0], lo, _mm512_set1_epi32(load4(xq[n] + at + 4 * q)));
+          I[n][kSplit - 1] = _mm512_dpbusd_epi32(I[n][kSplit - 1], hi, _mm512_set1_epi32(load4(xq[n] + at + 16 + 4 * q)));
+        }
+      }
+      const __m512 sw = _mm512_load_ps(S + j * kQTile), mw = _mm512_load_ps(M + j * kQTile);
+#pragma GCC unroll 8
+      for (int n = 0; n < NX; ++n) {
+        const __m512i i = kSplit == 2 ? _mm512_add_epi32(I[n][0], I[n][kSplit - 1]) : I[n][0];
+        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(sw, _mm512_set1_ps(xd[n][b])), acc[n]);
+        acc[n] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xds[n][b]), acc[n]);
+      }
+    }
   }
-  q4_reduce_vnni<NX>(acc, corr, out);
+  for (int n = 0; n < NX; ++n) _mm512_storeu_ps(out + n * kQTile, acc[n]);
 }
-LOOPLM_VNNI_Q void group_q4k_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
+LOOPLM_VNNI_Q void tile_q4k_vnni(const uint8_t* g, int, const QuantizedRow* const* x, int nx, float* out) {
   LOOPLM_BY_INPUTS8(q4k_vnni, g, x, nx, out)
 }
-constexpr GroupKernel kAvx2{group_q4k_avx2, kQRows, 4}, kVnni{group_q4k_vnni, kQRows, kGroupInputs};
+#pragma GCC diagnostic pop
+constexpr GroupKernel kAvx2{tile_q4k_avx2, kQTile, 4}, kVnni{tile_q4k_vnni, kQTile, kGroupInputs};
 #else
 constexpr GroupKernel kAvx2{}, kVnni{};
 #endif
-constexpr GroupKernel kPortable{group_q4k_portable, kQRows, 4};
+constexpr GroupKernel kPortable{tile_q4k_portable, kQTile, kGroupInputs};
 
 void q4k_gemv(int R, int C, const void* p, const float* x, float* y, bool acc, GemvKernel k) {
-  quant_gemv(R, C, p, group_bytes(C), x, y, acc, pick_group_kernel(k, kPortable, kAvx2, kVnni));
+  quant_gemv(R, C, p, tile_bytes(C), x, y, acc, pick_group_kernel(k, kPortable, kAvx2, kVnni));
 }
 void q4k_gemm(int N, int R, int C, const void* p, const float* x, float* y, float* scratch) {
-  quant_gemm(N, R, C, p, group_bytes(C), x, y, scratch,
+  quant_gemm(N, R, C, p, tile_bytes(C), x, y, scratch,
              pick_group_kernel(GemvKernel::best, kPortable, kAvx2, kVnni), q4k_unpack, kQ4_K.integer_rows);
 }
 
@@ -336,7 +407,7 @@ void q4k_gemm(int N, int R, int C, const void* p, const float* x, float* y, floa
 extern const WeightFormat kQ4_K = {
     "q4_k",
     "4-bit super-blocks of 256: 6-bit scale and min per 32, fp16 pair per 256 (4.5 bits per weight; activations int8 per block)",
-    kQRows, kQKBlock, q4k_bytes, q4k_pack, q4k_unpack, q4k_gemv, q4k_gemm, quant_scratch, quant_kernels_available,
-    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "rows4", kFewRows};
+    kQTile, kQKBlock, q4k_bytes, q4k_pack, q4k_unpack, q4k_gemv, q4k_gemm, quant_scratch, quant_kernels_available,
+    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "tiles16", kFewRows};
 
 }  // namespace looplm
