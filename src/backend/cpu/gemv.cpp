@@ -244,9 +244,9 @@ LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int l
 #pragma GCC diagnostic pop
 
 // One weight row per sweep against up to 8 input rows (8 accumulators): one pass over the weights
-// serves the whole batch; the last pass over a row (in L1 by then) fetches the next row. The rows
-// past a multiple of four in span_f32_rows4 (once every batched product on Zen 4; slower there,
-// see below).
+// serves the whole batch; the last pass over a row (in L1 by then) fetches the next row. It takes the rows
+// past a multiple of four in span_f32_rows4 (it once took every batched product on Zen 4, slower:
+// span_f32_rows4's comment).
 LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
                                  int lo, int n) {
   for (int j = lo; j < lo + n; ++j) {

@@ -1,6 +1,6 @@
 // What the quantized formats (quant.cpp: q8_0, q4_0; quant_k.cpp: q4_k) share: the CPU checks,
-// the kernel choice, and the drivers that split a product into row groups (q8_0 / q4_0: tiles of
-// 16 rows; q4_k: groups of 4). A format supplies its group kernel per ISA — the products of one
+// the kernel choice, and the drivers that split a product into row groups (tiles of
+// 16 rows for all three). A format supplies its group kernel per ISA — the products of one
 // group of weight rows with up to GroupKernel::inputs quantized input rows, each weight read once
 // for all of them — and its dequantization for the many-rows path.
 #pragma once
