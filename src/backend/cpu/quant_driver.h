@@ -76,7 +76,9 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
 // ~256 rows for q4_0, ~56 for q8_0, ~24 for q4_k; a whole 6 × d384 model's warm 128-token prefill
 // in q8_0 ran at the same speed either way (1,722 ± 32 against 1,729 ± 367 tokens/s), and the
 // integer path skips oneDNN's one-time JIT (~17 ms) in a process's first prompt. Hence 128 rows
-// for q8_0 and q4_0, kFewRows for q4_k.
+// for every format (q4_k took kFewRows while its kernel was 4-row groups; in 16-row tiles, Zen 4,
+// 1 thread, 6 x d384 llama, `looplm bench -p 128`: 1,805 -> 5,582 tokens/s warm, a cold 128-token
+// prompt 1,232-1,246 -> 4,841-4,968).
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
                 GroupKernel f, UnpackFn unpack, int max_integer_rows);
 size_t quant_scratch(int64_t R, int64_t C);
