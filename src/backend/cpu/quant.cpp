@@ -368,7 +368,7 @@ LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, flo
   const int8_t* xq[NX];
   for (int n = 0; n < NX; ++n) xq[n] = x[n]->q.data();
   const int blocks = x[0]->blocks;
-  const __m256i flip = _mm256_set1_epi8((char)0x80), low = _mm256_set1_epi8(0x0f);
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
   for (int pass = 0; pass < kPasses; ++pass) {
     __m256 acc[NX][kHalves];
     for (int n = 0; n < NX; ++n)
@@ -383,15 +383,7 @@ LOOPLM_AVX2_Q void tile_avx2(const uint8_t* g, const QuantizedRow* const* x, flo
         const int h = pass * kHalves + k;
         __m256i I[NX];  // the block half's int32 sums per input
         if constexpr (Q4) {
-          __m256i P[NX];
-          for (int n = 0; n < NX; ++n) P[n] = _mm256_setzero_si256();
-          for (int q = 0; q < kQBlock / 8; ++q) {
-            const __m256i W = _mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32));
-            tile_step_avx2_q4<NX>(_mm256_and_si256(W, low), xq, at + 4 * q, P);
-            tile_step_avx2_q4<NX>(_mm256_and_si256(_mm256_srli_epi16(W, 4), low), xq, at + 16 + 4 * q, P);
-            pin_sums<NX>(P);
-          }
-          for (int n = 0; n < NX; ++n) I[n] = _mm256_madd_epi16(P[n], _mm256_set1_epi16(1));
+          q4_half_sums_avx2<NX>(qs, h, xq, at, I);
         } else {
           for (int n = 0; n < NX; ++n) I[n] = _mm256_setzero_si256();
           for (int q = 0; q < kQBlock / 4; ++q) {
@@ -448,7 +440,6 @@ LOOPLM_VNNI_Q void tile_vnni(const uint8_t* g, const QuantizedRow* const* x, flo
   const auto* B = reinterpret_cast<const Block*>(g);
   __m512 acc[NX];
   for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps();
-  const __m512i low = _mm512_set1_epi8(0x0f);
   const int8_t* xq[NX];
   const int32_t* xs[NX];
   const float* xd[NX];
@@ -469,16 +460,7 @@ LOOPLM_VNNI_Q void tile_vnni(const uint8_t* g, const QuantizedRow* const* x, flo
       if constexpr (kSplit == 2) I[n][1] = _mm512_setzero_si512();
     }
     if constexpr (Q4) {
-#pragma GCC unroll 4
-      for (int q = 0; q < kQBlock / 8; ++q) {
-        const __m512i W = _mm512_loadu_si512(qs + q * 64);
-        const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
-#pragma GCC unroll 8
-        for (int n = 0; n < NX; ++n) {
-          I[n][0] = _mm512_dpbusd_epi32(I[n][0], lo, _mm512_set1_epi32(load4(xq[n] + at + 4 * q)));
-          I[n][kSplit - 1] = _mm512_dpbusd_epi32(I[n][kSplit - 1], hi, _mm512_set1_epi32(load4(xq[n] + at + 16 + 4 * q)));
-        }
-      }
+      q4_block_sums_vnni<NX, kSplit>(qs, xq, at, I);
     } else {
 #pragma GCC unroll 8
       for (int q = 0; q < kQBlock / 4; ++q) {

@@ -289,7 +289,6 @@ LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* tile, const QuantizedRow* const* x, f
   const int8_t* xq[NX];
   for (int n = 0; n < NX; ++n) xq[n] = x[n]->q.data();
   const int blocks = x[0]->blocks;
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   for (int pass = 0; pass < kPasses; ++pass) {
     __m256 acc[NX][kHalves];
     for (int n = 0; n < NX; ++n)
@@ -306,17 +305,11 @@ LOOPLM_AVX2_Q void q4k_avx2(const uint8_t* tile, const QuantizedRow* const* x, f
           for (int l = 0; l < (int)kSubBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(qs) + 1024 + l, _MM_HINT_T0);
         for (int k = 0; k < kHalves; ++k) {
           const int h = pass * kHalves + k;
-          __m256i P[NX];
-          for (int n = 0; n < NX; ++n) P[n] = _mm256_setzero_si256();
-          for (int q = 0; q < kQBlock / 8; ++q) {
-            const __m256i W = _mm256_loadu_si256((const __m256i*)(qs + q * 64 + h * 32));
-            tile_step_avx2_q4<NX>(_mm256_and_si256(W, low), xq, at + 4 * q, P);
-            tile_step_avx2_q4<NX>(_mm256_and_si256(_mm256_srli_epi16(W, 4), low), xq, at + 16 + 4 * q, P);
-            pin_sums<NX>(P);
-          }
+          __m256i I[NX];
+          q4_half_sums_avx2<NX>(qs, h, xq, at, I);
           const __m256 sw = _mm256_load_ps(S + j * kQTile + 8 * h), mw = _mm256_load_ps(M + j * kQTile + 8 * h);
           for (int n = 0; n < NX; ++n) {
-            const __m256 i = _mm256_cvtepi32_ps(_mm256_madd_epi16(P[n], ones));
+            const __m256 i = _mm256_cvtepi32_ps(I[n]);
             acc[n][k] = _mm256_fmadd_ps(i, _mm256_mul_ps(sw, _mm256_set1_ps(x[n]->d[b])), acc[n][k]);
             acc[n][k] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(x[n]->dsum[b]), acc[n][k]);
           }
@@ -342,7 +335,6 @@ template <int NX>
 LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* tile, const QuantizedRow* const* x, float* out) {
   __m512 acc[NX];
   for (int n = 0; n < NX; ++n) acc[n] = _mm512_setzero_ps();
-  const __m512i low = _mm512_set1_epi8(0x0f);
   const int8_t* xq[NX];
   const float *xd[NX], *xds[NX];
   for (int n = 0; n < NX; ++n) xq[n] = x[n]->q.data(), xd[n] = x[n]->d.data(), xds[n] = x[n]->dsum.data();
@@ -363,16 +355,7 @@ LOOPLM_VNNI_Q void q4k_vnni(const uint8_t* tile, const QuantizedRow* const* x, f
       __m512i I[NX][kSplit];
       for (int n = 0; n < NX; ++n)
         for (int k = 0; k < kSplit; ++k) I[n][k] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int q = 0; q < kQBlock / 8; ++q) {
-        const __m512i W = _mm512_loadu_si512(qs + q * 64);
-        const __m512i lo = _mm512_and_si512(W, low), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), low);
-#pragma GCC unroll 8
-        for (int n = 0; n < NX; ++n) {
-          I[n][0] = _mm512_dpbusd_epi32(I[n][0], lo, _mm512_set1_epi32(load4(xq[n] + at + 4 * q)));
-          I[n][kSplit - 1] = _mm512_dpbusd_epi32(I[n][kSplit - 1], hi, _mm512_set1_epi32(load4(xq[n] + at + 16 + 4 * q)));
-        }
-      }
+      q4_block_sums_vnni<NX, kSplit>(qs, xq, at, I);
       const __m512 sw = _mm512_load_ps(S + j * kQTile), mw = _mm512_load_ps(M + j * kQTile);
 #pragma GCC unroll 8
       for (int n = 0; n < NX; ++n) {
