@@ -271,7 +271,7 @@ TEST_F(Cli, InterruptedTrainingCheckpointsAndResumes) {
   ASSERT_NE(at, std::string::npos) << out;
   const int step = std::stoi(out.substr(at + 40));
   EXPECT_GE(step, 3);
-  ASSERT_TRUE(fs::exists(dir + "/run/train_state.safetensors"));
+  ASSERT_TRUE(fs::exists(dir + "/run/checkpoint.json"));
   CmdResult r = run(args + " --steps 1000000 --resume --stop-after " + std::to_string(step + 2));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("resumed " + dir + "/run at step " + std::to_string(step)), std::string::npos) << r.out;
@@ -515,7 +515,8 @@ TEST_F(Cli, RunDirectoriesAreSafe) {
   std::vector<std::string> kept;
   for (auto& e : fs::directory_iterator(dir + "/run/checkpoints")) kept.push_back(e.path().filename().string());
   std::sort(kept.begin(), kept.end());
-  EXPECT_EQ(kept, (std::vector<std::string>{"model_step00000003.safetensors", "model_step00000004.safetensors"}));
+  EXPECT_EQ(kept, (std::vector<std::string>{"model_step00000003.safetensors", "model_step00000004.safetensors",
+                                            "train_state_step00000004.safetensors"}));
   EXPECT_TRUE(fs::exists(dir + "/run/model.best.safetensors"));
   const std::string before = io::read_file(dir + "/run/model.safetensors");
 

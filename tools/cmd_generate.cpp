@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "cli_common.h"
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 #include "looplm/looplm.h"
 
 namespace looplm::cli {
@@ -33,12 +34,7 @@ std::vector<std::string> read_prompts(const std::string& path, bool& jsonl) {
       out.push_back(l);
       continue;
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(l);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(path + " line " + std::to_string(line) + ": not JSON (" + e.what() + ")");
-    }
+    const nlohmann::json j = io::parse_json(l, path + " line " + std::to_string(line), true);
     const char* key = j.is_object() && j.contains("prompt") ? "prompt" : "text";
     if (!j.is_object() || !j.contains(key) || !j[key].is_string())
       throw UsageError(path + " line " + std::to_string(line) + ": expected an object with a string \"prompt\" (or \"text\")");

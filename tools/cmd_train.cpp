@@ -1,6 +1,8 @@
 // `looplm train`: train a model; prints a progress line per step, validation, and at the end the
 // early-exit table (loss at every depth, on a bounded part of the validation data) and a sample.
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli.h"
 #include "cli_common.h"
@@ -28,6 +30,12 @@ int cmd_train(int argc, char** argv) {
                "grad_clip, eval_every, eval_batches, log_every, data_val)");
   app.add_flag("--overwrite", overwrite,
                "DIR already holds a run: remove its files (checkpoints, metrics) and start over (without it, that is an error)");
+  std::string init_from;
+  auto* init_opt = app.add_option("--init-from", init_from,
+                                  "start a new run from this checkpoint's weights (a model.safetensors or run directory; its "
+                                  "config, with --set for training keys, e.g. new data or lr) instead of random ones; "
+                                  "AdamW starts afresh")
+                       ->type_name("FILE");
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(at_least(0));
   app.add_option("--prompt", prompt, "prompt of the final sample");
@@ -47,32 +55,39 @@ int cmd_train(int argc, char** argv) {
     print_config_keys(std::cout);
     return 0;
   }
+  if (resume && overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
+  if (init_opt->count() > 0 && (resume || cfg.explicit_base()))
+    throw UsageError("train: --init-from takes the config of its checkpoint (change training keys with --set); do not give "
+                     "--resume, --preset or --config with it");
+  // The config: a resumed run's own (its checkpoint's, or the config.json of a run that stopped
+  // before its first checkpoint), an --init-from checkpoint's, or the preset / file; then --set.
+  const bool own = resume && !out.empty() && (has_checkpoint(out) || std::filesystem::exists(out + "/config.json") ||
+                                              std::filesystem::exists(out + "/model.safetensors"));
+  auto resolve = [&] {
+    if (!own && init_from.empty()) return cfg.resolve();
+    std::string from = init_from;
+    if (!from.empty() && std::filesystem::is_directory(from)) from += "/model.safetensors";
+    Config c = own ? run_config(out) : LanguageModel::load(from).config();
+    if (own && cfg.explicit_base() && !quiet)
+      std::fprintf(stderr, "resuming %s: its saved config is used (--preset / --config are ignored)\n", out.c_str());
+    cfg.apply_sets(c);  // on resume, train() refuses keys that may not change
+    return c;
+  };
   if (print_config) {
-    Config c = resume && !out.empty() && has_checkpoint(out) ? run_config(out) : cfg.resolve();
-    if (resume && !out.empty() && has_checkpoint(out)) cfg.apply_sets(c);
+    Config c = resolve();
     if (steps >= 0) c.steps = steps;
     std::printf("%s\n", c.to_json_text(2).c_str());
     return 0;
   }
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
-  if (resume && overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
-
-  Config c;
-  if (resume && has_checkpoint(out)) {
-    // The run's own config, with the --set keys that may change on resume; train() rejects others.
-    c = run_config(out);
-    if (cfg.explicit_base() && !quiet)
-      std::fprintf(stderr, "resuming %s: its saved config is used (--preset / --config are ignored)\n", out.c_str());
-    cfg.apply_sets(c);
-  } else {
-    c = cfg.resolve();
-  }
+  Config c = resolve();
   if (steps >= 0) c.steps = steps;
   if (!quiet) std::fprintf(stderr, "config:\n%s", c.summary().c_str());
   TrainOptions o;
   o.out_dir = out;
   o.resume = resume;
   o.overwrite = overwrite;
+  o.init_from = init_from;
   o.stop_after = stop_after;
   o.quiet = quiet;
   TrainResult r;
@@ -82,20 +97,18 @@ int cmd_train(int argc, char** argv) {
     r = train(c, o);
   }
   if (r.interrupted) return 130;         // 128 + SIGINT, as if killed, but with a checkpoint
-  if (r.steps_done < c.steps) return 0;  // --stop-after: no report yet
+  if (!r.complete) return 0;             // --stop-after: no report yet
 
-  // The report: loss at every exit on (a bounded part of) the validation data, and a sample.
-  // Ctrl-C here ends the process at once: the run is already saved.
+  // The report: loss at every exit on (a bounded part of) the validation data, computed by train()
+  // from the data it holds, and a sample. Ctrl-C here ends the process at once: the run is saved.
   set_interrupt_note("looplm train: interrupted during the end-of-training report; the run in " + out +
                      " is complete and saved (step " + std::to_string(r.steps_done) +
                      "); 'looplm eval --checkpoint " + out + "' prints the table again");
   LanguageModel lm = LanguageModel::load(out);
   const Config& mc = lm.config();
-  const int64_t windows = (int64_t)mc.eval_batches * mc.batch_size;
-  EvalOptions eo;
-  eo.max_windows = windows;
-  EvalResult e = lm.evaluate_file(mc.data_val, eo);
-  const auto& cosine = e.diagnostics["state_cosine"];
+  const EvalResult& e = r.report;
+  const auto cosine = e.diagnostics.count("state_cosine") ? e.diagnostics.at("state_cosine")
+                                                          : std::vector<double>(e.loss_by_depth.size(), NAN);
   if (e.examples > 0) {  // data_mode = examples: the answer's loss and exact-match accuracy
     std::printf("\nearly-exit table (validation: the first %lld examples = eval_batches x batch_size; all of it: "
                 "looplm eval): loss and accuracy on the answers at every depth r\n\n",
@@ -114,21 +127,12 @@ int cmd_train(int argc, char** argv) {
   }
   if (sample_len > 0 && e.examples > 0) {  // examples: greedy answers to the first validation prompts
     std::printf("\nsamples (greedy, the first validation examples: prompt -> answer [label]):\n");
-    const std::string text = read_file_bytes(mc.data_val);
-    size_t pos = 0;
-    for (int n = 0; n < 3 && pos < text.size();) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(pos, end - pos);
-      pos = end + 1;
-      const size_t tab = line.rfind('\t');
-      if (tab == std::string::npos) continue;
+    for (const auto& [prompt_ids, answer_ids] : r.report_examples) {
       GenerateOptions g;
       g.temperature = 0;
-      g.max_new = (int)lm.encode(line.substr(tab + 1)).size();
-      const std::string got = lm.decode(lm.generate(lm.encode(line.substr(0, tab)), g));
-      std::printf("  %s -> %s [%s]\n", line.substr(0, tab).c_str(), got.c_str(), line.substr(tab + 1).c_str());
-      ++n;
+      g.max_new = (int)answer_ids.size();
+      const std::string got = lm.decode(lm.generate(prompt_ids, g));
+      std::printf("  %s -> %s [%s]\n", lm.decode(prompt_ids).c_str(), got.c_str(), lm.decode(answer_ids).c_str());
     }
   } else if (sample_len > 0) {
     GenerateOptions g;

@@ -14,7 +14,7 @@
 
 namespace looplm {
 
-inline constexpr const char* kVersion = "0.2.0";  // `looplm --version`, and written into checkpoints
+inline constexpr const char* kVersion = "0.3.0";  // `looplm --version`, and written into checkpoints
 
 // ---------------------------------------------------------------- threads
 // The compute pool: n > 0 threads exactly, or 0 (the default) to adapt — at most the cores this
@@ -22,37 +22,7 @@ inline constexpr const char* kVersion = "0.2.0";  // `looplm --version`, and wri
 // every parallel region wait for a descheduled thread).
 void set_threads(int n);
 
-// ---------------------------------------------------------------- training
-struct TrainOptions {
-  std::string out_dir;       // run directory: config.json, model.safetensors, train_state.safetensors, metrics.jsonl
-  bool resume = false;       // continue from out_dir's checkpoint when there is one
-  // out_dir already holding a run without `resume` is a UsageError unless this is set: then the
-  // run's files are removed and training starts over.
-  bool overwrite = false;
-  int stop_after = -1;       // stop (with a checkpoint) after this step although the schedule is longer
-  bool quiet = false;        // no progress lines
-  std::function<void(const std::string&)> log;  // progress lines (default: stderr)
-  // Set by the caller (e.g. from a signal-handling thread) to end the run after the current step,
-  // with a checkpoint; --resume continues it.
-  const std::atomic<bool>* stop = nullptr;
-};
-struct TrainResult {
-  std::vector<double> losses;  // training loss per step run in this call
-  double val_loss = 0;         // last validation loss
-  int64_t steps_done = 0;      // total optimizer steps in the checkpoint
-  bool interrupted = false;    // ended by TrainOptions::stop
-  size_t activation_bytes_peak = 0;  // the memory plan's activation arena (bytes)
-};
-// With options.resume and a checkpoint in out_dir, `config` must be the run's own config
-// (run_config) except for the keys that are safe to change on resume (resume_safe_keys: the
-// schedule length and shape, clipping, weight decay, validation and logging); any other
-// difference is a UsageError naming the key.
-TrainResult train(const Config& config, const TrainOptions& options);
-bool has_checkpoint(const std::string& out_dir);  // out_dir/model.safetensors and train_state exist
-Config run_config(const std::string& out_dir);    // the config saved in out_dir's checkpoint
-const std::vector<std::string>& resume_safe_keys();
-
-// ---------------------------------------------------------------- a loaded model
+// ---------------------------------------------------------------- evaluation results
 struct EvalResult {
   double loss = 0;                    // mean token loss at min(depth, R) (depth 0: at h_pre)
   std::vector<double> loss_by_depth;  // exits r = 1..depth
@@ -79,6 +49,56 @@ struct EvalResult {
   double kv_bytes_per_token = 0;
   double kv_cache_bytes = 0;
 };
+// ---------------------------------------------------------------- training
+struct TrainOptions {
+  // Run directory: checkpoint.json, model.safetensors, checkpoints/, config.json, metrics.jsonl
+  // (docs/format.md). One trainer at a time: a second one is refused (a lock, released at exit).
+  std::string out_dir;
+  // Continue out_dir's committed checkpoint, verified (a damaged or mismatched one is an Error,
+  // nothing changed). A directory with no run starts one; one that stopped before its first
+  // checkpoint starts again from its config.json; one with weights but no checkpoint is an Error.
+  bool resume = false;
+  // A new run whose weights start as this checkpoint's (model.safetensors or a run directory)
+  // instead of the seed's: fine-tuning, or a run whose training state was lost. The config must
+  // describe the same parameters (names and shapes) and tokenizer; AdamW starts afresh at step 0.
+  std::string init_from;
+  // out_dir already holding a run without `resume` is a UsageError unless this is set: then the
+  // run's files are removed and training starts over.
+  bool overwrite = false;
+  int stop_after = -1;       // stop (with a checkpoint) after this step although the schedule is longer
+  bool quiet = false;        // no progress lines
+  std::function<void(const std::string&)> log;  // progress lines (default: stderr)
+  // Set by the caller (e.g. from a signal-handling thread) to end the run after the current step,
+  // with a checkpoint; --resume continues it.
+  const std::atomic<bool>* stop = nullptr;
+};
+struct TrainResult {
+  std::vector<double> losses;  // training loss per step run in this call
+  double val_loss = 0;         // last validation loss
+  int64_t steps_done = 0;      // total optimizer steps in the checkpoint
+  bool interrupted = false;    // ended by TrainOptions::stop
+  size_t activation_bytes_peak = 0;  // the memory plan's activation arena (bytes)
+  // The run is complete (steps_done >= config.steps): `report` is the validation at its last step
+  // (the first eval_batches x batch_size windows or examples, every exit), from the validation data
+  // train already holds; examples: the first validation examples' prompt and answer tokens.
+  bool complete = false;
+  EvalResult report;
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> report_examples;
+};
+// With options.resume and a checkpoint in out_dir, `config` must be the run's own config
+// (run_config) except for the keys that are safe to change on resume (resume_safe_keys: the
+// schedule length and shape, clipping, weight decay, validation and logging); any other
+// difference is a UsageError naming the key.
+TrainResult train(const Config& config, const TrainOptions& options);
+// out_dir has a checkpoint to resume (checkpoint.json, or an older looplm's model and train
+// state), not yet verified.
+bool has_checkpoint(const std::string& out_dir);
+// The config a resume of out_dir continues with: its verified checkpoint's, else its
+// model.safetensors' or config.json's. Error when it holds none or its checkpoint does not verify.
+Config run_config(const std::string& out_dir);
+const std::vector<std::string>& resume_safe_keys();
+
+// ---------------------------------------------------------------- a loaded model
 // Per-token early exit (SPEC §3): a token stops at the first loop step whose criterion is below
 // `threshold`, at the latest at the run's depth. kl: KL(p_r ‖ p_{r−1}) between the next-token
 // distributions of successive exits (from step 2); latent: ‖h_r − h_{r−1}‖ / ‖h_r‖ (from step 2);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 
 
 #include <cerrno>
@@ -63,12 +64,7 @@ std::vector<JsonlDoc> parse_jsonl(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no) + ": ";
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where + "invalid JSON (" + plain_message(e) + ")");
-    }
+    const nlohmann::json j = io::parse_json(line, path + ":" + std::to_string(line_no));
     if (!j.is_object()) throw Error(where + "expected a JSON object with a string \"text\"");
     auto it = j.find("text");
     if (it == j.end()) throw Error(where + "the object has no \"text\" key");

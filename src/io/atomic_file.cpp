@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/crc32c.h"
+#include "io/fault.h"
 #include "looplm/error.h"
 
 namespace looplm::io {
@@ -66,8 +68,10 @@ void AtomicWriter::fail(const std::string& what, int err) {
 void AtomicWriter::write(const void* data, size_t n) {
   if (fd_ < 0) throw Error("cannot write '" + path_ + "': writer already committed or failed");
   const char* p = static_cast<const char*>(data);
+  crc_ = io::crc32c(crc_, data, n);
   while (n > 0) {
     // Linux write() moves at most ~2 GiB per call; loop on short writes and EINTR.
+    if (const int e = fault_point("atomic.write")) fail("write to '" + tmp_ + "' failed", e);
     ssize_t k = ::write(fd_, p, n);
     if (k < 0) {
       if (errno == EINTR) continue;
@@ -77,6 +81,7 @@ void AtomicWriter::write(const void* data, size_t n) {
     p += k;
     n -= static_cast<size_t>(k);
     written_ += static_cast<size_t>(k);
+    fault_point("atomic.partial");  // a kill here leaves a torn temp file
   }
 }
 
@@ -88,6 +93,7 @@ void AtomicWriter::commit() {
   rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0 && errno != EINTR) fail("close of '" + tmp_ + "' failed", errno);
+  fault_point("atomic.before_rename");  // a whole temp file, not yet in place
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
     fail("rename of '" + tmp_ + "' over it failed", errno);
   committed_ = true;  // the new file is in place; the temp name no longer exists

@@ -3,9 +3,12 @@
 // A file written here is either the complete old version or the complete new one, never a torn mix:
 // the bytes go to `PATH.tmp.<pid>` in the same directory, the temp file is fsync'ed, renamed over PATH,
 // and the directory is fsync'ed so the rename itself survives a power cut. Any failure removes the
-// temp file and throws looplm::Error naming the path and strerror(errno).
+// temp file and throws looplm::Error naming the path and strerror(errno). A temp file left by a
+// process killed mid-write keeps its `.tmp.<pid>` name; whoever owns the directory removes it
+// (train does on every start, under its lock).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace looplm::io {
@@ -22,6 +25,7 @@ class AtomicWriter {
   void write(const void* data, size_t n);  // all n bytes or Error
   void commit();                           // fsync, rename over PATH, fsync the directory
   size_t bytes_written() const { return written_; }
+  uint32_t crc32c() const { return crc_; }  // of the bytes written (io/crc32c.h)
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_; }
 
@@ -32,6 +36,7 @@ class AtomicWriter {
   std::string path_, tmp_;
   int fd_ = -1;
   size_t written_ = 0;
+  uint32_t crc_ = 0;
   bool committed_ = false;
 };
 

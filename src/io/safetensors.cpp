@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 // Tensor bytes are copied between memory and file as they are; safetensors is little-endian.
@@ -104,14 +105,15 @@ bool dtype_from_name(const std::string& s, DType* out) {
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() > 8) s += ", ... (" + std::to_string(shape.size()) + " dimensions)";  // a message stays short
   return s + "]";
 }
 
 // ------------------------------------------------------------------------------------------ writer
 
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+WrittenFile write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
   const std::string where = "cannot write '" + path + "'";
   ojson header = ojson::object();
   if (!metadata.empty()) {
@@ -160,6 +162,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   for (size_t i = 0; i < tensors.size(); ++i)
     if (sizes[i] > 0) w.write(tensors[i].data, sizes[i]);
   w.commit();
+  return {w.bytes_written(), w.crc32c()};
 }
 
 // ------------------------------------------------------------------------------------------ reader
@@ -197,22 +200,9 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const
   const uint8_t* data = reinterpret_cast<const uint8_t*>(hbeg + n);
   const uint64_t data_size = size - 8 - n;
 
-  // Parse, refusing duplicate top-level keys (nlohmann would silently keep one of them).
-  std::string dup;
-  ojson header;
-  try {
-    std::unordered_set<std::string> keys;
-    header = ojson::parse(hbeg, hbeg + n, [&](int depth, ojson::parse_event_t ev, ojson& v) {
-      if (depth == 1 && ev == ojson::parse_event_t::key && !keys.insert(v.get<std::string>()).second &&
-          dup.empty())
-        dup = v.get<std::string>();
-      return true;
-    });
-  } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string("header is not valid JSON: ") + plain_message(e));
-  }
+  // Parse: nesting bounded, a key given twice in any object refused (io/json_input.h).
+  const ojson header = parse_json<ojson>(std::string_view(hbeg, n), P + ": header");
   if (!header.is_object()) throw fail(std::string("header is a JSON ") + header.type_name() + ", expected an object");
-  if (!dup.empty()) throw fail("header names '" + dup + "' twice");
 
   struct Span {
     uint64_t begin, end;
@@ -228,13 +218,13 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const
       if (!e.is_object()) throw fail(std::string("__metadata__ is a JSON ") + e.type_name() + ", expected an object");
       for (auto m = e.begin(); m != e.end(); ++m) {
         if (!m.value().is_string())
-          throw fail("__metadata__ key '" + m.key() + "' has a JSON " + m.value().type_name() +
+          throw fail("__metadata__ key '" + brief(m.key()) + "' has a JSON " + m.value().type_name() +
                      " value, expected a string");
         f.metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string W = P + ": tensor '" + name + "'";
+    const std::string W = P + ": tensor '" + brief(name) + "'";
     if (!e.is_object()) throw Error(W + ": entry is a JSON " + e.type_name() + ", expected an object");
     for (const char* k : {"dtype", "shape", "data_offsets"})
       if (!e.contains(k)) throw Error(W + ": entry has no \"" + k + "\"");
@@ -243,14 +233,14 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const
     const ojson& jd = e["dtype"];
     if (!jd.is_string()) throw Error(W + ": dtype is a JSON " + jd.type_name() + ", expected a string");
     if (!dtype_from_name(jd.get<std::string>(), &info.dtype))
-      throw Error(W + ": unknown dtype '" + jd.get<std::string>() + "' (known: " + known_dtypes() + ")");
+      throw Error(W + ": unknown dtype '" + brief(jd.get<std::string>()) + "' (known: " + known_dtypes() + ")");
 
     const ojson& js = e["shape"];
     if (!js.is_array()) throw Error(W + ": shape is a JSON " + js.type_name() + ", expected an array");
     for (const auto& d : js) {
       uint64_t v = 0;
       if (!as_index(d, &v))
-        throw Error(W + ": shape " + js.dump() + " has " + d.dump() +
+        throw Error(W + ": shape " + brief_json(js) + " has " + brief_json(d) +
                     ", expected non-negative integers");
       info.shape.push_back(static_cast<int64_t>(v));
     }
@@ -258,7 +248,7 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const
     const ojson& jo = e["data_offsets"];
     uint64_t b = 0, en = 0;
     if (!jo.is_array() || jo.size() != 2 || !as_index(jo[0], &b) || !as_index(jo[1], &en))
-      throw Error(W + ": data_offsets " + jo.dump() + " is not [begin, end] with non-negative integers");
+      throw Error(W + ": data_offsets " + brief_json(jo) + " is not [begin, end] with non-negative integers");
     if (b > en) throw Error(W + ": data_offsets " + offsets_str(b, en) + " has begin > end");
     if (en > data_size)
       throw Error(W + ": data_offsets " + offsets_str(b, en) + " run past the data section, which holds " +
@@ -287,18 +277,18 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const Bytes> bytes, const
     f.names_.push_back(*s.name);
     if (s.begin == s.end) continue;  // an empty tensor occupies no bytes, so cannot overlap
     if (prev && s.begin < prev->end)
-      throw fail("tensor '" + *s.name + "' data_offsets " + offsets_str(s.begin, s.end) +
-                 " overlap tensor '" + *prev->name + "' data_offsets " + offsets_str(prev->begin, prev->end));
+      throw fail("tensor '" + brief(*s.name) + "' data_offsets " + offsets_str(s.begin, s.end) +
+                 " overlap tensor '" + brief(*prev->name) + "' data_offsets " + offsets_str(prev->begin, prev->end));
     prev = &s;
   }
   return f;
 }
 
-std::string SafetensorsFile::where(const std::string& name) const { return path_ + ": tensor '" + name + "'"; }
+std::string SafetensorsFile::where(const std::string& name) const { return path_ + ": tensor '" + brief(name) + "'"; }
 
 const SafetensorsFile::TensorInfo& SafetensorsFile::get(const std::string& name) const {
   auto it = index_.find(name);
-  if (it == index_.end()) throw Error("no tensor named '" + name + "' in " + path_);
+  if (it == index_.end()) throw Error("no tensor named '" + brief(name) + "' in " + path_);
   return it->second;
 }
 

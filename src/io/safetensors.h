@@ -37,11 +37,17 @@ struct TensorRef {
   const void* data;
 };
 
+// What was written: the file's bytes and their CRC-32C (io/crc32c.h), for a manifest to record.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
 // Writes PATH atomically. Tensors are laid out in the given order, the header lists them in that order
 // after "__metadata__" (omitted when metadata is empty). Throws Error on a bad name (empty, duplicate,
 // "__metadata__"), a negative dimension, null data for a non-empty tensor, or an I/O failure.
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata);
+WrittenFile write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata);
 
 class SafetensorsFile {
  public:

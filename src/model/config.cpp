@@ -12,6 +12,7 @@
 
 #include "looplm/config.h"
 #include "looplm/error.h"
+#include "io/json_input.h"
 #include "model/components.h"
 
 namespace looplm {
@@ -178,21 +179,18 @@ const ConfigKey* find_component_key(const std::string& key) {
 [[noreturn]] void unknown_key(const std::string& key, const std::string& origin) {
   std::string best;
   size_t bd = 1000;
-  for (auto& k : Config::keys()) {
+  for (auto& k : key.size() <= 64 ? Config::keys() : std::vector<std::string>{}) {  // no suggestion for a long key
     size_t dd = distance(key, k);
     if (dd < bd) { bd = dd; best = k; }
   }
-  std::string msg = origin + ": unknown config key '" + key + "'";
+  std::string msg = origin + ": unknown config key '" + io::brief(key) + "'";
   if (bd <= 3) msg += " (did you mean '" + best + "'?)";
   msg += "; 'looplm train --help-config' lists every key";
   throw UsageError(msg);
 }
 
 // A short rendering of a JSON value for messages (long strings are cut).
-std::string shown(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string shown(const json& v) { return io::brief_json(v); }
 
 // The value checked for one key: an integer in range, a number in range, a bool, a string (one of
 // the choices). Integers are checked before they are narrowed.
@@ -336,12 +334,7 @@ std::vector<Config::KeyDoc> Config::documentation() {
 }
 
 Config Config::from_json_text(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw UsageError(origin + ": not valid JSON (" + plain_message(e) + ")");
-  }
+  const json j = io::parse_json(text, origin, true);  // nesting bounded, duplicate keys refused
   if (!j.is_object()) throw UsageError(origin + ": a config must be a JSON object");
   Config c;
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -406,9 +399,9 @@ void Config::set(const std::string& key, const std::string& value) {
     v = value;
   } else {
     try {
-      v = json::parse(value);
-    } catch (const json::parse_error&) {
-      throw UsageError("--set " + key + "=" + value + ": '" + value + "' is not a valid value");
+      v = io::parse_json(value, "--set " + key, true);
+    } catch (const Error&) {
+      throw UsageError("--set " + key + "=" + io::brief(value) + ": '" + io::brief(value) + "' is not a valid value");
     }
   }
   assign_any(*this, key, v, "--set");

@@ -6,26 +6,29 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/weight_format.h"
+#include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 
 namespace looplm {
 
 
-void save_model(const std::string& path, const Model& m) {
+io::WrittenFile save_model(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra) {
   std::vector<io::TensorRef> t;
   const ParamStore& ps = m.params();
   for (size_t i = 0; i < ps.infos().size(); ++i) {
     const ParamInfo& p = ps.infos()[i];
     t.push_back({p.name, io::DType::F32, p.shape, ps.value((int)i)});
   }
-  io::write_safetensors(path, t, {{"format", "pt"}, {"config", m.config().to_json_text()}, {"looplm_version", kVersion}});
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"config", m.config().to_json_text()}, {"looplm_version", kVersion}};
+  for (auto& [k, v] : extra) meta[k] = v;
+  return io::write_safetensors(path, t, meta);
 }
 
 void save_model_packed(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra) {
   const ParamStore& ps = m.params();
   const WeightFormat* f = ps.packed_format();
-  LOOPLM_ASSERT(f && f->pack, "save_model_packed: the model has no packed weight format");
+  LOOPLM_ASSERT(f && f->pack && f->layout, "save_model_packed: the model has no weight format a checkpoint can hold");
   std::vector<bool> covered(ps.infos().size(), false);
   std::vector<io::TensorRef> t;
   nlohmann::json packed = nlohmann::json::array();
@@ -62,39 +65,48 @@ std::vector<PackedEntry> packed_entries(const std::string& path, const io::Safet
   std::vector<PackedEntry> out;
   auto it = f.metadata().find("packed");
   if (it == f.metadata().end()) throw Error(path + ": weights '" + wf.name + "' but no 'packed' list in the metadata");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": metadata 'packed' is not JSON (" + e.what() + ")");
-  }
+  const nlohmann::json j = io::parse_json(it->second, path + ": metadata 'packed'");
   if (!j.is_array()) throw Error(path + ": metadata 'packed' is not a list");
   auto index = [&](const std::string& name) {
     for (size_t i = 0; i < layout.size(); ++i)
       if (layout[i].name == name) return (int)i;
-    throw Error(path + ": packed matrix names '" + name + "', which the config does not declare");
+    throw Error("it names '" + io::brief(name) + "', which the config does not declare");
   };
   for (const auto& e : j) {
     PackedEntry p;
     try {
-      p.tensor = e.at("tensor").get<std::string>();
-      const auto names = e.at("params").get<std::vector<std::string>>();
-      p.rows = e.at("rows").get<int64_t>();
-      p.cols = e.at("cols").get<int64_t>();
+      if (!e.is_object()) throw Error("not an object");
+      for (const char* k : {"tensor", "params", "rows", "cols"})
+        if (!e.contains(k)) throw Error(std::string("no \"") + k + "\"");
+      if (!e["tensor"].is_string() || !e["params"].is_array() || !e["rows"].is_number_integer() ||
+          !e["cols"].is_number_integer())
+        throw Error("expected a string \"tensor\", a list \"params\" and integers \"rows\" and \"cols\"");
+      p.tensor = e["tensor"].get<std::string>();
+      std::vector<std::string> names;
+      for (const auto& n : e["params"]) {
+        if (!n.is_string()) throw Error("\"params\" holds a JSON " + std::string(n.type_name()) + ", expected names");
+        names.push_back(n.get<std::string>());
+      }
+      p.rows = e["rows"].get<int64_t>();
+      p.cols = e["cols"].get<int64_t>();
       if (names.empty()) throw Error("no params");
       p.first = index(names.front());
       p.last = index(names.back());
-      if (p.last - p.first + 1 != (int)names.size()) throw Error("params not consecutive");
+      if (p.last < p.first || p.last - p.first + 1 != (int)names.size()) throw Error("params not consecutive");
       for (size_t k = 0; k < names.size(); ++k)
         if (layout[p.first + k].name != names[k]) throw Error("params not consecutive");
-    } catch (const nlohmann::json::exception& ex) {
-      throw Error(path + ": a 'packed' entry is malformed (" + ex.what() + ")");
+      // The tensor is named after the first param it packs (save_model_packed), so two entries
+      // cannot share a tensor and the list cannot point one matrix at another's bytes.
+      if (p.tensor != "packed." + names.front())
+        throw Error("its tensor should be 'packed." + names.front() + "', not '" + io::brief(p.tensor) + "'");
     } catch (const Error& ex) {
-      throw Error(path + ": packed matrix " + e.dump() + ": " + ex.what());
+      throw Error(path + ": a 'packed' entry " + io::brief_json(e) + " is malformed: " + ex.what());
     }
-    size_t numel = 0;
+    // rows and cols are checked before they are multiplied (no overflow on crafted sizes).
+    uint64_t numel = 0;
     for (int i = p.first; i <= p.last; ++i) numel += layout[i].numel;
-    if (p.rows <= 0 || p.cols <= 0 || (size_t)(p.rows * p.cols) != numel)
+    if (p.rows <= 0 || p.cols <= 0 || (uint64_t)p.rows > numel || (uint64_t)p.cols > numel ||
+        (uint64_t)p.rows * (uint64_t)p.cols != numel)
       throw Error(path + ": packed matrix '" + p.tensor + "' is " + std::to_string(p.rows) + " x " + std::to_string(p.cols) +
                   ", its params hold " + std::to_string(numel) + " values");
     if (!f.has(p.tensor)) throw Error(path + ": missing packed tensor '" + p.tensor + "'");
@@ -129,12 +141,19 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
   std::vector<bool> covered(layout.size(), false);
   if (auto w = f.metadata().find("weights"); w != f.metadata().end() && w->second != "fp32") {
     wf = find_weight_format(w->second);
-    if (!wf || !wf->pack) throw Error(path + ": weights '" + w->second + "' is not a packed format (" + weight_format_names() + ")");
+    // Only the formats with a byte layout are ever written to a checkpoint (bf16 is a load-time copy).
+    if (!wf || !wf->pack || !wf->layout) {
+      std::string saved;
+      for (const WeightFormat* x : weight_formats())
+        if (x->pack && x->layout) saved += (saved.empty() ? "" : ", ") + std::string(x->name);
+      throw Error(path + ": metadata 'weights' is '" + io::brief(w->second) + "', not a format a checkpoint holds (fp32, " +
+                  saved + ")");
+    }
     if (o.for_training) throw Error(path + ": a " + w->second + " checkpoint is for inference; training needs the fp32 one");
     auto lay = f.metadata().find("layout");
     const std::string layout_name = lay == f.metadata().end() ? "rows4" : lay->second;  // files before the key: rows4
     if (layout_name != wf->layout)
-      throw Error(path + ": its " + w->second + " matrices are packed in the '" + layout_name + "' layout, this looplm reads '" +
+      throw Error(path + ": its " + w->second + " matrices are packed in the '" + io::brief(layout_name) + "' layout, this looplm reads '" +
                   wf->layout + "'; quantize the fp32 checkpoint again (looplm quantize)");
     packed = packed_entries(path, f, layout, *wf);
     for (const PackedEntry& p : packed)

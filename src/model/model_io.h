@@ -5,13 +5,13 @@
 #include <memory>
 #include <string>
 
+#include "io/safetensors.h"
 #include "model/model.h"
 
 namespace looplm {
 
-namespace io { class SafetensorsFile; }
-
-void save_model(const std::string& path, const Model& m);
+// `extra` goes into the metadata beside the config (a training checkpoint adds its "step").
+io::WrittenFile save_model(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra = {});
 // A checkpoint in the model's inference weight format (Model::prepare_inference, e.g. q8_0): each
 // weight matrix as its packed bytes (tensor "packed.<first param>", dtype U8), the other params
 // fp32; metadata "weights" names the format and "packed" lists the matrices (docs/format.md).

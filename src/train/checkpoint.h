@@ -1,9 +1,21 @@
-// Training checkpoints (SPEC §5, docs/format.md): DIR/model.safetensors (model/model_io.h) and
-// DIR/train_state.safetensors with AdamW's moments, the step and the data cursor. Both written
-// atomically (temp file, fsync, rename).
+// Training checkpoints in a run directory, committed as one (docs/format.md, "The checkpoint
+// protocol"). A checkpoint is the model's weights and the training state (AdamW's moments, the
+// step, the data cursor); the two are one commit, so a resume never pairs weights of one step with
+// the state of another:
+//
+//   1. DIR/checkpoints/model_step<N>.safetensors        atomic (temp file, fsync, rename, fsync dir)
+//   2. DIR/checkpoints/train_state_step<N>.safetensors  atomic
+//   3. DIR/checkpoint.json                              atomic: THE COMMIT. Names both files with
+//                                                       their step, byte size and CRC-32C
+//   4. DIR/model.safetensors (and model.best.safetensors when it is the best): hard links to (1)
+//   5. train states other than (2) and model files beyond keep_checkpoints removed
+//
+// A kill or a full disk anywhere leaves checkpoint.json naming a whole, matching pair: the previous
+// one before 3, the new one from 3 on. find_checkpoint verifies the pair before a resume uses it.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "model/model.h"
@@ -20,7 +32,39 @@ struct TrainState {
   int64_t best_step = -1;
 };
 
-void save_train_state(const std::string& path, const Model& m, const AdamW& opt, const TrainState& s);
-void load_train_state(const std::string& path, const Model& m, AdamW& opt, TrainState& s);
+// A verified checkpoint of a run directory.
+struct FoundCheckpoint {
+  int64_t step = 0;
+  std::string model_path, state_path;  // full paths
+  bool legacy = false;  // written by looplm before the manifest: the pair cannot be verified
+};
+
+// DIR's checkpoint, verified: checkpoint.json is well formed and names this step's files, which
+// exist with the recorded sizes and CRC-32C and agree on the step and config. std::nullopt when DIR
+// holds no checkpoint (neither checkpoint.json nor the unverifiable pair of older versions,
+// model.safetensors + train_state.safetensors). Error (exit 1) naming what does not match.
+std::optional<FoundCheckpoint> find_checkpoint(const std::string& dir);
+
+// Writes step s.step's checkpoint into DIR by the protocol above. `best`: this step's weights are
+// the best so far (model.best.safetensors). Keeps the newest max(keep, 1) model files by step.
+// On an Error (a full disk, a read-only directory) the files of this attempt are removed and the
+// previous checkpoint is untouched.
+void write_checkpoint(const std::string& dir, const Model& m, const AdamW& opt, const TrainState& s, bool best,
+                      int keep);
+
+// After a kill between the commit and the links: model.safetensors (and, when `best`,
+// model.best.safetensors) link to the committed weights again, and files no commit names (temp
+// files, a newer attempt's step files, older train states) are removed.
+void tidy_run_directory(const std::string& dir, const FoundCheckpoint& ck, bool best);
+
+// The training state file of step s.step (AdamW's moments; step, cursor and counters in the
+// metadata, with the config), written atomically.
+io::WrittenFile save_train_state(const std::string& path, const Model& m, const AdamW& opt, const TrainState& s);
+
+// The training state of a checkpoint into opt and s, every value checked against the model and
+// config `c` (the step it must hold, the data cursor and counters that step implies, finite
+// moments, v >= 0). Error naming the file and the value.
+void load_train_state(const std::string& path, const Model& m, const Config& c, int64_t expected_step, AdamW& opt,
+                      TrainState& s);
 
 }  // namespace looplm

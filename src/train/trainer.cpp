@@ -1,5 +1,7 @@
 // The training loop: AdamW + warmup/cosine, clipping, gradient accumulation, depth samplers with
 // truncated BPTT, periodic validation and atomic checkpoints, bit-exact resume.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "data/tokenizer.h"
 #include "infer/eval.h"
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 #include "train/checkpoint.h"
@@ -79,7 +82,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
   std::string line, kept;
   while (std::getline(in, line)) {
     try {
-      auto j = nlohmann::json::parse(line);
+      auto j = io::parse_json(line, path);
       if (j.value("step", (int64_t)0) <= step) kept += line + "\n";
     } catch (...) {
     }
@@ -97,18 +100,33 @@ const std::vector<std::string>& resume_safe_keys() {
 }
 
 bool has_checkpoint(const std::string& dir) {
-  return exists(dir + "/model.safetensors") && exists(dir + "/train_state.safetensors");
+  return exists(dir + "/checkpoint.json") || (exists(dir + "/model.safetensors") && exists(dir + "/train_state.safetensors"));
 }
 
-Config run_config(const std::string& dir) {
-  auto f = io::SafetensorsFile::open(dir + "/model.safetensors");
+namespace {
+Config config_of(const std::string& model_path) {
+  auto f = io::SafetensorsFile::open(model_path);
   auto it = f.metadata().find("config");
-  if (it == f.metadata().end()) throw Error(dir + "/model.safetensors: no 'config' in the metadata");
+  if (it == f.metadata().end()) throw Error(model_path + ": no 'config' in the metadata");
   try {
-    return Config::from_json_text(it->second, dir + "/model.safetensors (metadata 'config')");
-  } catch (const UsageError& e) {
+    return Config::from_json_text(it->second, model_path + " (metadata 'config')");
+  } catch (const UsageError& e) {  // a damaged file is a runtime error
     throw Error(e.what());
   }
+}
+}  // namespace
+
+Config run_config(const std::string& dir) {
+  if (auto ck = find_checkpoint(dir)) return config_of(ck->model_path);
+  if (exists(dir + "/model.safetensors")) return config_of(dir + "/model.safetensors");
+  if (exists(dir + "/config.json")) {
+    try {
+      return Config::from_file(dir + "/config.json");
+    } catch (const UsageError& e) {
+      throw Error(e.what());
+    }
+  }
+  throw Error(dir + " holds no run (no checkpoint.json, model.safetensors or config.json)");
 }
 
 namespace {
@@ -138,60 +156,72 @@ Config resumed_config(const Config& saved, const Config& wanted, const std::stri
   return c;
 }
 
-// The files a run writes in its directory (and nothing else is ever removed by --overwrite).
-const char* const kRunFiles[] = {"model.safetensors", "train_state.safetensors", "metrics.jsonl", "config.json",
-                                 "model.best.safetensors"};
+// The files a run writes in its directory (and nothing else is ever removed by --overwrite):
+// these, and DIR/checkpoints/{model,train_state}_step<N>.safetensors.
+const char* const kRunFiles[] = {"checkpoint.json", "model.safetensors", "model.best.safetensors", "metrics.jsonl",
+                                 "config.json", "train_state.safetensors"};
+
+bool is_step_file(const std::string& name) {
+  return (name.rfind("model_step", 0) == 0 || name.rfind("train_state_step", 0) == 0) &&
+         name.find(".safetensors") != std::string::npos;
+}
 
 bool holds_run(const std::string& dir) {
   for (const char* f : kRunFiles)
     if (exists(dir + "/" + f)) return true;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints", ec))
+    if (is_step_file(e.path().filename().string())) return true;
   return false;
 }
 
-// The step of DIR's last checkpoint (train_state metadata), or -1.
-int64_t checkpoint_step(const std::string& dir) {
-  try {
-    auto f = io::SafetensorsFile::open(dir + "/train_state.safetensors");
-    return nlohmann::json::parse(f.metadata().at("state")).at("step").get<int64_t>();
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-// Checkpoints kept by step: DIR/checkpoints/model_step<N>.safetensors, oldest first.
-std::vector<std::pair<int64_t, std::string>> kept_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints", ec)) {
-    const std::string name = e.path().filename().string();
-    long long step = 0;
-    char tail[32] = {0};
-    if (std::sscanf(name.c_str(), "model_step%lld.%31s", &step, tail) == 2 && std::string(tail) == "safetensors")
-      out.push_back({step, e.path().string()});
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+// Weights or training state a person could lose: what --resume never starts over.
+bool holds_weights(const std::string& dir) {
+  for (const char* f : {"checkpoint.json", "model.safetensors", "model.best.safetensors", "train_state.safetensors"})
+    if (exists(dir + "/" + f)) return true;
+  return false;
 }
 
 void remove_run(const std::string& dir) {
-  for (const char* f : kRunFiles) std::filesystem::remove(dir + "/" + f);
-  for (auto& [step, path] : kept_checkpoints(dir)) std::filesystem::remove(path);
   std::error_code ec;
+  for (const char* f : kRunFiles) std::filesystem::remove(dir + "/" + f, ec);
+  for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints", ec))
+    if (is_step_file(e.path().filename().string())) std::filesystem::remove(e.path(), ec);
   std::filesystem::remove(dir + "/checkpoints", ec);  // only if now empty
 }
 
-// `to` becomes another name of `from`'s current contents (a hard link: no copy; `from` is later
-// replaced by rename, so the link keeps this version), atomically; a copy where links fail.
-void snapshot(const std::string& from, const std::string& to) {
-  const std::string tmp = to + ".tmp." + std::to_string(::getpid());
-  std::filesystem::remove(tmp);
-  if (::link(from.c_str(), tmp.c_str()) != 0) io::write_file_atomic(tmp, io::read_file(from));
-  if (std::rename(tmp.c_str(), to.c_str()) != 0) {
-    const int e = errno;
-    std::filesystem::remove(tmp);
-    throw Error("cannot write '" + to + "': " + std::strerror(e));
+// One trainer per run directory: a second `looplm train --out DIR` (another terminal, a job
+// scheduler starting a job twice) would interleave two runs' checkpoints. flock: released by the
+// kernel when the process ends, however it ends.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& dir) {
+    const std::string path = dir + "/train.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      char pid[32] = {0};
+      (void)!::pread(fd_, pid, sizeof pid - 1, 0);
+      ::close(fd_);
+      if (e == EWOULDBLOCK)
+        throw Error(dir + " is in use by another looplm train (pid " + std::string(pid) +
+                    "); wait for it to end, or choose another --out");
+      throw Error("cannot lock '" + path + "': " + std::strerror(e));
+    }
+    const std::string me = std::to_string(::getpid());
+    (void)!::ftruncate(fd_, 0);
+    (void)!::pwrite(fd_, me.data(), me.size(), 0);
   }
-}
+  ~RunLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 bool all_finite(std::span<const float> v) {
   bool ok = true;
@@ -205,31 +235,72 @@ bool all_finite(std::span<const float> v) {
 TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (opt.out_dir.empty()) throw UsageError("train: --out DIR is required");
   auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-  const std::string model_path = opt.out_dir + "/model.safetensors";
-  const std::string state_path = opt.out_dir + "/train_state.safetensors";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
-  const bool resuming = opt.resume && has_checkpoint(opt.out_dir);
+  if (opt.resume && opt.overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
+  if (opt.resume && !opt.init_from.empty())
+    throw UsageError("train: --resume continues DIR's own weights; --init-from starts a new run from other weights; give one");
+  make_dir(opt.out_dir);
+  RunLock lock(opt.out_dir);  // from here on this process alone writes in out_dir
+  // --resume continues the committed checkpoint, verified (checkpoint.h); a damaged one is refused.
+  const std::optional<FoundCheckpoint> found = opt.resume ? find_checkpoint(opt.out_dir) : std::nullopt;
+  const bool resuming = found.has_value();
   // A run directory is never lost by accident: starting over needs --overwrite.
   if (!opt.resume && holds_run(opt.out_dir)) {
     if (!opt.overwrite) {
-      const int64_t at = checkpoint_step(opt.out_dir);
-      throw UsageError(opt.out_dir + " already holds a run" +
-                       (at >= 0 ? " (checkpoint at step " + std::to_string(at) + ")" : std::string()) +
+      std::string at;
+      try {
+        if (auto ck = find_checkpoint(opt.out_dir)) at = " (checkpoint at step " + std::to_string(ck->step) + ")";
+      } catch (const Error&) {
+      }
+      throw UsageError(opt.out_dir + " already holds a run" + at +
                        "; continue it with --resume, start over with --overwrite, or choose another --out");
     }
     remove_run(opt.out_dir);
     log("--overwrite: removed the previous run in " + opt.out_dir);
   }
-  if (opt.resume && !resuming) log("--resume: no checkpoint in " + opt.out_dir + ", starting a new run");
-
   Config c = config_in;
+  if (opt.resume && !resuming) {
+    if (holds_weights(opt.out_dir))
+      throw Error("cannot resume " + opt.out_dir + ": it holds a run's weights but no checkpoint to resume from "
+                  "(checkpoint.json is missing, and there is no train_state.safetensors of an older looplm). Nothing in " +
+                  opt.out_dir + " was changed. To go on: --overwrite starts this run over (its files are removed), or "
+                  "'looplm train --init-from " + opt.out_dir + "/model.safetensors --out NEW_DIR' trains a new run from "
+                  "its weights");
+    if (exists(opt.out_dir + "/config.json")) {
+      // Stopped before its first checkpoint: the same run again from step 0, with its own config.
+      c = resumed_config(run_config(opt.out_dir), config_in, opt.out_dir);
+      log("--resume: " + opt.out_dir + " holds no checkpoint yet (it stopped before its first); starting it again "
+          "from step 0 with its config.json");
+    } else {
+      log("--resume: no checkpoint in " + opt.out_dir + ", starting a new run");
+    }
+    remove_run(opt.out_dir);  // what an unfinished first attempt left
+  }
+
   std::unique_ptr<Model> model;
+  std::unique_ptr<Model> init;  // --init-from: the weights a new run starts from
   if (resuming) {
     LoadModelOptions lo;
     lo.for_training = true;
-    model = load_model(model_path, lo);
+    model = load_model(found->model_path, lo);
     c = resumed_config(model->config(), config_in, opt.out_dir);
+    if (found->legacy)
+      log("note: " + opt.out_dir + " was written by an older looplm without a checkpoint manifest, so its weights and "
+          "training state cannot be checked against each other; the next checkpoint writes one");
   } else {
+    if (!opt.init_from.empty()) {
+      std::string path = opt.init_from;
+      struct stat st;
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
+      LoadModelOptions lo;
+      lo.for_training = true;
+      init = load_model(path, lo);
+      const Config& from = init->config();
+      if (c.tokenizer != from.tokenizer || (!c.tokenizer_chars.empty() && c.tokenizer_chars != from.tokenizer_chars))
+        throw UsageError("--init-from " + path + ": its tokenizer (" + from.tokenizer + ") differs from the run's (" +
+                         c.tokenizer + "); the weights are tied to their token ids");
+      c.tokenizer_chars = from.tokenizer_chars;
+    }
     if (c.tokenizer == "char" && c.tokenizer_chars.empty()) {
       // The alphabet: from a shard's sidecar (looplm data --tokenizer char), or built from the text.
       const std::string side = c.data_train + ".chars";
@@ -266,15 +337,27 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (!model) {
     model = std::make_unique<Model>(c);
     model->init_weights(c.seed);
+    if (init) {  // every parameter by name, with its shape: the config may change training keys, not the model's shape
+      const auto& to = model->params().infos();
+      const auto& from = init->params().infos();
+      bool same = to.size() == from.size();
+      for (size_t i = 0; same && i < to.size(); ++i) same = to[i].name == from[i].name && to[i].shape == from[i].shape;
+      if (!same)
+        throw UsageError("--init-from " + opt.init_from + ": the config's model has other parameters than the file's "
+                         "(a --set changed the model's shape); --set may change training keys only");
+      for (size_t i = 0; i < to.size(); ++i)
+        std::copy(init->params().value((int)i), init->params().value((int)i) + to[i].numel, model->params().value((int)i));
+      init.reset();
+    }
   }
   Model& m = *model;
   AdamW adam(m.params());
   TrainState st;
   TrainResult res;
   int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
-  make_dir(opt.out_dir);
   if (resuming) {
-    load_train_state(state_path, m, adam, st);
+    load_train_state(found->state_path, m, c, found->step, adam, st);
+    tidy_run_directory(opt.out_dir, *found, st.best_step == st.step);
     stream.set_cursor(st.data_cursor);
     last_checkpoint = st.step;
     truncate_metrics(metrics_path, st.step);
@@ -334,36 +417,30 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   }
 
   std::ofstream metrics(metrics_path, std::ios::app);
-  // Never write a model that is not finite: the checkpoint on disk stays the last good one. Besides
-  // the latest (model.safetensors + train_state.safetensors, what --resume reads), the last
-  // keep_checkpoints are kept by step in DIR/checkpoints and the best by validation loss as
-  // model.best.safetensors (hard links to the versions written: no copies).
+  // Never write a model that is not finite: the checkpoint on disk stays the last good one. Each
+  // checkpoint is the weights and the training state committed as one (train/checkpoint.h); the
+  // last keep_checkpoints weights stay in DIR/checkpoints, the best by validation loss as
+  // model.best.safetensors (hard links to the files written: no copies).
   auto checkpoint = [&](double val_loss) {
     if (!all_finite(m.params().values()))
       throw Error("training diverged before step " + std::to_string(st.step) +
                   ": a weight is not finite; the checkpoint in " + opt.out_dir + " was not overwritten");
-    save_model(model_path, m);
-    if (std::isfinite(val_loss) && (st.best_val_loss < 0 || val_loss < st.best_val_loss)) {
-      snapshot(model_path, opt.out_dir + "/model.best.safetensors");
+    const bool best = std::isfinite(val_loss) && (st.best_val_loss < 0 || val_loss < st.best_val_loss);
+    if (best) {
       st.best_val_loss = val_loss;
       st.best_step = st.step;
     }
-    if (c.keep_checkpoints > 0) {
-      make_dir(opt.out_dir + "/checkpoints");
-      char name[64];
-      std::snprintf(name, sizeof name, "/checkpoints/model_step%08lld.safetensors", (long long)st.step);
-      snapshot(model_path, opt.out_dir + name);
-      auto kept = kept_checkpoints(opt.out_dir);
-      for (size_t i = 0; i + c.keep_checkpoints < kept.size(); ++i) std::filesystem::remove(kept[i].second);
-    }
     st.data_cursor = stream.cursor();
-    save_train_state(state_path, m, adam, st);
+    write_checkpoint(opt.out_dir, m, adam, st, best, c.keep_checkpoints);
     last_checkpoint = st.step;
   };
+  int64_t report_step = -1;  // the step res.report was computed at
   auto validate = [&](int64_t step) {
     const int64_t n = (int64_t)c.eval_batches * c.batch_size;
     EvalResult e = examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n)
                             : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
+    res.report = e;
+    report_step = step;
     metrics << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth},
                                {"val_accuracy", e.accuracy}})
                    .dump()
@@ -461,8 +538,22 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       break;
     }
   }
-  if (steps_this_run == 0 && !exists(model_path)) checkpoint(std::nan(""));
+  if (last_checkpoint != st.step) checkpoint(std::nan(""));  // e.g. steps = 0: the initial weights
   res.steps_done = st.step;
+  if (st.step >= c.steps) {
+    // The end-of-run report, from the validation data already in memory (never read again: it may
+    // be a pipe, or gone).
+    const int64_t n = (int64_t)c.eval_batches * c.batch_size;
+    if (report_step != st.step)
+      res.report = examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n)
+                            : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
+    for (int64_t i = 0; examples && i < std::min<int64_t>(3, val_examples.size()); ++i) {
+      const auto* t = val_examples.tokens.data() + val_examples.offset[i];
+      res.report_examples.push_back({std::vector<int32_t>(t, t + val_examples.prompt_len[i]),
+                                     std::vector<int32_t>(t + val_examples.prompt_len[i], t + val_examples.length(i))});
+    }
+    res.complete = true;
+  }
   return res;
 }
 

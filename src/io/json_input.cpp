@@ -1,0 +1,40 @@
+#include "io/json_input.h"
+
+namespace looplm::io {
+
+int json_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped byte cannot end the string
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest && (deepest = depth) > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+std::string brief(std::string_view s, size_t max) {
+  std::string out(s.substr(0, s.size() > max ? max : s.size()));
+  for (char& c : out)
+    if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+std::string brief_json(const nlohmann::json& v, size_t max) {
+  return brief(std::string_view(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)), max);
+}
+
+std::string brief_json(const nlohmann::ordered_json& v, size_t max) {
+  return brief(std::string_view(v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)), max);
+}
+
+}  // namespace looplm::io
