@@ -80,6 +80,7 @@ int cmd_train(int argc, char** argv) {
     return 0;
   }
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
+  RunLock lock(out);  // before the run's config is read: another trainer may be writing it
   Config c = resolve();
   if (steps >= 0) c.steps = steps;
   if (!quiet) std::fprintf(stderr, "config:\n%s", c.summary().c_str());

@@ -97,6 +97,21 @@ bool has_checkpoint(const std::string& out_dir);
 // model.safetensors' or config.json's. Error when it holds none or its checkpoint does not verify.
 Config run_config(const std::string& out_dir);
 const std::vector<std::string>& resume_safe_keys();
+// Holds run directory `dir` (created if missing) for this process, as train() does while it runs:
+// another process that tries is refused with an Error naming the holder's pid, until the holder
+// ends, however it ends. Holds within one process nest (a caller may hold the directory while it
+// reads the run's config, then call train()).
+class RunLock {
+ public:
+  explicit RunLock(const std::string& dir);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  struct Held;
+  std::shared_ptr<Held> held_;
+};
 
 // ---------------------------------------------------------------- a loaded model
 // Per-token early exit (SPEC §3): a token stops at the first loop step whose criterion is below

@@ -65,12 +65,20 @@ void link_as(const std::string& from, const std::string& to) {
   }
 }
 
+}  // namespace
+
 // How a refused resume goes on (nothing has been changed).
-std::string ways_on(const std::string& dir) {
+static std::string ways_on(const std::string& dir) {
   return ". Nothing in " + dir + " was changed. To go on: --overwrite starts this run over (its files are removed), or "
          "'looplm train --init-from FILE --out NEW_DIR' trains a new run from a model's weights (" + dir +
          "/model.safetensors, model.best.safetensors or a file in checkpoints/)";
 }
+
+std::string resume_refused(const std::string& dir, const std::string& why) {
+  return "cannot resume " + dir + ": " + why + ways_on(dir);
+}
+
+namespace {
 
 struct ManifestFile {
   std::string file;  // relative to the run directory
@@ -329,12 +337,16 @@ void load_train_state(const std::string& path, const Model& m, const Config& c, 
               std::to_string(c.grad_accum) + " draw " + std::to_string((uint64_t)s.step * c.grad_accum) + " batches");
   s.data_cursor = (uint64_t)cursor;
   const double tokens = (double)s.step * c.batch_size * c.context * c.grad_accum;
+  auto num = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.17g", x);
+    return std::string(b);
+  };
   if (!(s.tokens_seen == tokens))
-    throw bad("tokens_seen " + std::to_string(s.tokens_seen) + ", but " + std::to_string(s.step) + " steps see " +
-              std::to_string(tokens));
+    throw bad("tokens_seen " + num(s.tokens_seen) + ", but " + std::to_string(s.step) + " steps see " + num(tokens));
   if (s.best_step < -1 || s.best_step > s.step || (s.best_step >= 0) != (s.best_val_loss >= 0) ||
       !std::isfinite(s.best_val_loss))
-    throw bad("best_step " + std::to_string(s.best_step) + " / best_val_loss " + std::to_string(s.best_val_loss) +
+    throw bad("best_step " + std::to_string(s.best_step) + " / best_val_loss " + num(s.best_val_loss) +
               " do not describe a step at or before " + std::to_string(s.step));
   for (auto& p : m.params().infos()) {
     f.read_f32("adam.m." + p.name, p.shape, opt.m.data() + p.offset);

@@ -45,6 +45,9 @@ struct FoundCheckpoint {
 // model.safetensors + train_state.safetensors). Error (exit 1) naming what does not match.
 std::optional<FoundCheckpoint> find_checkpoint(const std::string& dir);
 
+// "cannot resume DIR: WHY. Nothing in DIR was changed. To go on: --overwrite ..., or --init-from ...".
+std::string resume_refused(const std::string& dir, const std::string& why);
+
 // Writes step s.step's checkpoint into DIR by the protocol above. `best`: this step's weights are
 // the best so far (model.best.safetensors). Keeps the newest max(keep, 1) model files by step.
 // On an Error (a full disk, a read-only directory) the files of this attempt are removed and the

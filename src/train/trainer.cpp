@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -190,38 +192,50 @@ void remove_run(const std::string& dir) {
   std::filesystem::remove(dir + "/checkpoints", ec);  // only if now empty
 }
 
-// One trainer per run directory: a second `looplm train --out DIR` (another terminal, a job
-// scheduler starting a job twice) would interleave two runs' checkpoints. flock: released by the
-// kernel when the process ends, however it ends.
-class RunLock {
- public:
-  explicit RunLock(const std::string& dir) {
-    const std::string path = dir + "/train.lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot write '" + path + "': " + std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
-      char pid[32] = {0};
-      (void)!::pread(fd_, pid, sizeof pid - 1, 0);
-      ::close(fd_);
-      if (e == EWOULDBLOCK)
-        throw Error(dir + " is in use by another looplm train (pid " + std::string(pid) +
-                    "); wait for it to end, or choose another --out");
-      throw Error("cannot lock '" + path + "': " + std::strerror(e));
-    }
-    const std::string me = std::to_string(::getpid());
-    (void)!::ftruncate(fd_, 0);
-    (void)!::pwrite(fd_, me.data(), me.size(), 0);
-  }
-  ~RunLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RunLock(const RunLock&) = delete;
-  RunLock& operator=(const RunLock&) = delete;
+}  // namespace
 
- private:
-  int fd_ = -1;
+// One trainer per run directory: a second `looplm train --out DIR` (another terminal, a job
+// scheduler starting a job twice) would interleave two runs' checkpoints. flock on DIR/train.lock:
+// released by the kernel when the process ends, however it ends. flock conflicts between two
+// opens of the file even in one process, so the holds of one process share one descriptor.
+struct RunLock::Held {
+  int fd = -1;
+  ~Held() {
+    if (fd >= 0) ::close(fd);
+  }
 };
+
+RunLock::RunLock(const std::string& dir) {
+  make_dir(dir);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) throw Error("cannot use '" + dir + "': " + std::strerror(errno));
+  static std::mutex mu;
+  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<Held>> held;
+  std::lock_guard<std::mutex> g(mu);
+  if ((held_ = held[{st.st_dev, st.st_ino}].lock())) return;
+  const std::string path = dir + "/train.lock";
+  auto h = std::make_shared<Held>();
+  h->fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (h->fd < 0) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  if (::flock(h->fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    char pid[32] = {0};
+    (void)!::pread(h->fd, pid, sizeof pid - 1, 0);
+    if (e == EWOULDBLOCK)
+      throw Error(dir + " is in use by another looplm train (pid " + std::string(pid) +
+                  "); wait for it to end, or choose another --out");
+    throw Error("cannot lock '" + path + "': " + std::strerror(e));
+  }
+  const std::string me = std::to_string(::getpid());
+  (void)!::ftruncate(h->fd, 0);
+  (void)!::pwrite(h->fd, me.data(), me.size(), 0);
+  held[{st.st_dev, st.st_ino}] = h;
+  held_ = h;
+}
+
+RunLock::~RunLock() = default;
+
+namespace {
 
 bool all_finite(std::span<const float> v) {
   bool ok = true;
@@ -239,8 +253,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (opt.resume && opt.overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
   if (opt.resume && !opt.init_from.empty())
     throw UsageError("train: --resume continues DIR's own weights; --init-from starts a new run from other weights; give one");
-  make_dir(opt.out_dir);
-  RunLock lock(opt.out_dir);  // from here on this process alone writes in out_dir
+  RunLock lock(opt.out_dir);  // from here on this process alone writes in out_dir (creating it)
   // --resume continues the committed checkpoint, verified (checkpoint.h); a damaged one is refused.
   const std::optional<FoundCheckpoint> found = opt.resume ? find_checkpoint(opt.out_dir) : std::nullopt;
   const bool resuming = found.has_value();
@@ -280,10 +293,16 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   std::unique_ptr<Model> model;
   std::unique_ptr<Model> init;  // --init-from: the weights a new run starts from
   if (resuming) {
+    // The weights into a model of the resumed config (its safe keys, e.g. steps, may differ from the
+    // file's, and the next checkpoint records them).
     LoadModelOptions lo;
     lo.for_training = true;
-    model = load_model(found->model_path, lo);
-    c = resumed_config(model->config(), config_in, opt.out_dir);
+    try {
+      init = load_model(found->model_path, lo);
+    } catch (const Error& e) {
+      throw Error(resume_refused(opt.out_dir, e.what()));
+    }
+    c = resumed_config(init->config(), config_in, opt.out_dir);
     if (found->legacy)
       log("note: " + opt.out_dir + " was written by an older looplm without a checkpoint manifest, so its weights and "
           "training state cannot be checked against each other; the next checkpoint writes one");
@@ -336,7 +355,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
 
   if (!model) {
     model = std::make_unique<Model>(c);
-    model->init_weights(c.seed);
+    if (!init) model->init_weights(c.seed);
     if (init) {  // every parameter by name, with its shape: the config may change training keys, not the model's shape
       const auto& to = model->params().infos();
       const auto& from = init->params().infos();
@@ -356,7 +375,11 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   TrainResult res;
   int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
   if (resuming) {
-    load_train_state(found->state_path, m, c, found->step, adam, st);
+    try {
+      load_train_state(found->state_path, m, c, found->step, adam, st);
+    } catch (const Error& e) {
+      throw Error(resume_refused(opt.out_dir, e.what()));
+    }
     tidy_run_directory(opt.out_dir, *found, st.best_step == st.step);
     stream.set_cursor(st.data_cursor);
     last_checkpoint = st.step;
