@@ -13,6 +13,7 @@
 #include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
+#include "data/tokenizer.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
 #include "model/model_io.h"
@@ -124,6 +125,9 @@ int cmd_info(int argc, char** argv) {
   } else {
     c = ca.resolve();
   }
+  // What train refuses: a tokenizer the config cannot serve (a char alphabet still to be built
+  // from the data is train's to build).
+  if (!(c.tokenizer == "char" && c.tokenizer_chars.empty())) Tokenizer::from_config(c);
 
   const Counts n = count(c);
   auto skel = Model::skeleton(c);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/weight_format.h"
+#include "data/tokenizer.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
@@ -129,6 +130,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
   try {
     c = Config::from_json_text(it->second, path + " (metadata 'config')");
     layout = Model::layout(c);  // validates; allocates no parameters
+    Tokenizer::from_config(c);  // the config's tokenizer fits its vocabulary
   } catch (const UsageError& e) {  // a bad file is a runtime error, not a usage error
     throw Error(e.what());
   }

@@ -1,0 +1,207 @@
+// Crafted input through the looplm binary, as a fault-injection run tried it: checkpoints whose
+// header or metadata lie (a format without a byte layout, JSON nested 80,000 levels deep, keys
+// given twice, packed lists that point at the wrong bytes or multiply past 64 bits, a config the
+// tokenizer cannot serve), configs and flags the same way. Every case is a clean error with exit 1
+// (a damaged file) or 2 (a bad command line or config), never a crash, and no message carries a
+// library's exception prefix or an unbounded value.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "model/model_io.h"
+
+using namespace looplm;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string out;
+};
+
+CmdResult run(const std::string& args) {
+  FILE* p = popen(("exec 2>&1; " + std::string(LOOPLM_BINARY) + " " + args).c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1, out};
+}
+
+std::string deep(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+// A safetensors file with its header text replaced by f(header) (the data section kept).
+void rewrite_header(const std::string& from, const std::string& to, const std::function<std::string(std::string)>& f) {
+  const std::string b = io::read_file(from);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= (uint64_t)(unsigned char)b[i] << (8 * i);
+  const std::string h = f(b.substr(8, n));
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = (char)((uint64_t)h.size() >> (8 * i));
+  io::write_file_atomic(to, out + h + b.substr(8 + n));
+}
+
+// The same with the header parsed, changed and printed again.
+void rewrite_json(const std::string& from, const std::string& to, const std::function<void(nlohmann::ordered_json&)>& f) {
+  rewrite_header(from, to, [&](std::string h) {
+    auto j = nlohmann::ordered_json::parse(h);
+    f(j);
+    return j.dump();
+  });
+}
+
+class Hostile : public ::testing::Test {
+ protected:
+  std::string dir;
+  void SetUp() override {
+    dir = (fs::temp_directory_path() / ("looplm_test_hostile_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    Config c;
+    c.d_model = 32;
+    c.n_heads = 2;
+    c.context = 8;
+    c.n_core = 1;
+    c.R = 2;
+    Model m(c);
+    m.init_weights(1);
+    save_model(dir + "/model.safetensors", m);
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "hello world, ";
+    io::write_file_atomic(dir + "/val.txt", text);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::string ckpt() const { return dir + "/model.safetensors"; }
+
+  // `file` through every command that reads a checkpoint: each exits `code` and says `says`.
+  void every_reader(const std::string& file, int code, const std::string& says) {
+    for (const std::string& cmd : {"eval --checkpoint " + file + " --data " + dir + "/val.txt",
+                                   "generate --checkpoint " + file + " -p hello -n 4",
+                                   "info --checkpoint " + file + " --no-measure",
+                                   "quantize --checkpoint " + file + " --format q8_0 --out " + dir + "/q.safetensors"}) {
+      CmdResult r = run(cmd);
+      EXPECT_EQ(r.code, code) << cmd << "\n" << r.out.substr(0, 2000);
+      EXPECT_NE(r.out.find(says), std::string::npos) << cmd << "\n" << r.out.substr(0, 2000);
+      EXPECT_EQ(r.out.find("[json.exception"), std::string::npos) << cmd << "\n" << r.out.substr(0, 2000);
+      EXPECT_LT(r.out.size(), 4000u) << cmd << ": a message must stay short";
+    }
+  }
+};
+
+}  // namespace
+
+TEST_F(Hostile, AFormatWithoutAByteLayoutIsRefused) {
+  rewrite_json(ckpt(), dir + "/bf16.safetensors", [](auto& j) {
+    j["__metadata__"]["weights"] = "bf16";
+    j["__metadata__"]["packed"] = "[]";
+  });
+  every_reader(dir + "/bf16.safetensors", 1, "metadata 'weights' is 'bf16', not a format a checkpoint holds");
+  rewrite_json(ckpt(), dir + "/odd.safetensors", [](auto& j) { j["__metadata__"]["weights"] = std::string(5000, 'q'); });
+  every_reader(dir + "/odd.safetensors", 1, "not a format a checkpoint holds");
+}
+
+TEST_F(Hostile, DeepJsonAnywhereIsRefusedNotOverflowed) {
+  // In the header itself, in the config metadata, in a config file, a --set value, a prompts
+  // file and a JSONL data file.
+  rewrite_header(ckpt(), dir + "/deep_header.safetensors", [](std::string h) {
+    return h.substr(0, h.size() - 1) + ",\"x\":" + deep(80000) + "}";
+  });
+  every_reader(dir + "/deep_header.safetensors", 1, "header nests JSON deeper than 64 levels");
+  rewrite_json(ckpt(), dir + "/deep_config.safetensors", [](auto& j) {
+    j["__metadata__"]["config"] = "{\"R\": " + deep(80000) + "}";
+  });
+  every_reader(dir + "/deep_config.safetensors", 1, "nests JSON deeper than 64 levels");
+
+  io::write_file_atomic(dir + "/deep.json", "{\"R\": " + deep(80000) + "}");
+  for (const std::string& cmd : {"train --config " + dir + "/deep.json --out " + dir + "/run",
+                                 "info --config " + dir + "/deep.json", "bench --config " + dir + "/deep.json"}) {
+    CmdResult r = run(cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out.substr(0, 2000);
+    EXPECT_NE(r.out.find("nests JSON deeper than 64 levels"), std::string::npos) << cmd << "\n" << r.out.substr(0, 2000);
+  }
+  CmdResult r = run("info --set R=" + deep(20000));
+  EXPECT_EQ(r.code, 2) << r.out.substr(0, 2000);
+  EXPECT_LT(r.out.size(), 1000u);
+
+  io::write_file_atomic(dir + "/p.jsonl", "{\"prompt\": " + deep(80000) + "}\n");
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/p.jsonl -n 2");
+  EXPECT_EQ(r.code, 2) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("nests JSON deeper"), std::string::npos) << r.out.substr(0, 2000);
+  io::write_file_atomic(dir + "/d.jsonl", "{\"text\": " + deep(80000) + "}\n");
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/d.jsonl");
+  EXPECT_EQ(r.code, 1) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("nests JSON deeper"), std::string::npos) << r.out.substr(0, 2000);
+}
+
+TEST_F(Hostile, KeysGivenTwiceAreRefusedAtEveryLevel) {
+  rewrite_header(ckpt(), dir + "/dup_meta.safetensors", [](std::string h) {
+    const size_t at = h.find("\"__metadata__\":{") + 16;
+    return h.substr(0, at) + "\"format\":\"pt\"," + h.substr(at);
+  });
+  every_reader(dir + "/dup_meta.safetensors", 1, "names the key 'format' twice");
+  rewrite_header(ckpt(), dir + "/dup_entry.safetensors", [](std::string h) {
+    const size_t at = h.find("\"dtype\":\"F32\"");
+    return h.substr(0, at) + "\"dtype\":\"F64\"," + h.substr(at);
+  });
+  every_reader(dir + "/dup_entry.safetensors", 1, "names the key 'dtype' twice");
+  io::write_file_atomic(dir + "/dup.json", "{\"R\": 2, \"R\": 3}");
+  CmdResult r = run("info --config " + dir + "/dup.json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("names the key 'R' twice"), std::string::npos) << r.out;
+}
+
+TEST_F(Hostile, PackedListsAreCheckedAgainstTheirTensors) {
+  CmdResult q = run("quantize --checkpoint " + ckpt() + " --format q8_0 --out " + dir + "/q8.safetensors");
+  ASSERT_EQ(q.code, 0) << q.out;
+  auto packed_list = [&](const std::function<void(nlohmann::json&)>& f, const std::string& name) {
+    rewrite_json(dir + "/q8.safetensors", dir + "/" + name, [&](auto& j) {
+      auto p = nlohmann::json::parse(j["__metadata__"]["packed"].template get<std::string>());
+      f(p);
+      j["__metadata__"]["packed"] = p.dump();
+    });
+    return dir + "/" + name;
+  };
+  // Two entries swap their tensors: each would read the other's bytes.
+  every_reader(packed_list([](nlohmann::json& p) { std::swap(p[0]["tensor"], p[1]["tensor"]); }, "swapped.safetensors"), 1,
+               "its tensor should be 'packed.");
+  // rows x cols past 64 bits (2^40 x 2^40), and negative.
+  every_reader(packed_list([](nlohmann::json& p) { p[0]["rows"] = 1LL << 40; p[0]["cols"] = 1LL << 40; }, "huge.safetensors"),
+               1, "its params hold");
+  every_reader(packed_list([](nlohmann::json& p) { p[0]["rows"] = -4; p[0]["cols"] = -8; }, "negative.safetensors"), 1,
+               "its params hold");
+  every_reader(packed_list([](nlohmann::json& p) { p[0]["params"] = {1, 2}; }, "numbers.safetensors"), 1,
+               "\"params\" holds a JSON number");
+  every_reader(packed_list([](nlohmann::json& p) { p[0] = "x"; }, "string.safetensors"), 1, "not an object");
+}
+
+// A checkpoint whose config its own tokenizer cannot serve is a damaged file (exit 1) for every
+// reader, and the same config given on the command line is refused by info as by train (exit 2).
+TEST_F(Hostile, ATokenizerTheConfigCannotServe) {
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 8;
+  c.vocab_size = 100;  // the byte tokenizer has 256 ids
+  Model m(c);
+  m.init_weights(1);
+  save_model(dir + "/small_vocab.safetensors", m);
+  every_reader(dir + "/small_vocab.safetensors", 1, "vocab_size 100 is smaller than the byte tokenizer's vocabulary");
+  for (const std::string& cmd : {"train --preset looped --set vocab_size=100 --out " + dir + "/run",
+                                 std::string("info --preset looped --set vocab_size=100")}) {
+    CmdResult r = run(cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("vocab_size 100 is smaller"), std::string::npos) << cmd << "\n" << r.out;
+  }
+}
