@@ -5,10 +5,12 @@
 // (a damaged file) or 2 (a bad command line or config), never a crash, and no message carries a
 // library's exception prefix or an unbounded value.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -30,8 +32,10 @@ struct CmdResult {
   std::string out;
 };
 
-CmdResult run(const std::string& args) {
-  FILE* p = popen(("exec 2>&1; " + std::string(LOOPLM_BINARY) + " " + args).c_str(), "r");
+// `looplm ARGS` with `env` before it (VAR=value ...); raw: ARGS is a whole shell command.
+CmdResult run(const std::string& args, const std::string& env = "", bool raw = false) {
+  const std::string cmd = raw ? args : env + std::string(LOOPLM_BINARY) + " " + args;
+  FILE* p = popen(("exec 2>&1; " + cmd).c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   size_t n;
@@ -204,4 +208,66 @@ TEST_F(Hostile, ATokenizerTheConfigCannotServe) {
     EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("vocab_size 100 is smaller"), std::string::npos) << cmd << "\n" << r.out;
   }
+}
+
+// generate refuses a model whose logits are not finite, as eval refuses its loss, on every path
+// (sampled, greedy, batched, speculative), instead of sampling from NaN.
+TEST_F(Hostile, GenerateRefusesNonFiniteLogits) {
+  auto f = io::SafetensorsFile::open(ckpt());
+  std::vector<std::vector<float>> keep;
+  std::vector<io::TensorRef> t;
+  for (auto& n : f.names()) {
+    keep.push_back(f.read_f32(n, f.get(n).shape));
+    if (n == "core.0.mlp.up.weight") keep.back()[5] = std::nanf("");
+    t.push_back({n, io::DType::F32, f.get(n).shape, keep.back().data()});
+  }
+  io::write_safetensors(dir + "/nan.safetensors", t, f.metadata());
+  io::write_file_atomic(dir + "/two.txt", "hello\nworld\n");
+  for (const std::string& how : {std::string(), std::string(" --temperature 0"), " --prompts " + dir + "/two.txt",
+                                 std::string(" --speculative 2 --draft-depth 1")}) {
+    CmdResult r = run("generate --checkpoint " + dir + "/nan.safetensors --allow-nonfinite -n 4" +
+                      (how.find("--prompts") == std::string::npos ? " -p hello" : "") + how);
+    EXPECT_EQ(r.code, 1) << how << "\n" << r.out;
+    EXPECT_NE(r.out.find("the model's next-token logits are not finite (NaN"), std::string::npos) << how << "\n" << r.out;
+  }
+}
+
+// Memory is checked up front, with the figure: a data file too large to hold with its token ids,
+// a stream that does not end (/dev/zero), a batch whose KV cache does not fit. LOOPLM_MEMORY_LIMIT
+// stands in for a small machine.
+TEST_F(Hostile, MemoryIsCheckedUpFrontWithTheFigure) {
+  const std::string limit = "LOOPLM_MEMORY_LIMIT=20M ";
+  io::write_file_atomic(dir + "/big.txt", std::string(8 << 20, 'a'));
+  CmdResult r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/big.txt", limit);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("big.txt (8.4 MB, held with its 32-bit token ids) needs about 41.9 MB; looplm may use 21.0 MB"),
+            std::string::npos) << r.out;
+  r = run("eval --checkpoint " + ckpt() + " --data /dev/zero", limit);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("/dev/zero gave more than 4.2 MB without ending"), std::string::npos) << r.out;
+  std::string prompts;
+  for (int i = 0; i < 5000; ++i) prompts += "hello " + std::to_string(i) + "\n";
+  io::write_file_atomic(dir + "/many.txt", prompts);
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/many.txt --batch 5000 -n 8", "LOOPLM_MEMORY_LIMIT=4M ");
+  EXPECT_EQ(r.code, 1) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("a KV cache for 5000 sequences of up to 8 positions"), std::string::npos) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("--batch"), std::string::npos) << r.out.substr(0, 2000);
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt", "LOOPLM_MEMORY_LIMIT=lots ");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// train reads its validation data once: the end-of-run report uses what it holds, so a FIFO (read
+// once, then gone) neither hangs the report nor fails a finished run.
+TEST_F(Hostile, TrainReadsItsValidationDataOnce) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "In the beginning God created the heaven and the earth. ";
+  io::write_file_atomic(dir + "/train.txt", text);
+  ASSERT_EQ(::mkfifo((dir + "/val.fifo").c_str(), 0644), 0);
+  CmdResult r = run("sh -c 'cat " + dir + "/val.txt > " + dir + "/val.fifo; rm " + dir + "/val.fifo' & timeout 120 " +
+                        std::string(LOOPLM_BINARY) + " train --preset looped --set d_model=32 --set n_heads=2 --set context=16"
+                        " --set batch_size=2 --set eval_every=100 --set eval_batches=1 --set data_train=" + dir + "/train.txt"
+                        " --set data_val=" + dir + "/val.fifo --steps 2 --sample-len 8 --out " + dir + "/run; echo exit $?",
+                    "", true);
+  EXPECT_NE(r.out.find("early-exit table"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exit 0"), std::string::npos) << r.out;
 }

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "core/memory.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"
 
@@ -165,7 +166,23 @@ std::string origin_or(std::string_view origin) {
 
 }  // namespace
 
-std::string read_file_bytes(const std::string& path) { return io::read_file(path); }
+std::string read_file_bytes(const std::string& path) {
+  // A data file is held as its bytes and, tokenized, as 32-bit ids: about 5 bytes per byte. A
+  // regular file is refused by its size before it is read; a pipe or device (a FIFO, /dev/zero)
+  // once it has given more than the budget allows.
+  const uint64_t budget = memory_budget();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    require_memory(5.0 * (double)st.st_size, path + " (" + format_bytes((double)st.st_size) + ", held with its 32-bit token ids)",
+                   "use a smaller file, or split it");
+  try {
+    return io::read_file(path, budget ? budget / 5 : UINT64_MAX);
+  } catch (const io::FileTooLarge&) {
+    throw Error(path + " gave more than " + format_bytes((double)budget / 5) + " without ending (not a regular file); held with "
+                  "its 32-bit token ids that needs more than the " + format_bytes((double)budget) + " looplm may use here "
+                  "(the memory available, or LOOPLM_MEMORY_LIMIT)");
+  }
+}
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   io::write_file_atomic(path, bytes.data(), bytes.size());

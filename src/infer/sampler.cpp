@@ -3,10 +3,25 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
+
+#include "looplm/error.h"
 
 namespace looplm {
 
+void require_finite_logits(const float* z, int V) {
+  bool finite = true;
+  for (int i = 0; i < V; ++i) finite &= std::isfinite(z[i]);  // no early exit: vectorizes
+  if (finite) return;
+  int i = 0;
+  while (std::isfinite(z[i])) ++i;
+  throw Error("the model's next-token logits are not finite (" + std::string(std::isnan(z[i]) ? "NaN" : "Inf") +
+              " at token id " + std::to_string(i) +
+              "): its outputs overflow or are NaN on this prompt (a diverged or damaged checkpoint?)");
+}
+
 int32_t sample_token(const float* z, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work) {
+  require_finite_logits(z, V);
   if (o.temperature <= 0) return (int32_t)(std::max_element(z, z + V) - z);
   // Candidates sorted by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
   std::vector<int32_t> idx(V);

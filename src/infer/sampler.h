@@ -12,6 +12,9 @@ struct SamplerOptions {
   int top_k = 0;
   double top_p = 1.0;
 };
+// Error when a logit is NaN or ±Inf (as eval refuses a non-finite loss): no token is chosen from
+// the outputs of a model that overflowed (a diverged or damaged checkpoint).
+void require_finite_logits(const float* logits, int V);
 int32_t sample_token(const float* logits, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work);
 
 }  // namespace looplm

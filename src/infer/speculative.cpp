@@ -9,12 +9,16 @@
 
 #include "core/threads.h"
 #include "infer/decoder.h"
+#include "infer/sampler.h"
 #include "looplm/looplm.h"
 
 namespace looplm {
 
 namespace {
-int32_t argmax(const float* z, int V) { return (int32_t)(std::max_element(z, z + V) - z); }
+int32_t argmax(const float* z, int V) {
+  require_finite_logits(z, V);
+  return (int32_t)(std::max_element(z, z + V) - z);
+}
 }  // namespace
 
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt_in, const GenerateOptions& opt,

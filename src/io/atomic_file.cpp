@@ -109,7 +109,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t n) {
   w.commit();
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -122,9 +122,16 @@ std::string read_file(const std::string& path) {
   // Read straight into the result when the size is known (checkpoints can be large), then keep
   // reading in case the file grew or is not a regular file.
   struct stat st{};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  auto too_big = [&] {
+    ::close(fd);
+    throw FileTooLarge("cannot read '" + path + "': it holds more than " + std::to_string(max_bytes) +
+                " bytes, the most this read may take" + (regular ? "" : " (not a regular file: a stream that does not end?)"));
+  };
   size_t got = 0;
   std::string out;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+  if (regular && (uint64_t)st.st_size > max_bytes) too_big();
+  if (regular && st.st_size > 0) {
     out.resize(static_cast<size_t>(st.st_size));
     while (got < out.size()) {
       ssize_t k = ::read(fd, out.data() + got, out.size() - got);
@@ -146,6 +153,7 @@ std::string read_file(const std::string& path) {
     }
     if (k == 0) break;
     out.append(buf, static_cast<size_t>(k));
+    if (out.size() > max_bytes) too_big();
   }
   ::close(fd);
   return out;

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "looplm/error.h"
+
 namespace looplm::io {
 
 // Streaming atomic write: write() any number of times, then commit(). Destroying an uncommitted
@@ -46,7 +48,12 @@ inline void write_file_atomic(const std::string& path, const std::string& bytes)
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
-// Whole file into memory. Error names the path and strerror (missing file, directory, I/O error).
-std::string read_file(const std::string& path);
+// Whole file into memory. Error names the path and strerror (missing file, directory, I/O error),
+// or says the file holds more than `max_bytes` (a regular file is refused by its size before it
+// is read; a pipe or device, such as /dev/zero, once that much has been read).
+std::string read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
+struct FileTooLarge : Error {  // read_file's error for more than max_bytes
+  using Error::Error;
+};
 
 }  // namespace looplm::io

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/memory.h"
 #include "looplm/error.h"
 
 namespace looplm {
@@ -31,6 +32,11 @@ KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_
   // calloc: zeros as before, but a page is only resident once a position in it is written, so a
   // cache sized for the whole context costs memory as the sequences grow (and no memset up front).
   data_size_ = slot_bytes * slots_per_position_;
+  // The sequences fill their positions as they decode, so all of it becomes resident.
+  require_memory((double)data_size_,
+                 "a KV cache for " + std::to_string(rows) + " sequence" + (rows == 1 ? "" : "s") + " of up to " +
+                     std::to_string(capacity) + " positions (" + format_bytes((double)data_size_ / rows) + " each)",
+                 "decode fewer sequences at once (--batch) or fewer new tokens (-n)");
   data_.reset(static_cast<unsigned char*>(std::calloc(std::max<size_t>(data_size_, 1), 1)));
   if (!data_) throw std::bad_alloc();
   slots_.resize(slots_per_position_);
