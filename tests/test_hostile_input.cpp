@@ -271,3 +271,42 @@ TEST_F(Hostile, TrainReadsItsValidationDataOnce) {
   EXPECT_NE(r.out.find("early-exit table"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("exit 0"), std::string::npos) << r.out;
 }
+
+// A checkpoint overwritten in place while generate has it mapped: shrunk (a read past its new end
+// is SIGBUS: the handler says what happened, exit 1), or rewritten at the same size (the periodic
+// check says so, exit 1). Replaced by rename, the reader keeps the old file and finishes.
+TEST_F(Hostile, ACheckpointOverwrittenWhileInUseIsNamed) {
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 8;
+  c.n_core = 1;
+  c.R = 2;
+  Model other(c);
+  other.init_weights(2);
+  save_model(dir + "/other.safetensors", other);  // the same size as ckpt()
+  auto served = [&](const std::string& change, const std::string& n) {
+    fs::copy_file(ckpt(), dir + "/served.safetensors", fs::copy_options::overwrite_existing);
+    const std::string script = std::string(LOOPLM_BINARY) + " generate --checkpoint " + dir +
+                               "/served.safetensors -p hello --quiet -t 1 -n " + n + " > " + dir + "/gen.out 2> " + dir +
+                               "/gen.err & pid=$!\n"
+                               "while [ ! -s " + dir + "/gen.out ]; do sleep 0.05; done\nsleep 0.2\n" + change +
+                               "\nwait $pid; echo \"exit $?\" >> " + dir + "/gen.err\n";
+    io::write_file_atomic(dir + "/served.sh", script);
+    run("timeout 120 sh " + dir + "/served.sh", "", true);
+    return io::read_file(dir + "/gen.err");
+  };
+  std::string err = served(": > " + dir + "/served.safetensors", "100000000");
+  EXPECT_NE(err.find("bus error reading a mapped file: a checkpoint in use (" + dir + "/served.safetensors) was truncated"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("exit 1"), std::string::npos) << err;
+  err = served("dd if=" + dir + "/other.safetensors of=" + dir + "/served.safetensors conv=notrunc status=none", "100000000");
+  EXPECT_NE(err.find("served.safetensors changed on disk while in use: it was written to after it was loaded"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("exit 1"), std::string::npos) << err;
+  err = served("cp " + dir + "/other.safetensors " + dir + "/new.safetensors && mv " + dir + "/new.safetensors " + dir +
+                   "/served.safetensors",
+               "20000");
+  EXPECT_EQ(err.find("error"), std::string::npos) << err;
+  EXPECT_NE(err.find("exit 0"), std::string::npos) << err;
+}

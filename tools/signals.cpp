@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "io/mapped_file.h"
+
 namespace looplm::cli {
 
 namespace {
@@ -63,6 +65,22 @@ void wait_for_signals() {
   }
 }
 
+// SIGBUS: a read of a mapped file past its end, i.e. a checkpoint truncated or overwritten in
+// place while mapped (io/mapped_file.h). Synchronous, on the thread that read, so it cannot go to
+// the signal thread; the handler only writes a prepared message and exits (async-signal-safe; it
+// returns nowhere, so a frame written below a JIT kernel's borrowed stack does no harm).
+void on_sigbus(int) {
+  auto put = [](const char* s) {
+    ssize_t ignored = write(STDERR_FILENO, s, std::strlen(s));
+    (void)ignored;
+  };
+  put("\nlooplm: error: bus error reading a mapped file: a checkpoint in use (");
+  put(io::mapped_files_note());
+  put(") was truncated or overwritten in place. Replace a checkpoint by writing the new one beside it and renaming it "
+      "over the old name (mv), which readers survive\n");
+  _exit(1);
+}
+
 }  // namespace
 
 void set_interrupt_note(const std::string& note) {
@@ -71,6 +89,9 @@ void set_interrupt_note(const std::string& note) {
 }
 
 void start_signal_thread() {
+  struct sigaction bus = {};
+  bus.sa_handler = on_sigbus;
+  sigaction(SIGBUS, &bus, nullptr);
   const sigset_t s = handled_signals();
   pthread_sigmask(SIG_BLOCK, &s, nullptr);  // inherited by every thread created from now on
   std::thread(wait_for_signals).detach();

@@ -10,6 +10,7 @@
 #include "infer/decoder.h"
 #include "infer/eval.h"
 #include "infer/sampler.h"
+#include "io/mapped_file.h"
 #include "looplm/looplm.h"
 #include "model/model_io.h"
 
@@ -70,10 +71,11 @@ std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { retur
 
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
-  if (o.incremental)
-    return evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit, o.kv_policy,
-                                kv_element(o.kv_cache));
-  return evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+  EvalResult e = o.incremental ? evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress,
+                                                      o.exit, o.kv_policy, kv_element(o.kv_cache))
+                               : evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+  io::check_mapped_files();  // numbers from weights overwritten mid-run are not reported
+  return e;
 }
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth) const {
   EvalOptions o;
@@ -85,7 +87,9 @@ EvalResult LanguageModel::evaluate_file(const std::string& data_path, const Eval
     if (o.incremental) throw UsageError("evaluate: incremental scoring (--kv-policy) is for text models, not examples");
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     const Examples ex = load_examples(data_path, impl_->tok, impl_->model->config().context);
-    return evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+    EvalResult e = evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+    io::check_mapped_files();
+    return e;
   }
   return evaluate(load_tokens(data_path, impl_->tok), o);
 }
@@ -170,7 +174,12 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     prompt_tokens += n;
   }
   const auto t1 = std::chrono::steady_clock::now();
+  auto checked = t1;  // when the mapped checkpoint was last checked (io::check_mapped_files)
   for (int step = 0; step < opt.max_new; ++step) {
+    if (const auto now = std::chrono::steady_clock::now(); now - checked > std::chrono::milliseconds(500)) {
+      io::check_mapped_files();
+      checked = now;
+    }
     for (int i = 0; i < B; ++i) {
       next[i] = sample_token(last.data() + (size_t)i * V, V, so, rng[i], work);
       seq[i].push_back(next[i]);

@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "infer/decoder.h"
 #include "infer/sampler.h"
+#include "io/mapped_file.h"
 #include "looplm/looplm.h"
 
 namespace looplm {
@@ -52,7 +53,12 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   dec.prefill(0, seq.data() + start, (int)seq.size() - start, z.data());
   const auto t1 = std::chrono::steady_clock::now();
   if (opt.max_new > 0) emit(argmax(z.data(), V));
+  auto checked = t1;  // when the mapped checkpoint was last checked (io::check_mapped_files)
   while ((int)out.size() < opt.max_new) {
+    if (const auto now = std::chrono::steady_clock::now(); now - checked > std::chrono::milliseconds(500)) {
+      io::check_mapped_files();
+      checked = now;
+    }
     const int32_t x = seq.back();  // emitted, not yet in the cache
     const int p = dec.length(0);
     if (p == capacity) {  // window full: restart on the last half context (x included), as plain decoding does

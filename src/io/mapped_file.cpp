@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
+#include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "io/atomic_file.h"
 #include "looplm/error.h"
@@ -16,18 +19,56 @@ namespace looplm::io {
 
 namespace {
 
+// Every mapping alive, for check_mapped_files and the SIGBUS note.
+class Mapping;
+std::mutex g_mu;
+std::vector<const Mapping*> g_live;
+char g_note[4096];  // "a, b": the paths of g_live, cut to fit
+
 class Mapping : public Bytes {
  public:
-  Mapping(void* p, size_t n) : base_(p) {
+  Mapping(void* p, size_t n, int fd, std::string path, const struct stat& st)
+      : base_(p), fd_(fd), path_(std::move(path)), file_size_(st.st_size), mtime_(st.st_mtim) {
     data_ = static_cast<const uint8_t*>(p);
     size_ = n;
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_live.push_back(this);
+    update_note();
   }
   ~Mapping() override {
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_live.erase(std::find(g_live.begin(), g_live.end(), this));
+      update_note();
+    }
     if (base_) ::munmap(base_, size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // "" or what changed: the open file (its inode), so a rename over the name is no change.
+  std::string changed() const {
+    struct stat st{};
+    if (::fstat(fd_, &st) != 0) return "";
+    if (st.st_size != file_size_)
+      return path_ + " changed on disk while in use: it was " + std::to_string(file_size_) + " bytes when loaded and is " +
+             std::to_string(st.st_size) + " now";
+    if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec)
+      return path_ + " changed on disk while in use: it was written to after it was loaded";
+    return "";
   }
 
  private:
+  static void update_note() {  // under g_mu
+    std::string s;
+    for (const Mapping* m : g_live) s += (s.empty() ? "" : ", ") + m->path_;
+    const size_t n = std::min(s.size(), sizeof g_note - 1);
+    std::memcpy(g_note, s.data(), n);
+    g_note[n] = '\0';
+  }
   void* base_;
+  int fd_;
+  std::string path_;
+  off_t file_size_;
+  struct timespec mtime_;
 };
 
 class Owned : public Bytes {
@@ -63,22 +104,26 @@ std::shared_ptr<const Bytes> map_file(const std::string& path) {
     ::close(fd);
     return hold_bytes(read_file(path));
   }
-  if (getenv("LOOPLM_HUGE")) {
-    size_t n = (size_t)st.st_size, cap = (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
-    void* a = ::mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ::madvise(a, cap, MADV_HUGEPAGE);
-    size_t got = 0;
-    while (got < n) { ssize_t r = ::pread(fd, (char*)a + got, n - got, got); if (r <= 0) break; got += r; }
+  void* p = ::mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) {
+    const int e = errno;
     ::close(fd);
-    return std::make_shared<Mapping>(a, cap);
+    throw Error("cannot map '" + path + "': " + std::strerror(e));
   }
-  void* p = ::mmap(nullptr, (size_t)st.st_size, PROT_READ, getenv("LOOPLM_POP") ? MAP_PRIVATE | MAP_POPULATE : MAP_PRIVATE, fd, 0);
-  int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(e));
-  return std::make_shared<Mapping>(p, (size_t)st.st_size);
+  // The descriptor stays open: check_mapped_files asks it whether this file was changed in place.
+  return std::make_shared<Mapping>(p, (size_t)st.st_size, fd, path, st);
 }
 
 std::shared_ptr<const Bytes> hold_bytes(std::string bytes) { return std::make_shared<Owned>(std::move(bytes)); }
+
+void check_mapped_files() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (const Mapping* m : g_live)
+    if (const std::string what = m->changed(); !what.empty())
+      throw Error(what + ". It was overwritten in place; replace a checkpoint by writing the new one beside it and "
+                  "renaming it over the old name (mv), which readers survive, then load it again");
+}
+
+const char* mapped_files_note() { return g_note; }
 
 }  // namespace looplm::io

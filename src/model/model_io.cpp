@@ -242,6 +242,9 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
                       "): a diverged or corrupted checkpoint (--allow-nonfinite loads it anyway)");
     }
   }
+  // Every page has been read by now: a file overwritten in place while it was loaded is refused
+  // here rather than used half old, half new.
+  io::check_mapped_files();
   return m;
 }
 
