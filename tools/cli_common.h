@@ -12,6 +12,7 @@
 #include "looplm/error.h"
 #include "looplm/looplm.h"
 #include "backend/cpu/weight_format.h"
+#include "io/json_input.h"
 
 namespace looplm::cli {
 
@@ -21,8 +22,8 @@ inline CLI::Validator number_check(double lo, double hi, bool lo_excl, const std
       [=](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || *end != '\0') return "'" + s + "' is not a number";
-        if ((lo_excl ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "must be " + words + ", got " + s;
+        if (s.empty() || *end != '\0') return "'" + io::brief(s) + "' is not a number";
+        if ((lo_excl ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "must be " + words + ", got " + io::brief(s);
         return "";
       },
       words, "number");
@@ -41,7 +42,7 @@ inline bool parse(CLI::App& app, int argc, char** argv, const std::string& name)
     std::cout << app.help();
     return false;
   } catch (const CLI::ParseError& e) {
-    throw UsageError(name + ": " + e.what() + " (see 'looplm " + name + " --help')");
+    throw UsageError(name + ": " + io::brief(e.what(), 500) + " (see 'looplm " + name + " --help')");
   }
   return true;
 }
@@ -62,7 +63,7 @@ struct ConfigArgs {
   void apply_sets(Config& c) const {
     for (const auto& kv : sets) {
       auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw UsageError("--set '" + kv + "': expected KEY=VALUE");
+      if (eq == std::string::npos || eq == 0) throw UsageError("--set '" + io::brief(kv) + "': expected KEY=VALUE");
       c.set(kv.substr(0, eq), kv.substr(eq + 1));
     }
   }
@@ -104,7 +105,7 @@ inline void print_config_keys(std::ostream& out) {
 inline CLI::Validator weights_check() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        return find_weight_format(s) ? "" : "unknown weight format '" + s + "' (" + weight_format_names() + ")";
+        return find_weight_format(s) ? "" : "unknown weight format '" + io::brief(s) + "' (" + weight_format_names() + ")";
       },
       "FORMAT");
 }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/gemm.h"
+#include "io/json_input.h"
 #include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
@@ -92,7 +93,7 @@ std::vector<std::string> split_list(const std::string& list) {
   while (at <= list.size()) {
     const size_t comma = std::min(list.find(',', at), list.size());
     const std::string f = list.substr(at, comma - at);
-    if (!find_weight_format(f)) throw UsageError("bench: --weights: unknown weight format '" + f + "' (" + weight_format_names() + ")");
+    if (!find_weight_format(f)) throw UsageError("bench: --weights: unknown weight format '" + io::brief(f) + "' (" + weight_format_names() + ")");
     out.push_back(f);
     at = comma + 1;
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "io/json_input.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
 #include "data/dataset.h"
@@ -106,10 +107,10 @@ int cmd_data_listops(int argc, char** argv) {
   // The directory: a file, or someone's data, is never written over silently.
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_directory(out, ec)) {
-    throw UsageError("data listops: --out '" + out + "' is a file, not a directory");
+    throw UsageError("data listops: --out '" + io::brief_path(out) + "' is a file, not a directory");
   }
   if (fs::is_directory(out, ec) && !fs::is_empty(out, ec) && !overwrite) {
-    throw UsageError("data listops: --out '" + out + "' is not empty; pass --overwrite to replace its "
+    throw UsageError("data listops: --out '" + io::brief_path(out) + "' is not empty; pass --overwrite to replace its "
                      "train.txt, test.txt and listops.json");
   }
 
@@ -164,14 +165,7 @@ int cmd_data(int argc, char** argv) {
       "--out data/kjv/val.bin\n"
       "Subcommand:\n  looplm data listops --out DIR [--preset nrgpt_small] ...   ListOps train / test "
       "sets (looplm data listops --help)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(std::string("data: ") + e.what() + " (see 'looplm data --help')");
-  }
+  if (!parse(app, argc, argv, "data")) return 0;
 
   set_threads(threads.n);
   if (!alphabet_file.empty()) {
@@ -181,11 +175,11 @@ int cmd_data(int argc, char** argv) {
     kind = "char";
   }
   if (fs::path(out).extension() != ".bin") {
-    throw UsageError("data: --out '" + out + "' must end in .bin (the loader picks the format by "
+    throw UsageError("data: --out '" + io::brief_path(out) + "' must end in .bin (the loader picks the format by "
                      "extension)");
   }
   if (fs::path(input).extension() == ".bin") {
-    throw UsageError("data: --input '" + input + "' is already a token file (.bin)");
+    throw UsageError("data: --input '" + io::brief_path(input) + "' is already a token file (.bin)");
   }
 
   Tokenizer tok = Tokenizer::byte_level();

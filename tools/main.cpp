@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli.h"
+#include "io/json_input.h"
 #include "signals.h"
 #include "looplm/error.h"
 #include "looplm/looplm.h"
@@ -43,16 +44,20 @@ int main(int argc, char** argv) {
     if (cmd == "data") return cmd_data(argc - 1, argv + 1);
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
     if (cmd == "quantize") return cmd_quantize(argc - 1, argv + 1);
-    std::fprintf(stderr, "looplm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    std::fprintf(stderr, "looplm: unknown command '%s'\n%s", looplm::io::brief(cmd).c_str(), kUsage);
     return 2;
   } catch (const looplm::Error& e) {
-    std::fprintf(stderr, "looplm %s: error: %s\n", cmd.c_str(), e.what());
+    // Messages name values short (io::brief); this cap is the last guard against one that does not.
+    const std::string what = e.what();
+    std::fprintf(stderr, "looplm %s: error: %s%s\n", looplm::io::brief(cmd, 40).c_str(), what.substr(0, 4000).c_str(),
+                 what.size() > 4000 ? "..." : "");
     return e.exit_code();
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "looplm %s: error: out of memory\n", cmd.c_str());
+    std::fprintf(stderr, "looplm %s: error: out of memory\n", looplm::io::brief(cmd, 40).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "looplm %s: error: %s\n", cmd.c_str(), looplm::plain_message(e).c_str());
+    std::fprintf(stderr, "looplm %s: error: %s\n", looplm::io::brief(cmd, 40).c_str(),
+                 looplm::io::brief(looplm::plain_message(e), 4000).c_str());
     return 1;
   }
 }

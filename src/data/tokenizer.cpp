@@ -1,4 +1,5 @@
 #include "data/tokenizer.h"
+#include "io/json_input.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -135,7 +136,7 @@ Tokenizer Tokenizer::from_config(const Config& cfg) {
   } else if (cfg.tokenizer == "char") {
     t = char_level(cfg.tokenizer_chars);
   } else {
-    throw UsageError("tokenizer: unknown kind '" + cfg.tokenizer + "' (expected byte or char)");
+    throw UsageError("tokenizer: unknown kind '" + io::brief(cfg.tokenizer) + "' (expected byte or char)");
   }
   if (cfg.vocab_size < t.vocab_size()) {
     throw UsageError("vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the " +

@@ -1,4 +1,5 @@
 #include "infer/decoder.h"
+#include "io/json_input.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,7 +13,7 @@ KvPolicy parse_kv_policy(const std::string& name) {
   if (name == "mean") return KvPolicy::mean;
   if (name == "last") return KvPolicy::last;
   if (name == "first") return KvPolicy::first;
-  throw UsageError("unknown KV policy '" + name + "' (choose per_step, mean, last or first)");
+  throw UsageError("unknown KV policy '" + io::brief(name) + "' (choose per_step, mean, last or first)");
 }
 
 const char* kv_policy_name(KvPolicy p) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "infer/early_exit.h"
+#include "io/json_input.h"
 #include "looplm/error.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
@@ -32,7 +33,7 @@ inline op::KvElem kv_element(const std::string& kv_cache) {
   if (kv_cache == "fp32") return op::KvElem::f32;
   if (kv_cache == "bf16") return op::KvElem::bf16;
   if (kv_cache == "int8") return op::KvElem::i8;
-  throw UsageError("the KV cache is fp32, bf16 or int8, not '" + kv_cache + "'");
+  throw UsageError("the KV cache is fp32, bf16 or int8, not '" + io::brief(kv_cache) + "'");
 }
 
 class Decoder {

@@ -1,4 +1,5 @@
 #include "infer/early_exit.h"
+#include "io/json_input.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +14,7 @@ ExitRule parse_exit_rule(const std::string& name) {
   if (name == "kl") return ExitRule::kl;
   if (name == "latent") return ExitRule::latent;
   if (name == "entropy") return ExitRule::entropy;
-  throw UsageError("unknown exit rule '" + name + "' (choose fixed, kl, latent or entropy)");
+  throw UsageError("unknown exit rule '" + io::brief(name) + "' (choose fixed, kl, latent or entropy)");
 }
 
 const char* exit_rule_name(ExitRule r) {

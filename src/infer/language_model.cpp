@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "backend/cpu/weight_format.h"
+#include "io/json_input.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -36,7 +37,7 @@ namespace {
 const WeightFormat& format_of(const LoadOptions& o, const WeightFormat* own = nullptr) {
   if (o.weights.empty()) return own ? *own : *find_weight_format("fp32");
   const WeightFormat* f = find_weight_format(o.weights);
-  if (!f) throw UsageError("unknown weight format '" + o.weights + "' (available: " + weight_format_names() + ")");
+  if (!f) throw UsageError("unknown weight format '" + io::brief(o.weights) + "' (available: " + weight_format_names() + ")");
   return *f;
 }
 }  // namespace

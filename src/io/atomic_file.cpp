@@ -9,6 +9,7 @@
 
 #include "io/crc32c.h"
 #include "io/fault.h"
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 namespace looplm::io {
@@ -42,7 +43,7 @@ AtomicWriter::AtomicWriter(const std::string& path)
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd_ < 0) {
     int e = errno;
-    throw Error("cannot write '" + path_ + "': cannot create temporary file '" + tmp_ + "': " +
+    throw Error("cannot write '" + brief_path(path_) + "': cannot create temporary file '" + brief_path(tmp_) + "': " +
                 std::strerror(e));
   }
 }
@@ -62,22 +63,22 @@ void AtomicWriter::abort() noexcept {
 void AtomicWriter::fail(const std::string& what, int err) {
   abort();
   committed_ = true;  // nothing left to clean up in the destructor
-  throw Error("cannot write '" + path_ + "': " + what + ": " + std::strerror(err));
+  throw Error("cannot write '" + brief_path(path_) + "': " + what + ": " + std::strerror(err));
 }
 
 void AtomicWriter::write(const void* data, size_t n) {
-  if (fd_ < 0) throw Error("cannot write '" + path_ + "': writer already committed or failed");
+  if (fd_ < 0) throw Error("cannot write '" + brief_path(path_) + "': writer already committed or failed");
   const char* p = static_cast<const char*>(data);
   crc_ = io::crc32c(crc_, data, n);
   while (n > 0) {
     // Linux write() moves at most ~2 GiB per call; loop on short writes and EINTR.
-    if (const int e = fault_point("atomic.write")) fail("write to '" + tmp_ + "' failed", e);
+    if (const int e = fault_point("atomic.write")) fail("write to '" + brief_path(tmp_) + "' failed", e);
     ssize_t k = ::write(fd_, p, n);
     if (k < 0) {
       if (errno == EINTR) continue;
-      fail("write to '" + tmp_ + "' failed", errno);
+      fail("write to '" + brief_path(tmp_) + "' failed", errno);
     }
-    if (k == 0) fail("write to '" + tmp_ + "' made no progress", EIO);
+    if (k == 0) fail("write to '" + brief_path(tmp_) + "' made no progress", EIO);
     p += k;
     n -= static_cast<size_t>(k);
     written_ += static_cast<size_t>(k);
@@ -86,20 +87,20 @@ void AtomicWriter::write(const void* data, size_t n) {
 }
 
 void AtomicWriter::commit() {
-  if (fd_ < 0) throw Error("cannot write '" + path_ + "': writer already committed or failed");
+  if (fd_ < 0) throw Error("cannot write '" + brief_path(path_) + "': writer already committed or failed");
   int rc;
   do { rc = ::fsync(fd_); } while (rc != 0 && errno == EINTR);
-  if (rc != 0) fail("fsync of '" + tmp_ + "' failed", errno);
+  if (rc != 0) fail("fsync of '" + brief_path(tmp_) + "' failed", errno);
   rc = ::close(fd_);
   fd_ = -1;
-  if (rc != 0 && errno != EINTR) fail("close of '" + tmp_ + "' failed", errno);
+  if (rc != 0 && errno != EINTR) fail("close of '" + brief_path(tmp_) + "' failed", errno);
   fault_point("atomic.before_rename");  // a whole temp file, not yet in place
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-    fail("rename of '" + tmp_ + "' over it failed", errno);
+    fail("rename of '" + brief_path(tmp_) + "' over it failed", errno);
   committed_ = true;  // the new file is in place; the temp name no longer exists
   int err = 0;
   if (!fsync_dir(parent_dir(path_), &err))
-    throw Error("cannot write '" + path_ + "': fsync of directory '" + parent_dir(path_) +
+    throw Error("cannot write '" + brief_path(path_) + "': fsync of directory '" + parent_dir(path_) +
                 "' failed: " + std::strerror(err));
 }
 
@@ -113,11 +114,11 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    throw Error("cannot read '" + path + "': " + std::strerror(e));
+    throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
   }
   auto fail = [&](int e) {
     ::close(fd);
-    throw Error("cannot read '" + path + "': " + std::strerror(e));
+    throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
   };
   // Read straight into the result when the size is known (checkpoints can be large), then keep
   // reading in case the file grew or is not a regular file.
@@ -125,7 +126,7 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   auto too_big = [&] {
     ::close(fd);
-    throw FileTooLarge("cannot read '" + path + "': it holds more than " + std::to_string(max_bytes) +
+    throw FileTooLarge("cannot read '" + brief_path(path) + "': it holds more than " + std::to_string(max_bytes) +
                 " bytes, the most this read may take" + (regular ? "" : " (not a regular file: a stream that does not end?)"));
   };
   size_t got = 0;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 #if defined(__x86_64__)
@@ -73,7 +74,7 @@ uint32_t crc32c_file(const std::string& path, uint64_t* bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
-    throw Error("cannot read '" + path + "': " + std::strerror(e));
+    throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
   }
   std::vector<uint8_t> buf(1 << 20);
   uint32_t crc = 0;
@@ -84,7 +85,7 @@ uint32_t crc32c_file(const std::string& path, uint64_t* bytes) {
       if (errno == EINTR) continue;
       const int e = errno;
       ::close(fd);
-      throw Error("cannot read '" + path + "': " + std::strerror(e));
+      throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
     }
     if (k == 0) break;
     crc = crc32c(crc, buf.data(), (size_t)k);

@@ -22,11 +22,20 @@ int json_depth(std::string_view text, int limit) {
 }
 
 std::string brief(std::string_view s, size_t max) {
-  std::string out(s.substr(0, s.size() > max ? max : s.size()));
+  size_t n = s.size() > max ? max : s.size();
+  while (n < s.size() && n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
+  std::string out(s.substr(0, n));
   for (char& c : out)
     if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
   if (s.size() > max) out += "...";
   return out;
+}
+
+std::string brief_path(std::string_view p) {
+  if (p.size() <= 240) return std::string(p);
+  size_t from = p.size() - 237;
+  while (from < p.size() && ((unsigned char)p[from] & 0xC0) == 0x80) ++from;  // not inside a UTF-8 character
+  return "..." + std::string(p.substr(from));
 }
 
 std::string brief_json(const nlohmann::json& v, size_t max) {

@@ -28,6 +28,8 @@ int json_depth(std::string_view text, int limit);
 // `s` (or a JSON value, printed) for a message: at most `max` bytes (then "..."), control bytes as '?'.
 std::string brief(std::string_view s, size_t max = 60);
 std::string brief_json(const nlohmann::json& v, size_t max = 60);
+// A file path for a message: whole up to 240 bytes, else "..." and its last 237 (the file's name).
+std::string brief_path(std::string_view path);
 std::string brief_json(const nlohmann::ordered_json& v, size_t max = 60);
 
 // Parses `text` as JSON. Errors start with `origin` ("FILE: header", "FILE:3"): invalid JSON, nesting deeper than

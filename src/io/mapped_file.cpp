@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 namespace looplm::io {
@@ -88,17 +89,17 @@ std::shared_ptr<const Bytes> map_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    throw Error("cannot read '" + path + "': " + std::strerror(e));
+    throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
   }
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
-    throw Error("cannot read '" + path + "': " + std::strerror(e));
+    throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
   }
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
-    throw Error("cannot read '" + path + "': is a directory");
+    throw Error("cannot read '" + brief_path(path) + "': is a directory");
   }
   if (!S_ISREG(st.st_mode) || st.st_size == 0) {  // a pipe or an empty file: read it instead
     ::close(fd);
@@ -108,7 +109,7 @@ std::shared_ptr<const Bytes> map_file(const std::string& path) {
   if (p == MAP_FAILED) {
     const int e = errno;
     ::close(fd);
-    throw Error("cannot map '" + path + "': " + std::strerror(e));
+    throw Error("cannot map '" + brief_path(path) + "': " + std::strerror(e));
   }
   // The descriptor stays open: check_mapped_files asks it whether this file was changed in place.
   return std::make_shared<Mapping>(p, (size_t)st.st_size, fd, path, st);

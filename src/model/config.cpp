@@ -346,12 +346,12 @@ Config Config::from_json_text(const std::string& text, const std::string& origin
 
 Config Config::from_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw UsageError("config file '" + path + "' is a directory");
+  if (std::filesystem::is_directory(path, ec)) throw UsageError("config file '" + io::brief_path(path) + "' is a directory");
   std::ifstream in(path);
-  if (!in) throw UsageError("cannot read config file '" + path + "'");
+  if (!in) throw UsageError("cannot read config file '" + io::brief_path(path) + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw UsageError("cannot read config file '" + path + "' (is it a directory?)");
+  if (in.bad()) throw UsageError("cannot read config file '" + io::brief_path(path) + "' (is it a directory?)");
   return from_json_text(ss.str(), path);
 }
 
@@ -397,6 +397,11 @@ void Config::set(const std::string& key, const std::string& value) {
   bool is_string = f ? std::holds_alternative<std::string Config::*>(f->m) : k->type == ConfigKey::Type::String;
   if (is_string) {
     v = value;
+    try {
+      (void)v.dump();  // a config is stored as JSON (config.json, checkpoint metadata): UTF-8 only
+    } catch (const json::exception&) {
+      throw UsageError("--set " + key + ": the value is not valid UTF-8 text (a config is stored as JSON)");
+    }
   } else {
     try {
       v = io::parse_json(value, "--set " + key, true);
@@ -445,7 +450,7 @@ Config load_preset(const std::string& name) {
     if (p.first == name) return Config::from_json_text(p.second, "preset '" + name + "'");
   std::string list;
   for (auto& p : embedded_presets()) list += (list.empty() ? "" : ", ") + p.first;
-  throw UsageError("unknown preset '" + name + "' (available: " + list + ")");
+  throw UsageError("unknown preset '" + io::brief(name) + "' (available: " + list + ")");
 }
 
 }  // namespace looplm

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "looplm/config.h"
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 namespace looplm {
@@ -61,7 +62,7 @@ class Registry {
   // UsageError listing the registered names when `name` is not one of them.
   const Component<Factory>& get(const std::string& name, const std::string& key) const {
     if (auto* c = find(name)) return *c;
-    throw UsageError("invalid config: " + key + " = '" + name + "' is not a " + what_ + " (registered: " + list() + ")");
+    throw UsageError("invalid config: " + key + " = '" + io::brief(name) + "' is not a " + what_ + " (registered: " + list() + ")");
   }
   std::vector<std::string> names() const {
     std::vector<std::string> n;
