@@ -56,11 +56,12 @@ int64_t step_of(const std::string& name, const std::string& kind) {
 // the file system has no links.
 void link_as(const std::string& from, const std::string& to) {
   const std::string tmp = to + ".tmp." + std::to_string(::getpid());
-  std::filesystem::remove(tmp);
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
   if (::link(from.c_str(), tmp.c_str()) != 0) io::write_file_atomic(tmp, io::read_file(from));
   if (std::rename(tmp.c_str(), to.c_str()) != 0) {
     const int e = errno;
-    std::filesystem::remove(tmp);
+    std::filesystem::remove(tmp, ec);
     throw Error("cannot write '" + to + "': " + std::strerror(e));
   }
 }
@@ -225,7 +226,10 @@ void write_checkpoint(const std::string& dir, const Model& m, const AdamW& opt, 
                       int keep) {
   const std::string model_rel = step_file("model", s.step), state_rel = step_file("train_state", s.step);
   const std::string manifest = dir + "/" + kManifest;
-  std::filesystem::create_directories(dir + "/checkpoints");
+  std::error_code mk;
+  std::filesystem::create_directories(dir + "/checkpoints", mk);
+  if (mk) throw Error("cannot write '" + dir + "/checkpoints': " + mk.message() + " (the checkpoint of step " +
+                      std::to_string(s.step) + " was not written; the previous one in " + dir + " is intact)");
   // A step is committed once: rewriting a committed step's files would break the pair in place.
   if (exists(dir + "/" + model_rel) && manifest_step(manifest) == s.step) return;
   try {
@@ -241,8 +245,9 @@ void write_checkpoint(const std::string& dir, const Model& m, const AdamW& opt, 
     const std::string text = j.dump(2) + "\n";
     io::write_file_atomic(manifest, text);  // the commit
   } catch (const Error& e) {
-    std::filesystem::remove(dir + "/" + model_rel);
-    std::filesystem::remove(dir + "/" + state_rel);
+    std::error_code ec;  // best effort: the directory may have turned read-only
+    std::filesystem::remove(dir + "/" + model_rel, ec);
+    std::filesystem::remove(dir + "/" + state_rel, ec);
     throw Error(std::string(e.what()) + " (the checkpoint of step " + std::to_string(s.step) +
                 " was not written; the previous one in " + dir + " is intact)");
   }
