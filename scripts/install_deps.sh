@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Debian 12 packages looplm needs to build and run its default job; with --test also what the test
 # suite adds (qemu-user: the tests again on emulated CPUs without AVX-512; gnuplot-nox: the plot
-# script's test). Idempotent.
+# script's test); with --fuzz what the fuzz targets add (clang and its libFuzzer / sanitizer
+# runtimes: scripts/test.sh --fuzz, fuzz/README.md). Idempotent.
 set -euo pipefail
 PKGS=(g++ cmake make libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev bible-kjv)
 [ "${1:-}" = "--test" ] && PKGS+=(qemu-user gnuplot-nox)
+[ "${1:-}" = "--fuzz" ] && PKGS+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -373,6 +373,21 @@ TEST_F(Cli, GeneratePrompts) {
     EXPECT_FALSE(j["completion"].get<std::string>().empty());
   }
   EXPECT_EQ(n, 2u);
+  // One prompt in a --prompts file takes the same path as many: JSONL stays JSONL, a text file's
+  // prompt is echoed (as --prompt's is).
+  io::write_file_atomic(dir + "/one.jsonl", "{\"prompt\": \"hello\"}\n");
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/one.jsonl -n 6 --temperature 0.9 --seed 4 --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j1 = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j1["prompt"], "hello");
+  EXPECT_EQ(j1["tokens"].size(), 6u);
+  std::string bytes;  // the byte tokenizer: each id is a byte (the completion replaces invalid UTF-8)
+  for (int t : j1["tokens"]) bytes += (char)t;
+  EXPECT_EQ("hello" + bytes + "\n", one.out);
+  io::write_file_atomic(dir + "/one.txt", "hello\n");
+  r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/one.txt -n 6 --temperature 0.9 --seed 4 --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, one.out);
   const std::string bad = "{\"prompt\": \"hi\"}\n{\"prompt\": 3}\n";
   io::write_file_atomic(dir + "/bad.jsonl", bad.data(), bad.size());
   r = run("generate --checkpoint " + ckpt() + " --prompts " + dir + "/bad.jsonl");

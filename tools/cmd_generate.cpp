@@ -1,49 +1,18 @@
 // `looplm generate`: sample from a checkpoint, streaming tokens as they are made, with a timing
 // summary on stderr (as llama.cpp prints one).
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "cli_common.h"
+#include "data/dataset.h"
+#include "data/prompts.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"
 #include "looplm/looplm.h"
 
 namespace looplm::cli {
-
-namespace {
-// --prompts FILE: one prompt per line (blank lines skipped), or JSONL (a .jsonl name) whose
-// objects hold "prompt" (or "text"). Returns the prompts and whether the file was JSONL.
-std::vector<std::string> read_prompts(const std::string& path, bool& jsonl) {
-  const std::string body = path == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : io::read_file(path);
-  jsonl = path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
-  std::vector<std::string> out;
-  size_t at = 0, line = 0;
-  while (at < body.size()) {
-    size_t end = body.find('\n', at);
-    if (end == std::string::npos) end = body.size();
-    std::string l = body.substr(at, end - at);
-    at = end + 1;
-    ++line;
-    if (!l.empty() && l.back() == '\r') l.pop_back();
-    if (l.find_first_not_of(" \t") == std::string::npos) continue;
-    if (!jsonl) {
-      out.push_back(l);
-      continue;
-    }
-    const nlohmann::json j = io::parse_json(l, path + " line " + std::to_string(line), true);
-    const char* key = j.is_object() && j.contains("prompt") ? "prompt" : "text";
-    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
-      throw UsageError(path + " line " + std::to_string(line) + ": expected an object with a string \"prompt\" (or \"text\")");
-    out.push_back(j[key].get<std::string>());
-  }
-  if (out.empty()) throw UsageError("generate: " + path + " holds no prompts");
-  return out;
-}
-}  // namespace
 
 int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint (KV cache per block and loop step).", "looplm generate"};
@@ -104,8 +73,7 @@ int cmd_generate(int argc, char** argv) {
   if (p_opt->count() == 0 && f_opt->count() == 0 && ps_opt->count() == 0)
     throw UsageError("generate: give the prompt with -p/--prompt TEXT, --prompt-file FILE ('-' for standard input) or --prompts FILE");
   if (f_opt->count() > 0) {
-    if (prompt_file == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
-    else prompt = io::read_file(prompt_file);
+    prompt = read_file_bytes(prompt_file == "-" ? "/dev/stdin" : prompt_file);  // bounded by the memory budget
     if (prompt.empty()) throw UsageError("generate: the prompt from " + (prompt_file == "-" ? std::string("standard input") : prompt_file) + " is empty");
   }
   bool jsonl = false;
@@ -139,7 +107,9 @@ int cmd_generate(int argc, char** argv) {
     total.draft_tokens += st.draft_tokens;
     total.accepted_tokens += st.accepted_tokens;
   };
-  if (ids.size() == 1) {  // one sequence: stream each token's bytes as it is made
+  // One sequence from -p / --prompt-file: stream each token's bytes as it is made. --prompts always
+  // takes the batch path, however many prompts the file holds (the prompt echoed, JSONL kept).
+  if (ids.size() == 1 && ps_opt->count() == 0) {
     std::fputs(prompt.c_str(), stdout);
     GenerateStats st;
     g.stats = &st;

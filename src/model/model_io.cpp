@@ -1,6 +1,8 @@
 #include "model/model_io.h"
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -206,6 +208,16 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     // the dequantized ones; products use the packed bytes in place (ParamStore::set_prepacked).
     // Lean: only the matrices read as values are dequantized in place; the others one at a time
     // into a scratch matrix, for the finiteness check below, and their values are left unset.
+    // The packed bytes are used where the file has them when they are aligned for the formats'
+    // blocks (fp16 scales: every file looplm writes keeps each packed tensor 16-byte aligned);
+    // otherwise (a file from another writer, or crafted) they are copied to aligned memory first,
+    // as misaligned fp32 values are above.
+    struct Owner {
+      std::shared_ptr<const void> file;
+      std::vector<std::vector<std::max_align_t>> copies;
+    };
+    auto owner = std::make_shared<Owner>();
+    owner->file = f.keep_alive();
     std::map<int, const void*> data;
     std::vector<float> scratch;
     for (const PackedEntry& p : packed) {  // each packed matrix is one the model multiplies with
@@ -214,6 +226,12 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
         if (x.first == p.first && x.last == p.last && x.node->rows == p.rows && x.node->cols == p.cols) w = &x;
       if (!w) throw Error(path + ": packed tensor '" + p.tensor + "' is not one of the model's weight matrices");
       const void* bytes = f.get(p.tensor).data;
+      if (reinterpret_cast<uintptr_t>(bytes) % alignof(std::max_align_t) != 0) {
+        const size_t n = f.get(p.tensor).nbytes;
+        auto& copy = owner->copies.emplace_back((n + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+        std::memcpy(copy.data(), bytes, n);
+        bytes = copy.data();
+      }
       data[p.first] = bytes;
       if (!o.lean || w->read_as_values) {
         wf->unpack(bytes, p.rows, p.cols, m->params().value(p.first));
@@ -228,7 +246,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
           throw Error(path + ": packed tensor '" + p.tensor + "' holds " + (std::isnan(scratch[j]) ? "NaN" : "Inf") +
                       " (element " + std::to_string(j) + "): a corrupted checkpoint (--allow-nonfinite loads it anyway)");
     }
-    if (wf) m->params().set_prepacked(*wf, std::move(data), f.keep_alive(), o.lean);
+    if (wf) m->params().set_prepacked(*wf, std::move(data), std::move(owner), o.lean);
   }
   if (!o.allow_nonfinite) {
     const ParamStore& ps = m->params();

@@ -15,6 +15,9 @@
 #include "backend/cpu/quant_q4_block.h"
 #include "backend/cpu/weight_format.h"
 
+#if defined(__x86_64__) && defined(__clang__)
+#include <cpuid.h>  // have_avx2_q
+#endif
 
 namespace looplm {
 
@@ -501,7 +504,13 @@ constexpr GroupKernel kQ8Avx2{}, kQ4Avx2{}, kQ8Vnni{}, kQ4Vnni{};
 
 #ifdef LOOPLM_QUANT_X86
 bool have_avx2_q() {
+#ifdef __clang__  // clang 14 (the fuzz build, fuzz/) has no "f16c" for __builtin_cpu_supports: CPUID.1:ECX bit 29
+  unsigned a, b, c, d;
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+#else
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
   return yes;
 }
 bool have_vnni_q() {
