@@ -20,26 +20,15 @@
 #include "io/atomic_file.h"
 #include "io/crc32c.h"
 #include "io/safetensors.h"
+#include "test_util.h"
 
 using namespace looplm;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int code;         // exit status; 128 + N when killed by signal N
-  std::string out;  // stdout + stderr
-};
-
-CmdResult sh(const std::string& cmd) {
-  FILE* p = popen(("exec 2>&1; " + cmd).c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1, out};
-}
+using looplm::test::CmdResult;
+CmdResult sh(const std::string& cmd) { return looplm::test::run_shell(cmd); }
 
 std::string bin() { return LOOPLM_BINARY; }
 

@@ -229,7 +229,7 @@ TEST_F(DataFiles, BadFiles) {
   expect_error(load(write("oov.bin", shard_bytes(20240520, 1, 4, {1, 2, 256, 999}))),
                {"oov.bin", "token id 256", "position 2"});
   // Malformed JSONL: bad JSON, not an object, missing key, non-string text.
-  expect_error(load(write("bad1.jsonl", "{\"text\": \"ok\"}\n{\"text\": \n")), {"bad1.jsonl:2:"});
+  expect_error(load(write("bad1.jsonl", "{\"text\": \"ok\"}\n{\"text\": \n")), {"bad1.jsonl:2 is not valid JSON"});
   expect_error(load(write("bad2.jsonl", "\n[1, 2]\n")), {"bad2.jsonl:2:", "object"});
   expect_error(load(write("bad3.jsonl", "{\"txt\": \"x\"}\n")), {"bad3.jsonl:1:", "\"text\""});
   expect_error(load(write("bad4.jsonl", "{\"text\": 5}\n")), {"bad4.jsonl:1:", "string"});

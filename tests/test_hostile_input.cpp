@@ -21,27 +21,31 @@
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "model/model_io.h"
+#include "test_util.h"
 
 using namespace looplm;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
+using looplm::test::CmdResult;
 
 // `looplm ARGS` with `env` before it (VAR=value ...); raw: ARGS is a whole shell command.
 CmdResult run(const std::string& args, const std::string& env = "", bool raw = false) {
-  const std::string cmd = raw ? args : env + std::string(LOOPLM_BINARY) + " " + args;
-  FILE* p = popen(("exec 2>&1; " + cmd).c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1, out};
+  return looplm::test::run_shell(raw ? args : env + std::string(LOOPLM_BINARY) + " " + args);
+}
+
+// The small model of these tests (seed: its weights), written to `path`.
+void save_small_model(const std::string& path, uint64_t seed) {
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 8;
+  c.n_core = 1;
+  c.R = 2;
+  Model m(c);
+  m.init_weights(seed);
+  save_model(path, m);
 }
 
 std::string deep(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
@@ -73,15 +77,7 @@ class Hostile : public ::testing::Test {
     dir = (fs::temp_directory_path() / ("looplm_test_hostile_" + std::to_string(::getpid()))).string();
     fs::remove_all(dir);
     fs::create_directories(dir);
-    Config c;
-    c.d_model = 32;
-    c.n_heads = 2;
-    c.context = 8;
-    c.n_core = 1;
-    c.R = 2;
-    Model m(c);
-    m.init_weights(1);
-    save_model(dir + "/model.safetensors", m);
+    save_small_model(dir + "/model.safetensors", 1);
     std::string text;
     for (int i = 0; i < 40; ++i) text += "hello world, ";
     io::write_file_atomic(dir + "/val.txt", text);
@@ -276,15 +272,7 @@ TEST_F(Hostile, TrainReadsItsValidationDataOnce) {
 // is SIGBUS: the handler says what happened, exit 1), or rewritten at the same size (the periodic
 // check says so, exit 1). Replaced by rename, the reader keeps the old file and finishes.
 TEST_F(Hostile, ACheckpointOverwrittenWhileInUseIsNamed) {
-  Config c;
-  c.d_model = 32;
-  c.n_heads = 2;
-  c.context = 8;
-  c.n_core = 1;
-  c.R = 2;
-  Model other(c);
-  other.init_weights(2);
-  save_model(dir + "/other.safetensors", other);  // the same size as ckpt()
+  save_small_model(dir + "/other.safetensors", 2);  // the same size as ckpt()
   auto served = [&](const std::string& change, const std::string& n) {
     fs::copy_file(ckpt(), dir + "/served.safetensors", fs::copy_options::overwrite_existing);
     const std::string script = std::string(LOOPLM_BINARY) + " generate --checkpoint " + dir +

@@ -1,7 +1,10 @@
 // Shared test helpers: a temporary directory removed at the end of the test, and a small corpus.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -24,6 +27,21 @@ inline std::string corpus(int lines = 200) {
   std::string s;
   for (int i = 0; i < lines; ++i) s += "In the beginning God created the heaven and the earth. " + std::to_string(i % 7) + "\n";
   return s;
+}
+
+// A shell command's exit status (128 + N when killed by signal N) and its stdout and stderr.
+struct CmdResult {
+  int code;
+  std::string out;
+};
+inline CmdResult run_shell(const std::string& cmd) {
+  FILE* p = popen(("exec 2>&1; " + cmd).c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1, out};
 }
 
 }  // namespace looplm::test
