@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/memory.h"
 #include "core/rng.h"
 
 namespace looplm {
@@ -41,6 +42,11 @@ int ParamStore::add(const std::string& name, std::vector<int64_t> shape, Init in
 
 void ParamStore::allocate(bool with_grads) {
   LOOPLM_ASSERT(!values_, "ParamStore: values already exist");
+  // Training keeps values, gradients and AdamW's two moments: 4 floats a parameter.
+  require_memory(4.0 * (double)total_ * (with_grads ? 4 : 1),
+                 "a model of " + std::to_string(total_) + " parameters" +
+                     (with_grads ? " with its gradients and AdamW moments" : ""),
+                 "a smaller d_model, fewer blocks or a smaller vocab_size");
   auto zeros = [&] {
     auto* p = static_cast<float*>(std::calloc(std::max<size_t>(total_, 1), sizeof(float)));
     if (!p) throw std::bad_alloc();
