@@ -619,6 +619,15 @@ TEST_F(Cli, NonFiniteCheckpoints) {
   EXPECT_NE(r.out.find("the loss is not finite"), std::string::npos) << r.out;
   r = run("generate --checkpoint " + dir + "/nan.safetensors --prompt hi");
   EXPECT_EQ(r.code, 1) << r.out;
+  // Loaded anyway, generate refuses the logits as eval refuses the loss, on every path (sampled,
+  // greedy, batched, speculative), instead of sampling from NaN.
+  io::write_file_atomic(dir + "/two.txt", "hello\nworld\n");
+  for (const std::string& how : {std::string(" -p hello"), std::string(" -p hello --temperature 0"),
+                                 " --prompts " + dir + "/two.txt", std::string(" -p hello --speculative 2 --draft-depth 1")}) {
+    r = run("generate --checkpoint " + dir + "/nan.safetensors --allow-nonfinite -n 4" + how);
+    EXPECT_EQ(r.code, 1) << how << "\n" << r.out;
+    EXPECT_NE(r.out.find("the model's next-token logits are not finite (NaN"), std::string::npos) << how << "\n" << r.out;
+  }
   // quantize --allow-nonfinite keeps the NaN (its block's scale is NaN), so the quantized file is
   // refused as the fp32 one is, not loaded as finite, wrong weights
   for (const char* fmt : {"q8_0", "q4_0", "q4_k"}) {
