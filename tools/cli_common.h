@@ -59,6 +59,11 @@ struct ConfigArgs {
         ->type_name("KEY=VALUE");
   }
   bool explicit_base() const { return preset_opt->count() > 0 || file_opt->count() > 0; }
+  bool sets_key(const std::string& key) const {  // some --set names `key`
+    for (const auto& kv : sets)
+      if (kv.compare(0, key.size() + 1, key + "=") == 0) return true;
+    return false;
+  }
   // Apply every --set to c.
   void apply_sets(Config& c) const {
     for (const auto& kv : sets) {
@@ -99,6 +104,21 @@ inline void print_config_keys(std::ostream& out) {
     }
     out << "  " << k.key << " = " << k.default_value << "\n      " << k.meaning << "\n";
   }
+}
+
+// A prompt's ids; characters a char model does not know become its fallback, with a warning on
+// stderr naming them (`which`: "the prompt", "prompt 3").
+inline std::vector<int32_t> encode_prompt(const LanguageModel& lm, const std::string& text, const std::string& which) {
+  std::vector<std::string> unseen;
+  std::vector<int32_t> ids = lm.encode_prompt(text, &unseen);
+  if (!unseen.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unseen.size() && i < 8; ++i) list += (i ? ", " : "") + unseen[i];
+    if (unseen.size() > 8) list += ", ... (" + std::to_string(unseen.size()) + " in all)";
+    std::fprintf(stderr, "warning: %s has characters the model's alphabet does not: %s; each was read as '%s'\n",
+                 which.c_str(), list.c_str(), lm.fallback_symbol().c_str());
+  }
+  return ids;
 }
 
 // --weights: one of the weight formats (backend/cpu/weight_format.h); "" = the checkpoint's own.

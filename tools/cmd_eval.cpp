@@ -12,6 +12,7 @@
 #include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
+#include "data/dataset.h"
 #include "looplm/looplm.h"
 #include "signals.h"
 
@@ -24,7 +25,7 @@ int cmd_eval(int argc, char** argv) {
   bool as_json = false;
   LoadOptions lo;
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
-  app.add_option("--data", data, "text, .jsonl or .bin token file (default: the checkpoint's data_val)")->type_name("FILE");
+  app.add_option("--data", data, "text, .jsonl or .bin token file (default: the run's validation data: data_val, or the part of data_train it held out)")->type_name("FILE");
   app.add_option("--depth", depth,
                  "loop steps to run (default: the trained R; more shows the curve beyond R; 0: the loss of h_pre)")
       ->check(at_least(0));
@@ -59,10 +60,10 @@ int cmd_eval(int argc, char** argv) {
   set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
-  if (data.empty()) {
-    data = lm.config().data_val;
-    if (!as_json) std::fprintf(stderr, "data: %s (the checkpoint's data_val)\n", data.c_str());
-  }
+  const Config& mc = lm.config();
+  if (data.empty() && !as_json)
+    std::fprintf(stderr, "data: %s (the run's validation data)\n",
+                 validation_name(mc.data_train, mc.data_val, mc.val_split).c_str());
   if (progress == "on" || (progress == "auto" && isatty(STDERR_FILENO))) {
     // windows done, tokens/s and the time left, rewritten in place
     const auto t0 = std::chrono::steady_clock::now();
@@ -76,7 +77,7 @@ int cmd_eval(int argc, char** argv) {
       std::fflush(stderr);
     };
   }
-  EvalResult e = lm.evaluate_file(data, eo);
+  EvalResult e = data.empty() ? lm.evaluate_validation(eo) : lm.evaluate_file(data, eo);
   for (size_t i = 0; i <= e.loss_by_depth.size(); ++i) {
     const double l = i < e.loss_by_depth.size() ? e.loss_by_depth[i] : e.loss;
     if (!std::isfinite(l))

@@ -84,7 +84,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<std::vector<int32_t>> ids;  // every (prompt, sample): sequence i samples with seed + i
   std::vector<int> text_of;
   for (size_t p = 0; p < texts.size(); ++p) {
-    std::vector<int32_t> t = lm.encode(texts[p]);
+    std::vector<int32_t> t = encode_prompt(lm, texts[p], texts.size() == 1 ? "the prompt" : "prompt " + std::to_string(p + 1));
     if (t.empty()) throw UsageError("generate: prompt " + std::to_string(p + 1) + " is empty");
     if ((int)t.size() > ctx) {
       const std::string which = texts.size() == 1 ? "the prompt" : "prompt " + std::to_string(p + 1);

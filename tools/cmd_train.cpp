@@ -19,8 +19,12 @@ int cmd_train(int argc, char** argv) {
   std::string out;
   int steps = -1, stop_after = -1, sample_len = 300;
   bool resume = false, overwrite = false, quiet = false, help_config = false;
-  std::string prompt = "And God said";
+  std::string prompt, data;
   app.add_option("--out", out, "run directory (checkpoint, metrics.jsonl); required")->type_name("DIR");
+  app.add_option("--data", data,
+                 "train on FILE (text, .jsonl or .bin), validating on its last val_split (10%), which is not trained on "
+                 "(--set data_train=FILE --set data_val=)")
+      ->type_name("FILE");
   app.add_option("--steps", steps, "total optimizer steps of the schedule (overrides the config)")->check(at_least(0));
   app.add_option("--stop-after", stop_after, "stop with a checkpoint after this step (resume later with --resume)")
       ->check(at_least(0));
@@ -38,7 +42,7 @@ int cmd_train(int argc, char** argv) {
                        ->type_name("FILE");
   app.add_flag("--quiet", quiet, "no progress lines");
   app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(at_least(0));
-  app.add_option("--prompt", prompt, "prompt of the final sample");
+  app.add_option("--prompt", prompt, "prompt of the final sample (default: the start of the validation text)");
   ThreadsArg threads;
   threads.add(app);
   app.add_flag("--help-config", help_config, "print every config key with its default and meaning, and exit");
@@ -73,15 +77,34 @@ int cmd_train(int argc, char** argv) {
     cfg.apply_sets(c);  // on resume, train() refuses keys that may not change
     return c;
   };
+  // Your own text: --data FILE, or data_train set without data_val, holds out the file's last
+  // val_split for validation rather than validating on the preset's corpus.
+  auto with_data = [&](Config c) {
+    const bool train_set = cfg.sets_key("data_train"), val_set = cfg.sets_key("data_val");
+    if (!data.empty()) {
+      if (train_set) throw UsageError("train: --data FILE is data_train; give one of --data and --set data_train");
+      c.data_train = data;
+      if (!val_set) c.data_val = "";
+    } else if (train_set && !val_set && !own && init_from.empty() && !c.data_val.empty()) {
+      if (!quiet)
+        std::fprintf(stderr, "note: data_train is set and data_val is not: validating on %s, not on %s (--set data_val=FILE "
+                             "for another file)\n",
+                     validation_name(c.data_train, "", c.val_split).c_str(), c.data_val.c_str());
+      c.data_val = "";
+    } else if (val_set && !train_set && !own && init_from.empty() && !quiet) {
+      std::fprintf(stderr, "note: data_val is set and data_train is not: training on %s\n", c.data_train.c_str());
+    }
+    return c;
+  };
   if (print_config) {
-    Config c = resolve();
+    Config c = with_data(resolve());
     if (steps >= 0) c.steps = steps;
     std::printf("%s\n", c.to_json_text(2).c_str());
     return 0;
   }
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
   RunLock lock(out);  // before the run's config is read: another trainer may be writing it
-  Config c = resolve();
+  Config c = with_data(resolve());
   if (steps >= 0) c.steps = steps;
   if (!quiet) std::fprintf(stderr, "config:\n%s", c.summary().c_str());
   TrainOptions o;
@@ -141,9 +164,21 @@ int cmd_train(int argc, char** argv) {
     g.temperature = 0.8;
     g.top_k = 40;
     g.seed = mc.seed;
-    std::printf("\nsample (temperature 0.8, top-k 40, %d tokens):\n%s", sample_len, prompt.c_str());
+    std::vector<int32_t> ids;
+    std::string from = "the start of the validation text";
+    if (!prompt.empty()) {
+      ids = encode_prompt(lm, prompt, "the prompt");
+      from = "--prompt";
+    } else {  // the validation text's first line, or its first words
+      prompt = lm.decode(r.sample_prompt);
+      if (const size_t nl = prompt.find('\n'); nl != std::string::npos && nl > 0) prompt.resize(nl);
+      else if (const size_t sp = prompt.find_last_of(' '); sp != std::string::npos && sp >= 8) prompt.resize(sp);
+      ids = encode_prompt(lm, prompt, "the prompt");
+    }
+    std::printf("\nsample (temperature 0.8, top-k 40, %d tokens; the prompt is %s):\n%s", sample_len, from.c_str(),
+                prompt.c_str());
     std::fflush(stdout);
-    lm.generate(lm.encode(prompt), g, [&](int32_t t) {  // streamed as it is made
+    lm.generate(ids, g, [&](int32_t t) {  // streamed as it is made
       std::string s = lm.decode({t});
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);

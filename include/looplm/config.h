@@ -42,7 +42,8 @@ struct Config {
 
   // ---- training
   std::string data_train = "data/kjv/train.txt";
-  std::string data_val = "data/kjv/val.txt";
+  std::string data_val = "data/kjv/val.txt";  // "": the last val_split of data_train
+  double val_split = 0.1;              // with data_val empty: the fraction of data_train held out
   std::string data_mode = "stream";    // stream | examples (data/examples.h)
   int batch_size = 8;
   int grad_accum = 1;

@@ -84,6 +84,7 @@ struct TrainResult {
   bool complete = false;
   EvalResult report;
   std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> report_examples;
+  std::vector<int32_t> sample_prompt;  // text data: the first tokens of the validation data
 };
 // With options.resume and a checkpoint in out_dir, `config` must be the run's own config
 // (run_config) except for the keys that are safe to change on resume (resume_safe_keys: the
@@ -206,6 +207,11 @@ class LanguageModel {
   const Config& config() const;
   int64_t n_params() const;
   std::vector<int32_t> encode(const std::string& text) const;
+  // A prompt: a char model maps a character outside its alphabet (or a byte of invalid UTF-8) to
+  // its fallback symbol (the space when it has one, else its first) instead of failing; `unseen`
+  // gets each such character once ("U+00E9 'é'"). A byte model encodes every byte.
+  std::vector<int32_t> encode_prompt(const std::string& text, std::vector<std::string>* unseen = nullptr) const;
+  std::string fallback_symbol() const;  // what an unseen character becomes, as text
   std::string decode(const std::vector<int32_t>& ids) const;
 
   // Deterministic evaluation over consecutive non-overlapping windows of `context` tokens
@@ -215,6 +221,9 @@ class LanguageModel {
   // A data file (text, .jsonl, .bin), tokenized with this model's tokenizer.
   EvalResult evaluate_file(const std::string& data_path, const EvalOptions& o) const;
   EvalResult evaluate_file(const std::string& data_path, int depth = -1) const;
+  // The run's own validation data: data_val, or (data_val empty) the last val_split of data_train,
+  // the part training held out.
+  EvalResult evaluate_validation(const EvalOptions& o) const;
   // Sampling with a KV cache per (block, loop step); on_token gets each new id as it is made.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
                                 const std::function<void(int32_t)>& on_token = {}) const;

@@ -8,6 +8,7 @@
 
 
 #include <cerrno>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -182,6 +183,32 @@ std::string read_file_bytes(const std::string& path) {
                   "its 32-bit token ids that needs more than the " + format_bytes((double)budget) + " looplm may use here "
                   "(the memory available, or LOOPLM_MEMORY_LIMIT)");
   }
+}
+
+size_t held_out_from(size_t n, double val_split) {
+  return n - (size_t)std::llround((double)n * val_split);
+}
+
+std::string validation_name(const std::string& data_train, const std::string& data_val, double val_split) {
+  if (!data_val.empty()) return data_val;
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%g%%", 100 * val_split);
+  return "the last " + std::string(pct) + " of " + data_train + " (val_split)";
+}
+
+TrainValTokens load_train_val(const std::string& data_train, const std::string& data_val, double val_split,
+                              const Tokenizer& tok) {
+  TrainValTokens d;
+  d.train = load_tokens(data_train, tok);
+  d.val_origin = validation_name(data_train, data_val, val_split);
+  if (!data_val.empty()) {
+    d.val = load_tokens(data_val, tok);
+    return d;
+  }
+  const size_t from = held_out_from(d.train.size(), val_split);
+  d.val.assign(d.train.begin() + (std::ptrdiff_t)from, d.train.end());
+  d.train.resize(from);
+  return d;
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

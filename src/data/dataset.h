@@ -35,6 +35,20 @@ std::vector<int32_t> load_tokens(const std::string& path, const Tokenizer& tok);
 // char alphabet. Error for .bin files (already tokenised).
 std::string load_text(const std::string& path);
 
+// Training and validation data of a run (docs/data.md): data_val, or, when it is empty, the last
+// `val_split` of data_train's tokens held out (nanoGPT's 90/10 split: validation never overlaps
+// training). `val_origin` names the validation data in messages.
+struct TrainValTokens {
+  std::vector<int32_t> train, val;
+  std::string val_origin;
+};
+TrainValTokens load_train_val(const std::string& data_train, const std::string& data_val, double val_split,
+                              const Tokenizer& tok);
+// "the last 10% of FILE (val_split)" or data_val.
+std::string validation_name(const std::string& data_train, const std::string& data_val, double val_split);
+// The tail of `all` that the split holds out: [held, all.size()); held = all.size() - round(split x size).
+size_t held_out_from(size_t n, double val_split);
+
 // Whole file as bytes; Error with the path and strerror.
 std::string read_file_bytes(const std::string& path);
 // Thin wrappers over io/atomic_file.h (read: Error with path + strerror; write: temp file in the

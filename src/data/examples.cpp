@@ -37,6 +37,21 @@ Examples load_examples(const std::string& path, const Tokenizer& tok, int contex
   return ex;
 }
 
+Examples hold_out_examples(Examples& all, double val_split) {
+  const int64_t n = all.size(), from = (int64_t)held_out_from((size_t)n, val_split);
+  Examples val;
+  val.offset.push_back(0);
+  for (int64_t i = from; i < n; ++i) {
+    val.tokens.insert(val.tokens.end(), all.tokens.begin() + all.offset[i], all.tokens.begin() + all.offset[i + 1]);
+    val.offset.push_back((int64_t)val.tokens.size());
+    val.prompt_len.push_back(all.prompt_len[i]);
+  }
+  all.tokens.resize((size_t)all.offset[from]);
+  all.offset.resize((size_t)from + 1);
+  all.prompt_len.resize((size_t)from);
+  return val;
+}
+
 int fill_example(const Examples& ex, int64_t i, int T, int32_t* x, int32_t* y) {
   const int32_t* s = ex.tokens.data() + ex.offset[i];
   const int L = ex.length(i), P = ex.prompt_len[i];

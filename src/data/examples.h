@@ -24,6 +24,10 @@ struct Examples {
 // context + 1 tokens are errors naming the file and line; blank lines are skipped). Error if none.
 Examples load_examples(const std::string& path, const Tokenizer& tok, int context);
 
+// The last examples of `all` held out for validation (data_val empty: the last val_split of them),
+// removed from `all`.
+Examples hold_out_examples(Examples& all, double val_split);
+
 // Row x, y [T] of example i: x = its first length − 1 tokens then padding (id 0), y = the answer
 // tokens at the positions that predict them, −1 elsewhere. Returns how many targets it set.
 int fill_example(const Examples& ex, int64_t i, int T, int32_t* x, int32_t* y);

@@ -1,9 +1,9 @@
 #include "data/tokenizer.h"
-#include "io/json_input.h"
 
 #include <algorithm>
 #include <cstdio>
 
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 namespace looplm {
@@ -178,6 +178,44 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     ids.push_back(id);
     i += n;
   }
+  return ids;
+}
+
+int32_t Tokenizer::fallback_id() const {
+  if (kind_ == Kind::Byte) return ' ';
+  return ascii_[' '] >= 0 ? ascii_[' '] : 0;
+}
+
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, std::vector<std::string>* unseen) const {
+  if (kind_ == Kind::Byte) return encode(text);
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  std::vector<std::string> seen;
+  auto note = [&](const std::string& what) {
+    if (std::find(seen.begin(), seen.end(), what) == seen.end()) seen.push_back(what);
+  };
+  for (size_t i = 0; i < text.size();) {
+    char32_t cp;
+    const int n = utf8_next(text, i, cp);
+    if (n == 0) {  // a byte that is not UTF-8
+      char b[32];
+      std::snprintf(b, sizeof b, "byte 0x%02X (not UTF-8)", (unsigned)(unsigned char)text[i]);
+      note(b);
+      ids.push_back(fallback_id());
+      ++i;
+      continue;
+    }
+    int32_t id = cp < 128 ? ascii_[cp] : -1;
+    if (cp >= 128)
+      if (auto it = other_.find(cp); it != other_.end()) id = it->second;
+    if (id < 0) {
+      note(describe_code_point(cp));
+      id = fallback_id();
+    }
+    ids.push_back(id);
+    i += n;
+  }
+  if (unseen) *unseen = std::move(seen);
   return ids;
 }
 

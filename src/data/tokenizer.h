@@ -39,6 +39,13 @@ class Tokenizer {
 
   // Char level: Error on invalid UTF-8 or a code point outside the alphabet (named, with a hint).
   std::vector<int32_t> encode(std::string_view text) const;
+  // A prompt: as encode, but a character outside the alphabet (or a byte of invalid UTF-8) becomes
+  // the fallback id (fallback_id()) instead of an error; `unseen` gets each such character once,
+  // described (describe_code_point), in order. Byte level: encode.
+  std::vector<int32_t> encode_prompt(std::string_view text, std::vector<std::string>* unseen) const;
+  // The id that stands for an unseen character: the space when the alphabet has one (the most
+  // common character of text, so the model reads a word break), else the alphabet's first symbol.
+  int32_t fallback_id() const;
   // Error on an id outside [0, vocab_size).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode_one(int32_t id) const;

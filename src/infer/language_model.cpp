@@ -69,6 +69,10 @@ const Config& LanguageModel::config() const { return impl_->model->config(); }
 int64_t LanguageModel::n_params() const { return impl_->model->n_params(); }
 std::vector<int32_t> LanguageModel::encode(const std::string& text) const { return impl_->tok.encode(text); }
 std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
+std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::vector<std::string>* unseen) const {
+  return impl_->tok.encode_prompt(text, unseen);
+}
+std::string LanguageModel::fallback_symbol() const { return impl_->tok.decode({impl_->tok.fallback_id()}); }
 
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
@@ -94,6 +98,21 @@ EvalResult LanguageModel::evaluate_file(const std::string& data_path, const Eval
   }
   return evaluate(load_tokens(data_path, impl_->tok), o);
 }
+EvalResult LanguageModel::evaluate_validation(const EvalOptions& o) const {
+  const Config& c = impl_->model->config();
+  if (!c.data_val.empty()) return evaluate_file(c.data_val, o);
+  if (c.data_mode == "examples") {
+    if (o.incremental) throw UsageError("evaluate: incremental scoring (--kv-policy) is for text models, not examples");
+    if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
+    Examples all = load_examples(c.data_train, impl_->tok, c.context);
+    const Examples val = hold_out_examples(all, c.val_split);
+    EvalResult e = evaluate_examples(*impl_->model, val, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+    io::check_mapped_files();
+    return e;
+  }
+  return evaluate(load_train_val(c.data_train, "", c.val_split, impl_->tok).val, o);
+}
+
 EvalResult LanguageModel::evaluate_file(const std::string& data_path, int depth) const {
   EvalOptions o;
   o.depth = depth;

@@ -142,6 +142,12 @@ Config resumed_config(const Config& saved, const Config& wanted, const std::stri
     if (a.contains(it.key()) && a.at(it.key()) == it.value()) continue;
     if (it.key() == "tokenizer_chars" && it.value() == "") continue;  // derived from the data at the start
     const auto& safe = resume_safe_keys();
+    // data_val to or from "" moves the held-out part of data_train in or out of training.
+    if (it.key() == "data_val" && (a.value("data_val", "").empty() != it.value().get<std::string>().empty()))
+      throw UsageError("cannot resume " + dir + " with data_val " + it.value().dump() + ": the run " +
+                       (a.value("data_val", "").empty() ? "holds out the end of data_train for validation"
+                                                        : "trains on all of data_train") +
+                       ", and changing that changes its training data (start a new run, e.g. with --init-from)");
     if (std::find(safe.begin(), safe.end(), it.key()) != safe.end()) {
       c.set(it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
       continue;
@@ -237,6 +243,12 @@ RunLock::~RunLock() = default;
 
 namespace {
 
+Config with_absolute_data_paths(Config c) {
+  for (std::string* p : {&c.data_train, &c.data_val})
+    if (!p->empty()) *p = std::filesystem::absolute(*p).lexically_normal().string();
+  return c;
+}
+
 bool all_finite(std::span<const float> v) {
   bool ok = true;
 #pragma omp parallel for reduction(&& : ok) schedule(static)
@@ -271,7 +283,10 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     remove_run(opt.out_dir);
     log("--overwrite: removed the previous run in " + opt.out_dir);
   }
-  Config c = config_in;
+  // Data paths absolute, so the run evaluates (and resumes) from any directory; a resumed run's
+  // saved paths the same way, so a relative path given again still matches.
+  const Config config_abs = with_absolute_data_paths(config_in);
+  Config c = config_abs;
   if (opt.resume && !resuming) {
     if (holds_weights(opt.out_dir))
       throw Error("cannot resume " + opt.out_dir + ": it holds a run's weights but no checkpoint to resume from "
@@ -281,7 +296,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                   "its weights");
     if (exists(opt.out_dir + "/config.json")) {
       // Stopped before its first checkpoint: the same run again from step 0, with its own config.
-      c = resumed_config(run_config(opt.out_dir), config_in, opt.out_dir);
+      c = resumed_config(with_absolute_data_paths(run_config(opt.out_dir)), config_abs, opt.out_dir);
       log("--resume: " + opt.out_dir + " holds no checkpoint yet (it stopped before its first); starting it again "
           "from step 0 with its config.json");
     } else {
@@ -302,7 +317,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     } catch (const Error& e) {
       throw Error(resume_refused(opt.out_dir, e.what()));
     }
-    c = resumed_config(init->config(), config_in, opt.out_dir);
+    c = resumed_config(with_absolute_data_paths(init->config()), config_abs, opt.out_dir);
     if (found->legacy)
       log("note: " + opt.out_dir + " was written by an older looplm without a checkpoint manifest, so its weights and "
           "training state cannot be checked against each other; the next checkpoint writes one");
@@ -329,7 +344,13 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                            "); make it with 'looplm data --tokenizer char' or --set tokenizer_chars=...");
         Tokenizer::char_level(read_file_bytes(side)).to_config(c);
       } else {
-        Tokenizer::char_level_from_text(load_text(c.data_train)).to_config(c);
+        // Every character the run will read: training and validation text (a char missing from
+        // the alphabet would fail the validation data at the start or the end of the run).
+        std::string text = load_text(c.data_train);
+        if (!c.data_val.empty() && detect_format(c.data_val) != DataFormat::LlmcShard &&
+            detect_format(c.data_val) != DataFormat::NanoGptBin)
+          text += load_text(c.data_val);
+        Tokenizer::char_level_from_text(text).to_config(c);
       }
     }
     c.validate();
@@ -343,14 +364,24 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   std::vector<int32_t> val_tokens;
   Examples val_examples;
   std::unique_ptr<BatchSource> batches;
+  // data_val empty: the last val_split of data_train is validation, and is not trained on.
+  const std::string val_origin = validation_name(c.data_train, c.data_val, c.val_split);
   if (examples) {
-    batches = std::make_unique<ExampleStream>(load_examples(c.data_train, tok, c.context), c.context, c.batch_size, c.seed);
-    val_examples = load_examples(c.data_val, tok, c.context);
+    Examples train_examples = load_examples(c.data_train, tok, c.context);
+    val_examples = c.data_val.empty() ? hold_out_examples(train_examples, c.val_split)
+                                      : load_examples(c.data_val, tok, c.context);
+    if (val_examples.size() == 0 || train_examples.size() == 0)
+      throw Error(c.data_train + ": " + std::to_string(train_examples.size() + val_examples.size()) +
+                  " examples are too few to hold out val_split " + std::to_string(c.val_split) +
+                  " for validation; give more, or a validation file (--set data_val=FILE)");
+    batches = std::make_unique<ExampleStream>(std::move(train_examples), c.context, c.batch_size, c.seed);
   } else {
-    batches = std::make_unique<TokenStream>(load_tokens(c.data_train, tok), c.context, c.batch_size, c.seed, c.data_train);
-    val_tokens = load_tokens(c.data_val, tok);
-    eval_windows(val_tokens, c.context, c.data_val);  // fail early on too little validation data
+    TrainValTokens d = load_train_val(c.data_train, c.data_val, c.val_split, tok);
+    eval_windows(d.val, c.context, val_origin);  // fail early on too little validation data
+    batches = std::make_unique<TokenStream>(std::move(d.train), c.context, c.batch_size, c.seed, c.data_train);
+    val_tokens = std::move(d.val);
   }
+  if (!opt.quiet) log("validation: " + val_origin);
   BatchSource& stream = *batches;
 
   if (!model) {
@@ -576,6 +607,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                                      std::vector<int32_t>(t + val_examples.prompt_len[i], t + val_examples.length(i))});
     }
     res.complete = true;
+    res.sample_prompt.assign(val_tokens.begin(), val_tokens.begin() + std::min<size_t>(val_tokens.size(), 48));
   }
   return res;
 }
