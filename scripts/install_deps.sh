@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Debian 12 packages looplm needs to build and run its default job; with --test also what the test
-# suite adds (qemu-user: the tests again on emulated CPUs without AVX-512; gnuplot-nox: the plot
-# script's test); with --fuzz what the fuzz targets add (clang and its libFuzzer / sanitizer
+# Debian 12 packages looplm needs to build and run its default job (gnuplot-nox: the loss curves of
+# scripts/plot_metrics.sh); with --test also what the test suite adds (qemu-user: the tests again on
+# emulated CPUs without AVX-512); with --fuzz what the fuzz targets add (clang and its libFuzzer / sanitizer
 # runtimes: scripts/test.sh --fuzz, fuzz/README.md). Idempotent.
 set -euo pipefail
-PKGS=(g++ cmake make libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev bible-kjv)
-[ "${1:-}" = "--test" ] && PKGS+=(qemu-user gnuplot-nox)
+PKGS=(g++ cmake make libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev bible-kjv gnuplot-nox)
+[ "${1:-}" = "--test" ] && PKGS+=(qemu-user)
 [ "${1:-}" = "--fuzz" ] && PKGS+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

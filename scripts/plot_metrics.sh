@@ -7,7 +7,7 @@ run="${1:?usage: scripts/plot_metrics.sh RUN [OUT.png]}"
 out="${2:-$run/loss.png}"
 metrics="$run/metrics.jsonl"
 [ -f "$metrics" ] || { echo "plot_metrics: no $metrics (is $run a looplm run directory?)" >&2; exit 1; }
-command -v gnuplot >/dev/null || { echo "plot_metrics: gnuplot is not installed (apt-get install gnuplot-nox)" >&2; exit 1; }
+command -v gnuplot >/dev/null || { echo "plot_metrics: gnuplot is not installed; install it with: sudo apt-get install gnuplot-nox (scripts/install_deps.sh does)" >&2; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 # metrics.jsonl -> train.tsv (step loss) and val.tsv (step, loss at exit 1..R)
@@ -33,8 +33,12 @@ open(f"{d}/exits", "w").write(str(exits))
 PY
 exits="$(cat "$tmp/exits")"
 plots="'$tmp/train.tsv' using 1:2 with lines lw 1 lc rgb '#999999' title 'train'"
+# One colour per exit, light (r = 1) to dark (the last), with its own point shape: curves that lie
+# close together stay apart on paper and in grey.
+colours=('#fdd49e' '#fdbb84' '#fc8d59' '#ef6548' '#d7301f' '#b30000' '#7f0000' '#4d0000')
 for ((r = 1; r <= exits; r++)); do
-  plots+=", '$tmp/val.tsv' using 1:$((r + 1)) with linespoints lw 2 pt 7 ps 0.6 title 'val, exit r = $r'"
+  c=${colours[$(( (r - 1) * ${#colours[@]} / (exits > 0 ? exits : 1) ))]}
+  plots+=", '$tmp/val.tsv' using 1:$((r + 1)) with linespoints lw 2 lc rgb '$c' pt $(( (r - 1) % 13 + 1 )) ps 0.8 title 'val, exit r = $r'"
 done
 gnuplot <<GP
 set terminal pngcairo size 1000,600 noenhanced

@@ -703,7 +703,7 @@ TEST_F(Cli, FamiliarFlagsAndOutputs) {
   EXPECT_NE(r.out.find("---------------\nhello"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("prompt: 10 tokens in"), std::string::npos) << r.out;  // two samples of 5
   EXPECT_NE(r.out.find("generation: 8 tokens in"), std::string::npos) << r.out;
-  r = run("generate --checkpoint " + ckpt() + " --prompt-file - -n 2 < " + dir + "/prompt.txt");
+  r = run("generate --checkpoint " + ckpt() + " --prompt-file - -n 2 --seed 1 < " + dir + "/prompt.txt");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("hello", 0), 0u) << r.out;
   r = run("generate --checkpoint " + ckpt());

@@ -99,3 +99,69 @@ TEST_F(OwnText, CharAlphabetFromTrainAndValidation) {
   const auto cfg = nlohmann::json::parse(looplm::io::read_file(dir + "/run/config.json"));
   EXPECT_NE(cfg["tokenizer_chars"].get<std::string>().find("Ω"), std::string::npos);
 }
+
+// Messages that point the way.
+TEST_F(OwnText, MessagesPointTheWay) {
+  CmdResult r = run_shell(bin() + " train --data " + dir + "/mine.txt --steps 2" + kSmall + " --sample-len 0 --quiet --out " +
+                          dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string ck = " --checkpoint " + dir + "/run";
+  // An unknown option gets the nearest real one; a stray value is named.
+  r = run_shell(bin() + " generate" + ck + " -p hi --temprature 0.5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown option '--temprature' (did you mean --temperature?)"), std::string::npos) << r.out;
+  r = run_shell(bin() + " generate" + ck + " hello there");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unexpected argument 'hello'"), std::string::npos) << r.out;
+  r = run_shell(bin() + " train --preset loped --out " + dir + "/x");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown preset 'loped' (did you mean 'looped'?)"), std::string::npos) << r.out;
+  // --help-config with a preset shows its values beside the defaults.
+  r = run_shell(bin() + " train --preset recurrent_gpt --help-config");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("with their values in preset recurrent_gpt"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("loop_rule = \"gated\"   (default \"residual\")"), std::string::npos) << r.out;
+  // A random seed by default, printed; --seed repeats the sample.
+  r = run_shell(bin() + " generate" + ck + " -p the -n 12");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find("seed: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string seed = r.out.substr(at + 6, r.out.find(' ', at + 6) - at - 6);
+  const std::string sample = r.out.substr(r.out.find("the"), 15);
+  CmdResult again = run_shell(bin() + " generate" + ck + " -p the -n 12 --seed " + seed + " --quiet");
+  EXPECT_EQ(again.out.substr(0, 15), sample) << r.out << "\n" << again.out;
+  // Notes for options that change nothing, and for a depth far beyond the trained one.
+  r = run_shell(bin() + " generate" + ck + " -p the -n 2 --kv-policy last --depth 40");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: --kv-policy last changes nothing without --exit-rule"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: --depth 40 is far beyond the trained R = 4"), std::string::npos) << r.out;
+  // eval's table marks the trained R and the best exit, with train's column names.
+  r = run_shell(bin() + " eval" + ck);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| r | loss | bits/token | accuracy | state_cosine |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 4 (trained R)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" best |"), std::string::npos) << r.out;
+  // data on an empty file is an error, not an empty shard.
+  looplm::io::write_file_atomic(dir + "/empty.txt", "");
+  r = run_shell(bin() + " data --input " + dir + "/empty.txt --out " + dir + "/empty.bin");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("holds no text"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/empty.bin"));
+}
+
+// A run that failed before its first checkpoint (divergence, a model too large) does not block
+// the retry into the same --out; a model too large is refused with the figure.
+TEST_F(OwnText, ARetryAfterAnEarlyFailureIsNotBlocked) {
+  const std::string args = " train --data " + dir + "/mine.txt --steps 40" + std::string(kSmall) +
+                           " --set eval_every=1000 --sample-len 0 --quiet --out " + dir + "/run";
+  CmdResult r = run_shell(bin() + args + " --set lr=1e6 --set warmup=0");
+  ASSERT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("diverged"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoint.json"));
+  r = run_shell(bin() + args);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("stopped before its first checkpoint (no weights); starting over"), std::string::npos) << r.out;
+  r = run_shell("LOOPLM_MEMORY_LIMIT=20M " + bin() + args + "2 --set d_model=512 --set n_heads=4");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("parameters with its gradients and AdamW moments needs about"), std::string::npos) << r.out;
+}

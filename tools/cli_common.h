@@ -2,6 +2,7 @@
 // the model-config options (--preset / --config / --set) are one table used by train and bench.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "looplm/error.h"
 #include "looplm/looplm.h"
 #include "backend/cpu/weight_format.h"
+#include "core/text.h"
 #include "io/json_input.h"
 
 namespace looplm::cli {
@@ -34,6 +36,27 @@ inline CLI::Validator within(double lo, double hi, bool lo_excl, const std::stri
   return number_check(lo, hi, lo_excl, words);
 }
 
+// What CLI11's "The following arguments were not expected: 0.5 --temprature" means: an unknown
+// option (with the nearest real one), or a value with no option before it.
+inline std::string explain_extras(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const auto& l : o->get_lnames()) names.push_back("--" + l);
+    for (const auto& s : o->get_snames()) names.push_back("-" + s);
+  }
+  const std::vector<std::string> rest = app.remaining();
+  for (const std::string& a : rest) {
+    const bool number = a.size() > 1 && (std::isdigit((unsigned char)a[1]) || a[1] == '.');
+    if (a.size() > 1 && a[0] == '-' && !number) {
+      const std::string opt = a.substr(0, a.find('='));
+      const std::string best = did_you_mean(opt, names);
+      return "unknown option '" + io::brief(opt) + "'" + (best.empty() ? "" : " (did you mean " + best + "?)");
+    }
+  }
+  return "unexpected argument '" + io::brief(rest.empty() ? std::string() : rest[0]) +
+         "': every value follows its option (e.g. -p \"some text\": text with spaces goes in quotes)";
+}
+
 // Returns false when --help was printed (the command should return 0).
 inline bool parse(CLI::App& app, int argc, char** argv, const std::string& name) {
   try {
@@ -41,6 +64,8 @@ inline bool parse(CLI::App& app, int argc, char** argv, const std::string& name)
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return false;
+  } catch (const CLI::ExtrasError&) {
+    throw UsageError(name + ": " + explain_extras(app) + " (see 'looplm " + name + " --help')");
   } catch (const CLI::ParseError& e) {
     throw UsageError(name + ": " + io::brief(e.what(), 500) + " (see 'looplm " + name + " --help')");
   }
@@ -93,16 +118,23 @@ struct ThreadsArg {
   }
 };
 
-// Every config key with its default and meaning (looplm train --help-config).
-inline void print_config_keys(std::ostream& out) {
-  out << "Config keys (JSON via --config FILE or --preset NAME, then --set KEY=VALUE; docs/config.md):\n";
+// Every config key with its default and meaning (looplm train --help-config); with `values` (the
+// config --preset / --config / --set resolve to, named `source`), each key's value there, and the
+// default beside it where they differ.
+inline void print_config_keys(std::ostream& out, const Config* values = nullptr, const std::string& source = "") {
+  out << "Config keys (JSON via --config FILE or --preset NAME, then --set KEY=VALUE; docs/config.md)";
+  out << (values ? ", with their values in " + source : std::string()) << ":\n";
+  const nlohmann::json v = values ? nlohmann::json::parse(values->to_json_text()) : nlohmann::json::object();
   std::string owner;
   for (const auto& k : Config::documentation()) {
     if (k.owner != owner) {
       owner = k.owner;
       out << "\n" << owner << ":\n";
     }
-    out << "  " << k.key << " = " << k.default_value << "\n      " << k.meaning << "\n";
+    const std::string now = v.contains(k.key) ? v[k.key].dump() : k.default_value;
+    out << "  " << k.key << " = " << io::brief(now, 200);
+    if (now != k.default_value) out << "   (default " << k.default_value << ")";
+    out << "\n      " << k.meaning << "\n";
   }
 }
 
@@ -119,6 +151,37 @@ inline std::vector<int32_t> encode_prompt(const LanguageModel& lm, const std::st
                  which.c_str(), list.c_str(), lm.fallback_symbol().c_str());
   }
   return ids;
+}
+
+// The early-exit table of train's report and eval: one row per exit r, the same columns in both
+// (loss, bits per token, top-1 accuracy, then each per-step diagnostic), the trained R and the
+// best exit marked in the r column.
+inline void print_exit_table(const EvalResult& e, int trained_R) {
+  const int ran = (int)e.loss_by_depth.size();
+  std::vector<std::pair<std::string, const std::vector<double>*>> cols, lines;
+  for (auto& [name, v] : e.diagnostics) ((int)v.size() == ran ? cols : lines).push_back({name, &v});
+  int best = 0;
+  for (int i = 1; i < ran; ++i)
+    if (e.loss_by_depth[i] < e.loss_by_depth[best]) best = i;
+  std::printf("\n| r | loss | bits/token | accuracy |");
+  for (auto& [name, v] : cols) std::printf(" %s |", name.c_str());
+  std::printf("\n|---|---|---|---|");
+  for (size_t i = 0; i < cols.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  for (int i = 0; i < ran; ++i) {
+    std::string r = std::to_string(i + 1);
+    if (i + 1 == trained_R) r += " (trained R)";
+    if (i == best && ran > 1) r += " best";
+    std::printf("| %s | %.4f | %.3f | %.4f |", r.c_str(), e.loss_by_depth[i], e.loss_by_depth[i] / 0.6931471805599453,
+                e.accuracy_by_depth[i]);
+    for (auto& [name, v] : cols) std::printf(" %.4g |", (*v)[i]);
+    std::printf("\n");
+  }
+  for (auto& [name, v] : lines) {
+    std::printf("%s:", name.c_str());
+    for (double x : *v) std::printf(" %.4g", x);
+    std::printf("\n");
+  }
 }
 
 // --weights: one of the weight formats (backend/cpu/weight_format.h); "" = the checkpoint's own.

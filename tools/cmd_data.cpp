@@ -202,6 +202,7 @@ int cmd_data(int argc, char** argv) {
   }
 
   const std::vector<int32_t> ids = load_tokens(input, tok);
+  if (ids.empty()) throw Error("data: " + io::brief_path(input) + " holds no text: nothing to tokenize (no shard written)");
   write_llmc_shard(out, ids);
   std::printf("wrote %s: %zu tokens, %s tokenizer, vocab %d\n", out.c_str(), ids.size(),
               tok.kind_name(), tok.vocab_size());

@@ -60,6 +60,12 @@ int cmd_eval(int argc, char** argv) {
   set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
+  if (depth > 2 * lm.config().R && !as_json)
+    std::fprintf(stderr, "note: --depth %d is far beyond the trained R = %d (how a looped model does there is what this "
+                         "measures)\n", depth, lm.config().R);
+  if (ex.policy_given() && eo.exit.rule == ExitRule::fixed && eo.kv_policy != KvPolicy::mean && !as_json)
+    std::fprintf(stderr, "note: --kv-policy %s changes nothing without --exit-rule: no token exits early (only mean differs); "
+                         "it scores through incremental decoding\n", ex.policy.c_str());
   const Config& mc = lm.config();
   if (data.empty() && !as_json)
     std::fprintf(stderr, "data: %s (the run's validation data)\n",
@@ -133,24 +139,7 @@ int cmd_eval(int argc, char** argv) {
     std::printf("%lld tokens in %lld windows of %d\nloss %.4f (%s)\n", (long long)e.tokens, (long long)e.windows,
                 lm.config().context, e.loss, at);
   if (ran == 0) return 0;
-  // Per-step diagnostics are columns; others (e.g. energy_final, one value) are lines below.
-  std::vector<std::pair<std::string, const std::vector<double>*>> cols, lines;
-  for (auto& [name, v] : e.diagnostics) ((int)v.size() == ran ? cols : lines).push_back({name, &v});
-  std::printf("\n| r | loss | accuracy |");
-  for (auto& [name, v] : cols) std::printf(" %s |", name.c_str());
-  std::printf("\n|---|---|---|");
-  for (size_t i = 0; i < cols.size(); ++i) std::printf("---|");
-  std::printf("\n");
-  for (int i = 0; i < ran; ++i) {
-    std::printf("| %d | %.4f | %.4f |", i + 1, e.loss_by_depth[i], e.accuracy_by_depth[i]);
-    for (auto& [name, v] : cols) std::printf(" %.4g |", (*v)[i]);
-    std::printf("\n");
-  }
-  for (auto& [name, v] : lines) {
-    std::printf("%s:", name.c_str());
-    for (double x : *v) std::printf(" %.4g", x);
-    std::printf("\n");
-  }
+  print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
   if (!e.difficulty_first.empty()) {
     std::printf("\nloss by token difficulty (deciles of the exit-1 loss; 1 = easiest):\n| decile | exit 1 | exit %d | gain |\n|---|---|---|---|\n", ran);
     for (size_t q = 0; q < e.difficulty_first.size(); ++q)

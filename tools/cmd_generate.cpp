@@ -1,6 +1,7 @@
 // `looplm generate`: sample from a checkpoint, streaming tokens as they are made, with a timing
 // summary on stderr (as llama.cpp prints one).
 #include <cstdio>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -37,7 +38,7 @@ int cmd_generate(int argc, char** argv) {
   auto* temp_opt = app.add_option("--temperature", g.temperature, "0 = greedy (default 1.0; with --speculative 0)")->check(at_least(0));
   app.add_option("--top-k", g.top_k, "keep the k most likely tokens (0 = off)")->check(at_least(0));
   app.add_option("--top-p", g.top_p, "nucleus sampling mass (1 = off)")->check(within(0, 1, true, "greater than 0 and at most 1"));
-  app.add_option("--seed", g.seed, "sampling seed (default 0)");
+  auto* seed_opt = app.add_option("--seed", g.seed, "sampling seed (default: a random one, printed, so a sample can be repeated)");
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(at_least(0));
   ExitArgs ex;
   ex.add(app, " (default per_step)");
@@ -80,6 +81,19 @@ int cmd_generate(int argc, char** argv) {
   std::vector<std::string> texts = ps_opt->count() > 0 ? read_prompts(prompts_file, jsonl) : std::vector<std::string>{prompt};
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
+  const int R = lm.config().R;
+  if (g.depth > 2 * R && !quiet)
+    std::fprintf(stderr, "note: --depth %d is far beyond the trained R = %d: how a looped model does past the depth it was "
+                         "trained at is not known (looplm eval --depth %d measures it)\n", g.depth, R, g.depth);
+  if (ex.policy_given() && g.exit.rule == ExitRule::fixed && g.kv_policy != KvPolicy::mean && !quiet)
+    std::fprintf(stderr, "note: --kv-policy %s changes nothing without --exit-rule: no token exits early, so every step's "
+                         "keys and values exist (only mean, which averages them, differs)\n", ex.policy.c_str());
+  // Sampling varies from run to run unless --seed is given; the seed used is printed to repeat it.
+  if (seed_opt->count() == 0 && g.temperature > 0) {
+    g.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;
+    if (!quiet) std::fprintf(stderr, "seed: %llu (--seed %llu repeats this sample)\n", (unsigned long long)g.seed,
+                             (unsigned long long)g.seed);
+  }
   const int ctx = lm.config().context;
   std::vector<std::vector<int32_t>> ids;  // every (prompt, sample): sequence i samples with seed + i
   std::vector<int> text_of;

@@ -1,6 +1,5 @@
 // `looplm train`: train a model; prints a progress line per step, validation, and at the end the
 // early-exit table (loss at every depth, on a bounded part of the validation data) and a sample.
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -56,7 +55,13 @@ int cmd_train(int argc, char** argv) {
   if (!parse(app, argc, argv, "train")) return 0;
   set_threads(threads.n);
   if (help_config) {
-    print_config_keys(std::cout);
+    if (cfg.explicit_base() || !cfg.sets.empty()) {
+      const Config c = cfg.resolve();
+      const std::string source = cfg.file.empty() ? "preset " + cfg.preset : cfg.file;
+      print_config_keys(std::cout, &c, source + (cfg.sets.empty() ? "" : " with --set"));
+    } else {
+      print_config_keys(std::cout);
+    }
     return 0;
   }
   if (resume && overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
@@ -131,24 +136,15 @@ int cmd_train(int argc, char** argv) {
   LanguageModel lm = LanguageModel::load(out);
   const Config& mc = lm.config();
   const EvalResult& e = r.report;
-  const auto cosine = e.diagnostics.count("state_cosine") ? e.diagnostics.at("state_cosine")
-                                                          : std::vector<double>(e.loss_by_depth.size(), NAN);
-  if (e.examples > 0) {  // data_mode = examples: the answer's loss and exact-match accuracy
+  if (e.examples > 0)  // data_mode = examples: the answer's loss and exact-match accuracy
     std::printf("\nearly-exit table (validation: the first %lld examples = eval_batches x batch_size; all of it: "
-                "looplm eval): loss and accuracy on the answers at every depth r\n\n",
+                "looplm eval): loss and accuracy on the answers at every depth r\n",
                 (long long)e.examples);
-    std::printf("| r | loss | accuracy | cos(h_r, h_r-1) |\n|---|---|---|---|\n");
-    for (size_t i = 0; i < e.loss_by_depth.size(); ++i)
-      std::printf("| %zu | %.4f | %.4f | %.3f |\n", i + 1, e.loss_by_depth[i], e.accuracy_by_depth[i], cosine[i]);
-  } else {
+  else
     std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
-                "all of it: looplm eval): loss at every depth r\n\n",
+                "all of it: looplm eval): loss at every depth r\n",
                 (long long)e.tokens, (long long)e.windows);
-    std::printf("| r | loss | bits/token | cos(h_r, h_r-1) |\n|---|---|---|---|\n");
-    for (size_t i = 0; i < e.loss_by_depth.size(); ++i)
-      std::printf("| %zu | %.4f | %.3f | %.3f |\n", i + 1, e.loss_by_depth[i], e.loss_by_depth[i] / 0.6931471805599453,
-                  cosine[i]);
-  }
+  print_exit_table(e, mc.R);
   if (sample_len > 0 && e.examples > 0) {  // examples: greedy answers to the first validation prompts
     std::printf("\nsamples (greedy, the first validation examples: prompt -> answer [label]):\n");
     for (const auto& [prompt_ids, answer_ids] : r.report_examples) {

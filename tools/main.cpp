@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli.h"
+#include "core/memory.h"
 #include "io/json_input.h"
 #include "signals.h"
 #include "looplm/error.h"
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
                  what.size() > 4000 ? "..." : "");
     return e.exit_code();
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "looplm %s: error: out of memory\n", looplm::io::brief(cmd, 40).c_str());
+    std::fprintf(stderr, "looplm %s: error: out of memory (looplm may use %s here: the memory available, or LOOPLM_MEMORY_LIMIT)\n",
+                 looplm::io::brief(cmd, 40).c_str(), looplm::format_bytes((double)looplm::memory_budget()).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "looplm %s: error: %s\n", looplm::io::brief(cmd, 40).c_str(),

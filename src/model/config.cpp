@@ -12,6 +12,7 @@
 
 #include "looplm/config.h"
 #include "looplm/error.h"
+#include "core/text.h"
 #include "io/json_input.h"
 #include "model/components.h"
 
@@ -140,19 +141,6 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Edit distance, for "did you mean" hints on unknown keys.
-size_t distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 // Every component key of the registries, with the component that declares it.
 struct OwnedKey {
   const ConfigKey* key;
@@ -180,14 +168,9 @@ const ConfigKey* find_component_key(const std::string& key) {
 }
 
 [[noreturn]] void unknown_key(const std::string& key, const std::string& origin) {
-  std::string best;
-  size_t bd = 1000;
-  for (auto& k : key.size() <= 64 ? Config::keys() : std::vector<std::string>{}) {  // no suggestion for a long key
-    size_t dd = distance(key, k);
-    if (dd < bd) { bd = dd; best = k; }
-  }
+  const std::string best = did_you_mean(key, Config::keys());
   std::string msg = origin + ": unknown config key '" + io::brief(key) + "'";
-  if (bd <= 3) msg += " (did you mean '" + best + "'?)";
+  if (!best.empty()) msg += " (did you mean '" + best + "'?)";
   msg += "; 'looplm train --help-config' lists every key";
   throw UsageError(msg);
 }
@@ -453,7 +436,9 @@ Config load_preset(const std::string& name) {
     if (p.first == name) return Config::from_json_text(p.second, "preset '" + name + "'");
   std::string list;
   for (auto& p : embedded_presets()) list += (list.empty() ? "" : ", ") + p.first;
-  throw UsageError("unknown preset '" + io::brief(name) + "' (available: " + list + ")");
+  const std::string best = did_you_mean(name, preset_names());
+  throw UsageError("unknown preset '" + io::brief(name) + "'" + (best.empty() ? "" : " (did you mean '" + best + "'?)") +
+                   "; the presets are " + list);
 }
 
 }  // namespace looplm

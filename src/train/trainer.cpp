@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/gemm.h"
+#include "core/memory.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/examples.h"
@@ -270,6 +271,12 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   const std::optional<FoundCheckpoint> found = opt.resume ? find_checkpoint(opt.out_dir) : std::nullopt;
   const bool resuming = found.has_value();
   // A run directory is never lost by accident: starting over needs --overwrite.
+  if (!opt.resume && holds_run(opt.out_dir) && !holds_weights(opt.out_dir) && !opt.overwrite) {
+    // What a run that failed before its first checkpoint left (its config, its log): nothing of
+    // value, and a retry into the same directory is the natural next step.
+    remove_run(opt.out_dir);
+    log("note: " + opt.out_dir + " held a run that stopped before its first checkpoint (no weights); starting over");
+  }
   if (!opt.resume && holds_run(opt.out_dir)) {
     if (!opt.overwrite) {
       std::string at;
@@ -443,6 +450,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   // steps that keep gradients cost memory). Weights and optimizer state are untouched.
   {
     const int dmax = max_depth(c), kept = c.bptt > 0 ? std::min(c.bptt, dmax) : dmax;
+    try {
     RunOptions ro;
     ro.depth = dmax;
     ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
@@ -450,6 +458,14 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     std::fill(x.begin(), x.end(), 0);
     std::fill(y.begin(), y.end(), 0);
     g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
+    } catch (const std::bad_alloc&) {
+      const double P = (double)m.n_params() * 4;
+      throw Error("out of memory in the memory plan (one forward and backward at batch " + std::to_string(B) + " x " +
+                  std::to_string(T) + " tokens, depth up to " + std::to_string(dmax) + ", " + std::to_string(kept) +
+                  " loop steps keeping gradients): the activations did not fit beside the parameters, gradients and "
+                  "AdamW (" + format_bytes(4 * P) + "); looplm may use " + format_bytes((double)memory_budget()) +
+                  " here. Lower batch_size (with grad_accum for the same batch), context, or the depth (bptt)");
+    }
     g.reset();
     m.params().zero_grad();
     const double MiB = 1048576.0, P = (double)m.n_params() * 4;
