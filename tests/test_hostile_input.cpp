@@ -248,25 +248,37 @@ TEST_F(Hostile, TrainReadsItsValidationDataOnce) {
 
 // A checkpoint overwritten in place while generate has it mapped: shrunk (a read past its new end
 // is SIGBUS: the handler says what happened, exit 1), or rewritten at the same size (the periodic
-// check says so, exit 1). Replaced by rename, the reader keeps the old file and finishes.
+// check says so, exit 1; also when the file system keeps reporting the old modification time).
+// Replaced by rename, the reader keeps the old file and finishes.
 TEST_F(Hostile, ACheckpointOverwrittenWhileInUseIsNamed) {
   save_small_model(dir + "/other.safetensors", 2);  // the same size as ckpt()
   auto served = [&](const std::string& change, const std::string& n) {
     fs::copy_file(ckpt(), dir + "/served.safetensors", fs::copy_options::overwrite_existing);
-    const std::string script = std::string(LOOPLM_BINARY) + " generate --checkpoint " + dir +
+    // Every step of the script is bounded and logged (served.log), so a failure says where it stopped.
+    const std::string script = "timeout 60 " + std::string(LOOPLM_BINARY) + " generate --checkpoint " + dir +
                                "/served.safetensors -p hello --quiet -t 1 -n " + n + " > " + dir + "/gen.out 2> " + dir +
                                "/gen.err & pid=$!\n"
-                               "while [ ! -s " + dir + "/gen.out ]; do sleep 0.05; done\nsleep 0.2\n" + change +
-                               "\nwait $pid; echo \"exit $?\" >> " + dir + "/gen.err\n";
+                               "i=0; while [ ! -s " + dir + "/gen.out ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\n"
+                               "echo \"output after $i waits\"\nsleep 0.2\n" + change +
+                               "\necho \"changed: $?\"\nwait $pid; echo \"exit $?\"\n";
     io::write_file_atomic(dir + "/served.sh", script);
-    run("timeout 120 sh " + dir + "/served.sh", "", true);
-    return io::read_file(dir + "/gen.err");
+    run("timeout 120 sh " + dir + "/served.sh > " + dir + "/served.log 2>&1", "", true);
+    return io::read_file(dir + "/gen.err") + "\n" + io::read_file(dir + "/served.log");
   };
   std::string err = served(": > " + dir + "/served.safetensors", "100000000");
   EXPECT_NE(err.find("bus error reading a mapped file: a checkpoint in use (" + dir + "/served.safetensors) was truncated"),
             std::string::npos) << err;
   EXPECT_NE(err.find("exit 1"), std::string::npos) << err;
   err = served("dd if=" + dir + "/other.safetensors of=" + dir + "/served.safetensors conv=notrunc status=none", "100000000");
+  EXPECT_NE(err.find("served.safetensors changed on disk while in use: it was written to after it was loaded"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("exit 1"), std::string::npos) << err;
+  // The same, with the old modification time put back (as a file system that caches it would
+  // report): the sampled content says so.
+  err = served("touch -r " + dir + "/served.safetensors " + dir + "/stamp && dd if=" + dir + "/other.safetensors of=" +
+                   dir + "/served.safetensors conv=notrunc status=none && touch -r " + dir + "/stamp " + dir +
+                   "/served.safetensors",
+               "100000000");
   EXPECT_NE(err.find("served.safetensors changed on disk while in use: it was written to after it was loaded"),
             std::string::npos) << err;
   EXPECT_NE(err.find("exit 1"), std::string::npos) << err;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/crc32c.h"
 #include "io/json_input.h"
 #include "looplm/error.h"
 
@@ -32,6 +33,7 @@ class Mapping : public Bytes {
       : base_(p), fd_(fd), path_(std::move(path)), file_size_(st.st_size), mtime_(st.st_mtim) {
     data_ = static_cast<const uint8_t*>(p);
     size_ = n;
+    fingerprint_ = sampled_crc();
     std::lock_guard<std::mutex> lock(g_mu);
     g_live.push_back(this);
     update_note();
@@ -52,7 +54,9 @@ class Mapping : public Bytes {
     if (st.st_size != file_size_)
       return path_ + " changed on disk while in use: it was " + std::to_string(file_size_) + " bytes when loaded and is " +
              std::to_string(st.st_size) + " now";
-    if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec)
+    // The modification time, and the bytes themselves: some file systems (network and sandboxed
+    // ones) report a cached mtime through fstat, while a read through the descriptor sees the write.
+    if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec || sampled_crc() != fingerprint_)
       return path_ + " changed on disk while in use: it was written to after it was loaded";
     return "";
   }
@@ -65,11 +69,28 @@ class Mapping : public Bytes {
     std::memcpy(g_note, s.data(), n);
     g_note[n] = '\0';
   }
+  // CRC-32C of kSamples blocks of kBlock bytes spread evenly over the file, read through the
+  // descriptor (pread, not the mapping): a few KB per check, so checking twice a second costs nothing.
+  uint32_t sampled_crc() const {
+    constexpr int kSamples = 32;
+    constexpr size_t kBlock = 128;
+    uint8_t buf[kBlock];
+    uint32_t crc = 0;
+    const size_t n = (size_t)file_size_;
+    for (int i = 0; i < kSamples; ++i) {
+      const size_t at = n <= kBlock ? 0 : (size_t)((double)(n - kBlock) * i / (kSamples - 1));
+      const ssize_t got = ::pread(fd_, buf, std::min(kBlock, n), (off_t)at);
+      if (got > 0) crc = crc32c(crc, buf, (size_t)got);
+      if (n <= kBlock) break;
+    }
+    return crc;
+  }
   void* base_;
   int fd_;
   std::string path_;
   off_t file_size_;
   struct timespec mtime_;
+  uint32_t fingerprint_ = 0;
 };
 
 class Owned : public Bytes {

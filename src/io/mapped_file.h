@@ -29,8 +29,8 @@ std::shared_ptr<const Bytes> hold_bytes(std::string bytes);
 // the served one) changes the mapped weights under the reader, and where it shrank, a read past
 // its new end is SIGBUS. Replacing a file by rename (write beside it, rename over the name) is
 // safe: the mapping keeps the old file. What is cheap to detect is detected:
-// Error naming the file if a file mapped now has a size or modification time other than when it
-// was mapped (the file itself, not its name: a rename over the name is not a change). Called at
+// Error naming the file if a file mapped now has a size, modification time or sampled content (a
+// few KB read through its descriptor) other than when it was mapped (the file itself, not its name: a rename over the name is not a change). Called at
 // load and, during long generation and evaluation, periodically.
 void check_mapped_files();
 // The files mapped now ("a, b"), for a SIGBUS handler's message: a fixed buffer, safe to read from
