@@ -762,6 +762,21 @@ TEST_F(Cli, BenchFormats) {
   EXPECT_GT(j["prompt_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["decode_bf16_tokens_per_s"].get<double>(), 0);
   EXPECT_TRUE(j.contains("train_tokens_per_s_stddev"));
+  EXPECT_GT(j["eval_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["quantize_tokens_per_s"].get<double>(), 0);
+  // A fixed count of 2 or more threads waits with a short spin (tools/wait_policy.cpp); the
+  // adaptive default keeps OpenMP's own, and a user's own choice is kept.
+  EXPECT_EQ(j["threads_mode"].get<std::string>(), "1");  // one thread never waits for another
+  const std::string adaptive = "bench --preset bench-tiny --set d_model=32 --set n_heads=2 --steps 1 -r 1 -n 2 -p 4 --json";
+  r = run(adaptive);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["threads_mode"].get<std::string>().find("GOMP"), std::string::npos) << r.out;
+  r = run(adaptive + " -t 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["threads_mode"].get<std::string>(), "2, GOMP_SPINCOUNT=1000") << r.out;
+  r = run_shell("GOMP_SPINCOUNT=5 " + std::string(LOOPLM_BINARY) + " " + adaptive + " --threads=2 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(nlohmann::json::parse(r.out)["threads_mode"].get<std::string>().find("GOMP_SPINCOUNT=5"), std::string::npos) << r.out;
   EXPECT_EQ(run(args + " --json --csv").code, 2);
 }
 

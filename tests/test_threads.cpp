@@ -12,6 +12,8 @@
 
 #include <vector>
 
+#include <omp.h>
+
 #include "backend/cpu/gemm.h"
 #include "core/threads.h"
 
@@ -51,6 +53,54 @@ TEST(Threads, FewerBesideABusyProcess) {
   EXPECT_EQ(current_threads(), 2);  // a fixed count is kept
   adapt_threads();
   EXPECT_EQ(current_threads(), 2);
+  set_threads(0);
+}
+
+// A command's first parallel region already knows the load: the first adapt_threads after
+// set_threads(0) decides on at least 50 ms since then (sleeping for the rest), not after the
+// first 250 ms of work, by which time a short command is over.
+TEST(Threads, TheFirstParallelRegionKnowsTheLoad) {
+  if (cores_available() < 2) GTEST_SKIP() << "one core";
+  char sh[] = "/bin/sh", c[] = "-c", loop[] = "while :; do :; done";
+  char* args[] = {sh, c, loop, nullptr};
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, args, environ), 0);
+  usleep(200000);  // the neighbour is spinning
+  set_threads(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  adapt_threads();  // at once: no work done since set_threads
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int threads = current_threads();
+  const double other = measured_other_load();
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  EXPECT_GE(waited, 0.045);
+  EXPECT_LT(waited, 0.5);
+  EXPECT_GE(other, 0.6);
+  EXPECT_LE(threads, cores_available() - 1);
+  set_threads(0);
+}
+
+// ThreadCap bounds parallel regions while it lives, adaptive or fixed, and nests.
+TEST(Threads, CapForWorkTooSmallToSplit) {
+  set_threads(2);
+  EXPECT_EQ(current_threads(), 2);
+  {
+    ThreadCap one(1);
+    EXPECT_EQ(current_threads(), 1);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+    {
+      ThreadCap none(0);  // no cap of its own: the outer one holds
+      EXPECT_EQ(current_threads(), 1);
+    }
+    EXPECT_EQ(current_threads(), 1);
+  }
+  EXPECT_EQ(current_threads(), 2);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  {
+    ThreadCap none(0);
+    EXPECT_EQ(current_threads(), 2);
+  }
   set_threads(0);
 }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <omp.h>
@@ -31,6 +32,7 @@
 #include "model/model.h"
 #include "model/model_io.h"
 #include "ops/ops.h"
+#include "quant/gptq.h"
 #include "train/optimizer.h"
 
 namespace looplm::cli {
@@ -182,7 +184,10 @@ int cmd_bench(int argc, char** argv) {
       {"decode_batch_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences fp32"},
       {"decode_batch_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences bf16"},
       {"generate_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, fp32"},
-      {"generate_bf16_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, bf16"}};
+      {"generate_bf16_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, bf16"},
+      {"eval_tokens_per_s", "evaluation (loss at depth R, " + std::to_string(B) + " x " + std::to_string(T) + " tokens) fp32"},
+      {"quantize_tokens_per_s", "quantization: GPTQ q4_0 (calibration on " + std::to_string(B * T) +
+                                    " tokens + solve), tokens/s"}};
   for (size_t i = 2; i < formats.size(); ++i) {  // the quantized formats: prompt, decoding, batched decoding
     const std::string& f = formats[i];
     metrics.push_back({"prompt_" + sfx_of(f) + "tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " " + f});
@@ -214,6 +219,18 @@ int cmd_bench(int argc, char** argv) {
     }
     v["train_tokens_per_s"] = B * T / median(step_s);
     if (train_rss == 0) train_rss = peak_rss_mib();
+    // Quantization: GPTQ to q4_0 of a fresh fp32 copy of the model, calibrated on the B x T
+    // training tokens (as `looplm quantize --method gptq` runs it).
+    {
+      Model q(c);
+      q.init_weights(c.seed);
+      GptqOptions qo;
+      qo.tokens = x;
+      qo.max_tokens = (int64_t)B * T;
+      auto t0 = clk::now();
+      quantize_gptq(q, *find_weight_format("q4_0"), qo);
+      v["quantize_tokens_per_s"] = (double)B * T / secs(t0, clk::now());
+    }
     if (gen_tokens <= 0) return v;
     // Generation through the library (LanguageModel::generate, as `looplm generate` runs it), with
     // the weights in fp32 and in bf16 (the format is chosen when a model is loaded):
@@ -228,6 +245,11 @@ int cmd_bench(int argc, char** argv) {
         lms.push_back(std::make_unique<LanguageModel>(ckpt.empty() ? LanguageModel::from_config(c, c.seed, lo)
                                                                    : LanguageModel::load(ckpt, lo)));
       }
+    {  // Evaluation: the loss of B windows of T tokens at depth R through the fp32 model, as `looplm eval`.
+      auto t0 = clk::now();
+      const EvalResult er = lms[0]->evaluate(x, EvalOptions{});
+      v["eval_tokens_per_s"] = (double)er.tokens / secs(t0, clk::now());
+    }
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       LanguageModel* lm = lms[fi].get();
       const std::string sfx = sfx_of(formats[fi]);
@@ -269,7 +291,12 @@ int cmd_bench(int argc, char** argv) {
   const auto idle = repeat();
   const double peak = measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
   const std::string name = !ckpt.empty() ? ckpt : cfg.file.empty() ? cfg.preset : cfg.file;
-  const std::string thread_mode = threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available());
+  // How idle OpenMP threads wait (tools/wait_policy.cpp sets the spin for a fixed count).
+  std::string waiting;
+  if (const char* e = std::getenv("GOMP_SPINCOUNT")) waiting = std::string(", GOMP_SPINCOUNT=") + e;
+  if (const char* e = std::getenv("OMP_WAIT_POLICY")) waiting += std::string(", OMP_WAIT_POLICY=") + e;
+  const std::string thread_mode =
+      (threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available())) + waiting;
   auto get = [](const std::map<std::string, Stat>& s, const std::string& k) {
     auto it = s.find(k);
     return it == s.end() ? Stat{} : it->second;

@@ -7,6 +7,7 @@
 #include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
+#include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "model/model_io.h"
@@ -70,6 +71,7 @@ int cmd_quantize(int argc, char** argv) {
     meta["calib_tokens"] = std::to_string(rep.tokens);
     meta["calib_steps"] = calib_steps;
   } else {
+    adapt_threads();  // the pool's size for packing, from the load measured since set_threads
     m->prepare_inference(*f);
   }
   save_model_packed(out, *m, meta);

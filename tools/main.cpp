@@ -26,6 +26,7 @@ const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  looplm::cli::choose_wait_policy(argc, argv);
   looplm::cli::start_signal_thread();
   if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V"))) {
     std::printf("looplm %s\n", looplm::kVersion);

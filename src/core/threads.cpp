@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,9 +17,17 @@ namespace {
 
 struct Governor {
   bool adaptive = true;
+  bool decided = false;  // the first measurement (kFirstWindow) has set the pool's size
   int cores = 0, threads = 0;
+  int cap = 0;  // ThreadCap: at most this many while > 0
   double last_wall = -1, last_self = 0, last_busy = 0, other = 0;
 };
+
+// The first decision's window: long enough for /proc/stat's 10 ms ticks to tell one busy core
+// (5 ± 1 ticks) from none, short enough not to be felt by a command that lasts a second.
+constexpr double kFirstWindow = 0.05;
+// Later measurements: every 250 ms at most.
+constexpr double kWindow = 0.25;
 
 Governor& gov() {
   static Governor g = [] {
@@ -39,6 +48,10 @@ Governor& gov() {
     return x;
   }();
   return g;
+}
+
+void apply(Governor& g) {
+  omp_set_num_threads(g.cap > 0 ? std::min(g.threads, g.cap) : g.threads);
 }
 
 double seconds(clockid_t id) {
@@ -87,15 +100,41 @@ int cores_available() {
   return n > 0 ? (int)n : 1;
 }
 
+// The start of a measurement window: now.
+static void start_window(Governor& g) {
+  g.last_wall = seconds(CLOCK_MONOTONIC);
+  g.last_self = seconds(CLOCK_PROCESS_CPUTIME_ID);
+  g.last_busy = busy_seconds_of_allowed_cpus();
+}
+
 void set_threads(int n) {
   Governor& g = gov();
   g.adaptive = n <= 0;
   g.threads = n > 0 ? n : g.cores;
-  g.last_wall = -1;
-  omp_set_num_threads(g.threads);
+  g.decided = false;
+  // The first window opens now, so that by the first parallel region (the first adapt_threads)
+  // the load is known: a command's setup (parsing, loading) usually covers most of it.
+  if (g.adaptive) start_window(g);
+  apply(g);
 }
 
-int current_threads() { return gov().threads; }
+int current_threads() {
+  const Governor& g = gov();
+  return g.cap > 0 ? std::min(g.threads, g.cap) : g.threads;
+}
+
+ThreadCap::ThreadCap(int max_threads) {
+  Governor& g = gov();
+  previous_ = g.cap;
+  g.cap = max_threads > 0 && g.cap > 0 ? std::min(g.cap, max_threads) : std::max(max_threads, g.cap);
+  apply(g);
+}
+
+ThreadCap::~ThreadCap() {
+  Governor& g = gov();
+  g.cap = previous_;
+  apply(g);
+}
 double measured_other_load() { return gov().other; }
 
 int threads_for_load(int cores, int current, double other) {
@@ -109,19 +148,29 @@ int threads_for_load(int cores, int current, double other) {
 void adapt_threads() {
   Governor& g = gov();
   if (!g.adaptive || g.cores < 2) return;
-  const double wall = seconds(CLOCK_MONOTONIC);
-  if (g.last_wall >= 0 && wall - g.last_wall < 0.25) return;
-  const double self = seconds(CLOCK_PROCESS_CPUTIME_ID), busy = busy_seconds_of_allowed_cpus();
-  if (busy < 0) return;  // no /proc/stat: keep the pool as it is
-  if (g.last_wall >= 0) {
-    const double dt = wall - g.last_wall;
-    g.other = std::max(0.0, ((busy - g.last_busy) - (self - g.last_self)) / dt);
-    const int t = threads_for_load(g.cores, g.threads, g.other);
-    if (t != g.threads) {
-      g.threads = t;
-      omp_set_num_threads(t);
-    }
+  double wall = seconds(CLOCK_MONOTONIC);
+  if (g.last_wall < 0 || g.last_busy < 0) {  // no window open (or /proc/stat unreadable): open one
+    start_window(g);
+    if (g.last_busy < 0) return;  // no /proc/stat: keep the pool as it is
+    wall = g.last_wall;
   }
+  const double need = g.decided ? kWindow : kFirstWindow;
+  if (wall - g.last_wall < need) {
+    if (g.decided) return;
+    // The first parallel region is about to start: finish the first window before sizing the pool
+    // (a short command is over before a 250 ms window would close).
+    const double rest = need - (wall - g.last_wall);
+    const timespec ts{0, (long)(rest * 1e9)};
+    nanosleep(&ts, nullptr);
+    wall = seconds(CLOCK_MONOTONIC);
+  }
+  const double self = seconds(CLOCK_PROCESS_CPUTIME_ID), busy = busy_seconds_of_allowed_cpus();
+  if (busy < 0) return;
+  const double dt = wall - g.last_wall;
+  g.other = std::max(0.0, ((busy - g.last_busy) - (self - g.last_self)) / dt);
+  g.threads = threads_for_load(g.cores, g.threads, g.other);
+  g.decided = true;
+  apply(g);
   g.last_wall = wall;
   g.last_self = self;
   g.last_busy = busy;

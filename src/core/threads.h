@@ -12,15 +12,34 @@ namespace looplm {
 
 int cores_available();  // CPUs in this process's affinity mask (at least 1)
 
-// n > 0: exactly n threads from now on. n = 0: adapt (the default).
+// n > 0: exactly n threads from now on. n = 0: adapt (the default), measuring the load from now.
 void set_threads(int n);
-int current_threads();
+int current_threads();  // the size of the next parallel region
 
-// Call between units of work (a training step, a token, an evaluation batch). Cheap: at most every
-// 250 ms it measures how much of the allowed cores' time other processes used since the last
-// measurement (/proc/stat minus this process's own CPU time) and resizes the pool: one thread
-// fewer per core's worth of other work (from 0.6 cores on), back up once it falls under 0.2.
+// Call before the first parallel region of a command and between units of work (a training step, a
+// token, an evaluation batch, a quantized matrix). It measures how much of the allowed cores' time
+// other processes used since the last measurement (/proc/stat minus this process's own CPU time)
+// and resizes the pool: one thread fewer per core's worth of other work (from 0.6 cores on), back
+// up once it falls under 0.2. The first call decides on a window of at least 50 ms since
+// set_threads(0) (it sleeps for the rest when the command's setup took less), so even a short
+// command starts with the right count; later calls measure every 250 ms at most and are cheap.
 void adapt_threads();
+
+// While alive, parallel regions have at most max_threads threads (0: no cap), whether the pool
+// adapts or was fixed (--threads N is the most a command uses, as the kernels' own size thresholds
+// already run small products on one thread): for work too small to split, such as decoding one
+// sequence of a small model, where waking a second thread for every product costs more than it
+// saves. Nested caps take the smaller.
+class ThreadCap {
+ public:
+  explicit ThreadCap(int max_threads);
+  ~ThreadCap();
+  ThreadCap(const ThreadCap&) = delete;
+  ThreadCap& operator=(const ThreadCap&) = delete;
+
+ private:
+  int previous_;
+};
 
 // The other processes' load measured last, in cores (for benchmarks and tests).
 double measured_other_load();

@@ -1,4 +1,6 @@
 #include "infer/decoder.h"
+
+#include "core/threads.h"
 #include "io/json_input.h"
 
 #include <algorithm>
@@ -112,6 +114,7 @@ void Decoder::verify(int seq, int from, const int32_t* tokens, int n, float* log
 
 void Decoder::draft(int seq, int32_t token, float* logits) {
   LOOPLM_ASSERT(o_.draft_depth > 0 && len_[seq] < capacity(), "Decoder::draft: no draft depth, or the cache is full");
+  ThreadCap cap(thread_cap(1, o_.draft_depth));
   g_.reset();
   Graph::NoGrad ng(g_);
   RunOptions o;
@@ -135,6 +138,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     LOOPLM_ASSERT(len_[seqs[i]] < capacity(), "Decoder::decode: the sequence's cache is full");
     pos_[i] = len_[seqs[i]];
   }
+  ThreadCap cap(thread_cap(n, o_.depth));
   g_.reset();
   Graph::NoGrad ng(g_);
   RunOptions o;

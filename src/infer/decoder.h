@@ -36,6 +36,13 @@ inline op::KvElem kv_element(const std::string& kv_cache) {
   throw UsageError("the KV cache is fp32, bf16 or int8, not '" + io::brief(kv_cache) + "'");
 }
 
+// A decoding step with less work than this (rows × FLOPs per token at the depth) runs on one
+// thread (core/threads.h ThreadCap): its products are too small to split, and waking a second
+// thread for each of them costs more than it saves. Where the threshold lies was measured
+// (bench/README.md, "Threads"): batch-1 fp32 decoding broke even at ~12 MFLOP per token and bf16
+// at ~19 on 2 cores; the demo model's 4 MFLOP decode 1.9x faster on one thread.
+constexpr double kSerialDecodeFlops = 16e6;
+
 class Decoder {
  public:
   Decoder(const Model& m, int sequences, int capacity, const DecoderOptions& o);
@@ -68,6 +75,11 @@ class Decoder {
   // read it from; the last token's logits (or all n, `all`) at its exit into `logits`.
   void run_full(int seq, int from, const int32_t* ids, int n, float* logits, bool all);
   void keep(int steps_run, int64_t positions);  // the policy's bytes for positions that ran steps_run steps
+  // 1 (one thread) for a step of `rows` tokens through `depth` loop steps below kSerialDecodeFlops,
+  // else 0 (no cap).
+  int thread_cap(int rows, int depth) const {
+    return (double)rows * m_.flops_per_token(depth) < kSerialDecodeFlops ? 1 : 0;
+  }
   const Model& m_;
   DecoderOptions o_;
   KVCache cache_;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backend/cpu/gemm.h"
+#include "core/threads.h"
 #include "looplm/error.h"
 #include "ops/graph.h"
 
@@ -162,6 +163,7 @@ GptqReport quantize_gptq(Model& m, const WeightFormat& f, const GptqOptions& o) 
   GptqReport rep;
   for (int64_t w0 = 0; w0 < windows; w0 += o.batch) {
     const int B = (int)std::min<int64_t>(o.batch, windows - w0);
+    adapt_threads();  // the pool follows the machine's load (core/threads.h)
     RunOptions ro;
     m.logits(g, o.tokens.data() + w0 * T, B, T, ro);
     g.reset();
@@ -182,6 +184,7 @@ GptqReport quantize_gptq(Model& m, const WeightFormat& f, const GptqOptions& o) 
     const WeightMatrix& w = *wp;
     const int64_t R = w.node->rows, C = w.node->cols, ng = (C + f.grid_cols - 1) / f.grid_cols;
     Acc& a = acc[wp];
+    adapt_threads();
     if (a.rows == 0)
       throw Error("gptq: weight matrix '" + ps.infos()[w.first].name + "' saw no calibration input (is it multiplied outside linear()?)");
     std::vector<float> Wq(R * C), grids(R * ng * f.grid_floats), rtn(R * C);
