@@ -40,7 +40,7 @@ inline op::KvElem kv_element(const std::string& kv_cache) {
 // thread (core/threads.h ThreadCap): its products are too small to split, and waking a second
 // thread for each of them costs more than it saves. Where the threshold lies was measured
 // (bench/README.md, "Threads"): batch-1 fp32 decoding broke even at ~12 MFLOP per token and bf16
-// at ~19 on 2 cores; the demo model's 4 MFLOP decode 1.9x faster on one thread.
+// at ~16-19 on 2 cores; the demo model's 4.3 MFLOP decode 1.9x faster on one thread.
 constexpr double kSerialDecodeFlops = 16e6;
 
 class Decoder {
