@@ -27,10 +27,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--steps", steps, "total optimizer steps of the schedule (overrides the config)")->check(at_least(0));
   app.add_option("--stop-after", stop_after, "stop with a checkpoint after this step (resume later with --resume)")
       ->check(at_least(0));
+  std::string safe_keys;  // from the trainer's own list, so the help cannot drift from what it accepts
+  for (const std::string& k : resume_safe_keys()) safe_keys += (safe_keys.empty() ? "" : ", ") + k;
   app.add_flag("--resume", resume,
                "continue from DIR's checkpoint if there is one, with the run's own config (--set may change only "
-               "the keys that are safe to change on resume: steps, lr, min_lr_ratio, warmup, weight_decay, "
-               "grad_clip, eval_every, eval_batches, log_every, data_val)");
+               "the keys that are safe to change on resume: " + safe_keys + ")");
   app.add_flag("--overwrite", overwrite,
                "DIR already holds a run: remove its files (checkpoints, metrics) and start over (without it, that is an error)");
   std::string init_from;

@@ -149,10 +149,13 @@ void adapt_threads() {
   Governor& g = gov();
   if (!g.adaptive || g.cores < 2) return;
   double wall = seconds(CLOCK_MONOTONIC);
-  if (g.last_wall < 0 || g.last_busy < 0) {  // no window open (or /proc/stat unreadable): open one
+  if (g.last_wall < 0) {  // no window open: open one
     start_window(g);
-    if (g.last_busy < 0) return;  // no /proc/stat: keep the pool as it is
     wall = g.last_wall;
+  }
+  if (g.last_busy < 0) {  // no /proc/stat: keep the pool as it is, and stop asking
+    g.adaptive = false;
+    return;
   }
   const double need = g.decided ? kWindow : kFirstWindow;
   if (wall - g.last_wall < need) {
