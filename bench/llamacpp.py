@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights (issue 9).
+"""looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights.
 
     python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
                               [--prefill-len 128] [--d-model 384 --layers 6]
 
 The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
-shape of ../shared/anchors/llamacpp/README.md; --d-model / --layers change it, heads of 64), written by `looplm train --steps 0` (random weights:
-decode speed does not depend on their values). llama.cpp's prebuilt CPU build comes from npm
-(../shared/anchors/llamacpp/setup.sh); `looplm_to_gguf.py` converts the checkpoint to GGUF F32 /
+shape of bench/llamacpp/README.md; --d-model / --layers change it, heads of 64), written by
+`looplm train --steps 0` (random weights: decode speed does not depend on their values). llama.cpp's prebuilt CPU build comes from npm
+(bench/llamacpp/setup.sh); bench/llamacpp/looplm_to_gguf.py converts the checkpoint to GGUF F32 /
 F16 / Q8_0 / Q4_0 (llama.cpp's own round-to-nearest quantization of the fp32 weights) and
 `looplm quantize` makes looplm's q8_0 / q4_0 from the same fp32 weights (the same rounding rule).
 Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. For every repeat and thread count,
@@ -31,7 +31,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "llamacpp")
+PEER = os.path.join(HERE, "llamacpp")  # setup.sh, the GGUF converter and the timing driver
 PAIRS = (("fp32", "f32"), ("bf16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"))
 def model_sets(d_model, layers):
     return [f"d_model={d_model}", f"n_heads={d_model // 64}", f"n_core={layers}", "context=256", "R=1"]
@@ -45,7 +45,7 @@ def sh(cmd, timeout=600):
 
 def setup_llamacpp():
     """The lcpp driver's path, or None (with the reason printed) when it cannot be installed."""
-    script = os.path.join(ANCHOR, "setup.sh")
+    script = os.path.join(PEER, "setup.sh")
     if not os.path.exists(script):
         print(f"(llama.cpp comparison skipped: {script} not found)")
         return None
@@ -121,7 +121,7 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
     files = {}
     for ours, theirs in PAIRS:
         gguf = os.path.join(work, f"m.{theirs}.gguf")
-        r = sh(["/usr/bin/python3", os.path.join(ANCHOR, "looplm_to_gguf.py"), ckpt, gguf, "--type", theirs])
+        r = sh(["/usr/bin/python3", os.path.join(PEER, "looplm_to_gguf.py"), ckpt, gguf, "--type", theirs])
         if r.returncode != 0:
             raise RuntimeError(f"GGUF conversion failed: {r.stderr[-400:]}")
         mine = (ckpt, ours)
