@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Batched decoding against batch 1 at every weight format (issue 9's "8 prompts at least 3x").
+"""Batched decoding against batch 1 at every weight format (target: batch 8 at least 3x batch 1).
 
     python3 bench/batched.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 64]
                              [--preset bench-dense] [--d-model 1024 --heads 16 --layers 8]

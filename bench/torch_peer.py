@@ -19,8 +19,9 @@ d -> 4d -> d without bias, exact (erf) GELU; final LayerNorm; lm_head tied to th
   looped: 1 prelude block + 2 core blocks applied R=4 times (weights shared, backprop through all
           4 applications) + 1 coda block; d 384, 6 heads, context 256, batch 8, vocab 65
 
-The looped systems of SPEC §2 on looped's shape (looplm presets bench-<name>; the same parameter
-counts, and the same logits as reference/looplm_ref.py given the same weights, up to fp64 rounding):
+The looped systems of docs/systems.md on looped's shape (looplm presets bench-<name>; the same
+parameter counts, and the same logits as reference/looplm_ref.py given the same weights, up to fp64
+rounding):
   recurrent_gpt  loop rule `gated` (RecurrentGPT): per loop step, with h the state (h_pre, the
           prelude's output, at the start): h~ = W_proj [h + ε_x, h_pre] (Linear 2d -> d, no bias);
           o = core(h~); g = σ(f_g([LN_a(h), LN_b(h_pre)]) / τ + ε_g), f_g = Linear(2d -> d) -> SiLU
@@ -45,8 +46,8 @@ counts, and the same logits as reference/looplm_ref.py given the same weights, u
 In decode the rule's per-token computations run for every new token (with torch.mv for the
 single-token products, addmv where there is a bias), with one KV cache per (block, loop step).
 
-The energy-based blocks (SPEC §2.3, §2.4; looplm presets bench-nrgpt, bench-cem; d 384, 6 heads,
-context 256, batch 8, vocab 65, tied head, no prelude / coda; the same parameter counts as looplm, and
+The energy-based blocks (NRGPT and CEM in docs/systems.md; looplm presets bench-nrgpt, bench-cem;
+d 384, 6 heads, context 256, batch 8, vocab 65, tied head, no prelude / coda; the same parameter counts as looplm, and
 the same logits and gradients as reference/looplm_ref.py given the same weights, up to fp64 rounding;
 peer_config and looplm_state_dict map a looplm checkpoint onto these models):
   nrgpt   one `energy` block (ff2w, P matrix) applied R = 6 times, learned positions, LayerNorm norm_f.
@@ -170,8 +171,8 @@ CONFIGS = {
     "dense": dict(n_prelude=0, n_core=6, n_coda=0, loops=1, d=384, heads=6, ctx=256, batch=8, vocab=65),
     "looped": dict(n_prelude=1, n_core=2, n_coda=1, loops=4, d=384, heads=6, ctx=256, batch=8, vocab=65),
 }
-# The looped systems of SPEC §2: bench-looped's shape (1 + 2x4 + 1, d 384, ...) with another loop rule
-# or block kind (looplm presets bench-<name>).
+# The looped systems of docs/systems.md: bench-looped's shape (1 + 2x4 + 1, d 384, ...) with another
+# loop rule or block kind (looplm presets bench-<name>).
 _LOOPED = CONFIGS["looped"]
 CONFIGS.update({
     "recurrent_gpt": dict(_LOOPED, rule="gated", gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0,
@@ -180,7 +181,7 @@ CONFIGS.update({
     "hyperloop": dict(_LOOPED, rule="hyper", streams=4, hyper_res="diag"),
     "mhc": dict(_LOOPED, rule="hyper", streams=4, hyper_res="sinkhorn", sinkhorn_iters=20),
 })
-# The energy-based blocks of SPEC §2.3, §2.4 (looplm presets bench-nrgpt, bench-cem): d 384, 6 heads,
+# The energy-based blocks, NRGPT and CEM (looplm presets bench-nrgpt, bench-cem): d 384, 6 heads,
 # context 256, batch 8. nrgpt: one energy block applied R = 6 times (ff2w, P matrix), learned
 # positions, LayerNorm norm_f; cem: 6 cem layers (T = 2 inner steps, the diagonal term, no
 # preconditioner), RoPE, RMSNorm norm_f. Both tied heads, no prelude / coda.
@@ -560,7 +561,7 @@ class EnergyCache:
 
 
 class EnergyBlock(nn.Module):
-    """energy (NRGPT, SPEC §2.3; ff2w, P = matrix): one descent step x <- x + (A + s_ff F) P^T with
+    """energy (NRGPT, docs/systems.md; ff2w, P = matrix): one descent step x <- x + (A + s_ff F) P^T with
         g = LayerNorm(x) without gain (bias b: looplm's attn_norm.bias), eps 1e-5
         A = sum_h sum_j softmax_j(g_i . k^h_j) k^h_j,  k^h_j = H_h g_j   (scale 1, causal j <= i)
         u = g W1^T + b1;  F = (GELU(u) W2^T + b2) + (GELU'(u) * (g W2)) W1,  GELU'(u) = Phi(u) + u phi(u)
@@ -585,7 +586,7 @@ class EnergyBlock(nn.Module):
         self.step = nn.Linear(d, d, bias=False)
 
     def reset_parameters(self, n_unrolled):
-        """After GPT._init's N(0, 0.02): W2 (mlp.down) and P scaled by 1/sqrt(2N), biases 0 (SPEC §1.1)."""
+        """After GPT._init's N(0, 0.02): W2 (mlp.down) and P scaled by 1/sqrt(2N), biases 0 (docs/systems.md)."""
         s = 1.0 / math.sqrt(2.0 * n_unrolled)
         with torch.no_grad():
             self.inp.weight[self.h * self.d + self.f:].mul_(s)
@@ -666,7 +667,7 @@ class CemCache:
 
 
 class CemBlock(nn.Module):
-    """cem (CEM, SPEC §2.4; no preconditioner): an attention and an MLP sub-layer, each T = cem_T steps
+    """cem (CEM, docs/systems.md; no preconditioner): an attention and an MLP sub-layer, each T = cem_T steps
     x <- x + update(x̂, ĉ) from x = c, c the sub-layer's input (fixed), x̂ and ĉ both normalised by
     the sub-layer's RMSNorm (gain, eps 1e-5). No biases.
       attention (hd = d/H, RoPE on q and k only, δ = attn.diag shared by the heads, not rotated):
@@ -767,8 +768,9 @@ class CemBlock(nn.Module):
         return self.mlp_sublayer(self.attn_sublayer(x, cache))
 
 
-# Loop rules (SPEC §1, §2): state = init_state(h_pre); for l in 0..R-1: state = step(state, h_pre,
-# l, core); h = readout(state). `core(x)` runs the core blocks once (with the next KV caches).
+# Loop rules (docs/systems.md, One family): state = init_state(h_pre); for l in 0..R-1:
+# state = step(state, h_pre, l, core); h = readout(state). `core(x)` runs the core blocks once (with
+# the next KV caches).
 
 class ResidualRule(nn.Module):
     """h(r) = core(h(r-1)), no parameters (tiny, dense, looped, deeploop)."""
@@ -787,7 +789,7 @@ class ResidualRule(nn.Module):
 
 
 class GatedRule(nn.Module):
-    """RecurrentGPT (SPEC §2.1): h~ = W_proj [h + ε_x, h_pre]; o = core(h~);
+    """RecurrentGPT (docs/systems.md): h~ = W_proj [h + ε_x, h_pre]; o = core(h~);
     g = σ(f_g([LN_a(h), LN_b(h_pre)]) / τ + ε_g), f_g = Linear(2d→d) → SiLU → Linear(d→d);
     h ← g ⊙ h + (1 − g) ⊙ o. The noise ε_x ~ N(0, σ_x²), ε_g ~ N(0, σ_g²) is drawn per element and
     step in training mode only (model.train()); generation runs in eval mode, without it."""
@@ -844,7 +846,7 @@ def sinkhorn(L, iters):
 
 
 class HyperRule(nn.Module):
-    """Hyperloop (SPEC §2.5; mHC with hyper_res = sinkhorn). State Y [B, T, n, d], n streams, each
+    """Hyperloop (docs/systems.md; mHC with hyper_res = sinkhorn). State Y [B, T, n, d], n streams, each
     starting as h_pre. Loop l has its own maps: z = flatten(Y) / rms(flatten(Y)) (over n·d, eps
     1e-20); H_pre = σ(α_pre φ_pre(z) + b_pre) [n]; x = core(Σ_s H_pre[s] Y_s) + loop_emb[l];
     H_post = 2σ(α_post φ_post(z) + b_post) [n]; diag: H_res = σ(α_res φ_res(z) + b_res) [n],
@@ -870,7 +872,7 @@ class HyperRule(nn.Module):
 
     def reset_parameters(self):
         for m in self.phi:
-            m.reset_parameters()  # PyTorch's Linear default: U(±1/sqrt(n·d)), as SPEC §6
+            m.reset_parameters()  # PyTorch's Linear default: U(±1/sqrt(n·d)), as docs/systems.md says
         nn.init.normal_(self.emb, 0.0, 0.02)
 
     def init_state(self, h_pre):
@@ -935,7 +937,7 @@ class GPT(nn.Module):
             if hasattr(b, "reset_parameters"):
                 b.reset_parameters(n_unrolled)  # the energy block's output scaling and biases
         if hasattr(self.rule, "reset_parameters"):
-            self.rule.reset_parameters()  # the rule's own init (SPEC §2.1, §6)
+            self.rule.reset_parameters()  # the rule's own init (docs/systems.md)
         if c["block"] == "sandwich" and c["deeploop_p"] > 0:
             # DeepLoop: β = (8N)^(-p) scales attn.v, attn.o and the MLP matrices at init.
             beta = (8.0 * n_unrolled) ** -c["deeploop_p"]
@@ -1005,7 +1007,7 @@ def peer_config(cfg, batch=8):
 
 
 def looplm_state_dict(model, tensors):
-    """looplm checkpoint tensors (SPEC §6 names) -> this model's state_dict (energy / cem blocks):
+    """looplm checkpoint tensors (docs/format.md names) -> this model's state_dict (energy / cem blocks):
     tok_emb, pos_emb, norm_f -> wte, wpe, ln_f; energy: inp = [attn.H; mlp.up; mlp.down^T], b1, b2 =
     mlp.up.bias, mlp.down.bias, ln_bias = attn_norm.bias, ff_scale, step; cem: qk = [attn.q; attn.k],
     gate_up = [mlp.gate; mlp.up], diag = attn.diag, attn_norm, mlp_norm."""

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""CEM (causal energy minimisation, SPEC §2.4) at T = 1 and T = 2, with and without the diagonal term
+"""CEM (causal energy minimisation, docs/systems.md) at T = 1 and T = 2, with and without the diagonal term
 and the preconditioner, against Llama-style stacks of 2, 4 and 6 layers: validation loss against
 parameters.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""DeepLoop vs DeepNorm vs a pre-norm looped baseline (SPEC §2.2), and the p-sweep.
+"""DeepLoop vs DeepNorm vs a pre-norm looped baseline (docs/systems.md), and the p-sweep.
 
     experiments/deeploop.py [--quick] [--seeds N]      (full: ~35 min on 2 cores)
 
@@ -10,9 +10,10 @@ a plain looped core of 2 blocks (RMSNorm, GELU, RoPE, tied embeddings) applied R
     deepnorm  the same with p = 1/4
     prenorm   pre-norm blocks (no scaling), the usual looped baseline
     dense6    6 pre-norm blocks: with prenorm at R = 1 (2 blocks), the depth check
-  Part 2, the p-sweep: sandwich at R = 3, p in {0.25, 0.35, 0.45, 0.5, 0.6}, lr 3e-3 (where SPEC
-    notes post-norm models can sit on the unigram plateau), counting the runs whose validation
-    loss ends below the unigram entropy of the training bytes minus 0.25 nats ("left the plateau").
+  Part 2, the p-sweep: sandwich at R = 3, p in {0.25, 0.35, 0.45, 0.5, 0.6}, lr 3e-3 (where post-norm
+    models can sit on the unigram plateau: docs/systems.md, DeepLoop and DeepNorm), counting the
+    runs whose validation loss ends below the unigram entropy of the training bytes minus 0.25 nats
+    ("left the plateau").
 Writes experiments/results/deeploop/{results.md, results.json, by_R.png, p_sweep.png}.
 """
 import math

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Per-token early exit: held-out loss against mean loop steps per token, per exit rule (SPEC §3).
+"""Per-token early exit: held-out loss against mean loop steps per token, per exit rule (docs/cli.md).
 
     experiments/early_exit.py [--quick] [--seeds N] [--threads T] [--reverse]   (full: ~30 min on 2 cores)
 
@@ -9,10 +9,10 @@ byte-level KJV, d 128, each over the seeds. For each rule (kl, latent, entropy) 
 `looplm eval --exit-rule RULE --exit-threshold X` on the first 100 KB of the validation split: the
 loss at each token's own exit and the mean loop steps per token. Evaluation runs every token's
 missing steps for the later tokens' keys and values (the exact per_step KV policy), so the curve
-is the rule's, not a KV approximation's. The target (issue 9): with `kl`, at least 30% fewer loop
+is the rule's, not a KV approximation's. The target: with `kl`, at least 30% fewer loop
 steps on `looped` for at most 1% more loss than the fixed depth R.
 
-KV policies (issue 9, item 3): the same models scored through incremental decoding
+KV policies (docs/cli.md, generate): the same models scored through incremental decoding
 (`looplm eval --kv-policy P`: every token fed one at a time through the KV cache, as generation
 computes it) on the first 48 KB of the validation split, at the fixed depth and with kl at 0.01 and
 0.1: per_step (exact: must equal the full-pass loss), mean, last, first; the held-out loss and the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hyperloop vs plain looping vs mHC vs a depth-matched dense model (SPEC §2.5), at equal layout.
+"""Hyperloop vs plain looping vs mHC vs a depth-matched dense model (docs/systems.md), at equal layout.
 
     experiments/hyperloop.py [--quick] [--seeds N]      (full: ~30 min on 2 cores)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""NRGPT vs its recurrent baselines on ListOps across model sizes (SPEC §2.3, §4).
+"""NRGPT vs its recurrent baselines on ListOps across model sizes (docs/systems.md, docs/data.md).
 
     experiments/listops.py [--quick] [--seeds N]      (full: about an hour on 2 cores)
 

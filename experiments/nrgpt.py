@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""NRGPT vs its recurrent baselines on text at matched parameters (SPEC §2.3): validation loss, the
+"""NRGPT vs its recurrent baselines on text at matched parameters (docs/systems.md): validation loss, the
 train/validation gap, and the energy of every step.
 
     experiments/nrgpt.py [--quick] [--seeds N] [--threads T] [--reverse]   (full: ~50 min on 2 cores)

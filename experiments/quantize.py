@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Weight-only quantization of looped models: formats, RTN vs GPTQ, loop-aware calibration, and
-Hyperloop's ordering under INT4 (issue 9, items 4, 6 and 7; SPEC §2.5).
+Hyperloop's ordering under INT4 (the paper's claim in docs/systems.md, Hyperloop).
 
     experiments/quantize.py [--quick] [--seeds N] [--threads T]     (full: ~15 min on 2 cores, given the runs)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""RecurrentGPT (SPEC §2.1) at small scale, against its dense controls.
+"""RecurrentGPT (docs/systems.md) at small scale, against its dense controls.
 
     experiments/recurrent_gpt.py [--quick] [--seeds N]      (full: ~25 min on 2 cores)
 

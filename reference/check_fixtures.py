@@ -13,14 +13,14 @@
    training; the hyper rule's coefficients at init (H_pre ~ sigmoid(1/n), H_post ~ 1,
    H_res ~ sigmoid(1)), Sinkhorn rows and columns summing to 1 on the mhc fixture's logits;
    the energy block (NRGPT): its analytic updates against autograd (F = -grad_g E_FF,
-   A = -grad of E_AT w.r.t. the query copy only), against a loop-by-loop rewrite of SPEC §2.3,
-   and a float64 gradcheck through the analytic gradients (GELU''); the fixtures' energy.{r};
-   the cem block (CEM): a loop-by-loop rewrite of SPEC §2.4 (every T / diag / precond / RoPE
+   A = -grad of E_AT w.r.t. the query copy only), against a loop-by-loop rewrite of docs/systems.md
+   (NRGPT), and a float64 gradcheck through the analytic gradients (GELU''); the fixtures' energy.{r};
+   the cem block (CEM): a loop-by-loop rewrite of CEM in docs/systems.md (every T / diag / precond / RoPE
    combination), T = 1 without diag and preconditioner = a pre_norm SwiGLU block with
    v = W_K, o = W_Q^T, down = W_up^T, the preconditioner = its explicit symmetric matrix, the updates
    = minus the gradients of the conditional energies w.r.t. the normalised query (attention: times
    sqrt(hd), without RoPE), float64 gradcheck.
-5. Init statistics (tests/fixtures/init/*) against the spec's init written out.
+5. Init statistics (tests/fixtures/init/*) against the init of docs/systems.md written out.
 """
 import glob
 import json
@@ -205,7 +205,7 @@ def check_fixture(path):
 
 
 def expected_init(n, cfg):
-    """SPEC §1 / §2.1 / §2.2 / §2.3 / §2.4 / §2.5 init written out (cem: attn.q/k, mlp.gate/up
+    """The init of docs/systems.md (Building blocks and each system) written out (cem: attn.q/k, mlp.gate/up
     N(0, init_std) with no output scaling, since none of them is named attn.o / mlp.down): ("const", value), ("normal", std),
     ("uniform", bound) or ("eye", n_streams)."""
     N = cfg["n_prelude"] + cfg["n_core"] * cfg["R"] + cfg["n_coda"]
@@ -255,7 +255,7 @@ def expected_init(n, cfg):
 
 
 def check_init_stats(path):
-    """The init statistics against the spec's init (expected_init): N(0, 0.02) matrices, attn.o and
+    """The init statistics against the init of docs/systems.md (expected_init): N(0, 0.02) matrices, attn.o and
     mlp.down x 1/sqrt(2N), or with DeepLoop beta = (8N)^-p on attn.v, attn.o and every MLP matrix;
     norm weights 1, biases 0; gated: fc2.bias +4; hyper: W ~ U(+-1/sqrt(n d)), alpha 0.01,
     b_pre 1/n, b_res 1 (sinkhorn: identity), b_post 0, loop.emb N(0, 0.02)."""
@@ -376,8 +376,8 @@ def random_energy_block(cfg, gen):
 
 
 def naive_energy_block(blk, x):
-    """SPEC §2.3 written out token by token and head by head, from the weights only (no code shared
-    with EnergyBlock). Returns (x_new, A, F, E) for one sequence x [T, d]."""
+    """NRGPT (docs/systems.md) written out token by token and head by head, from the weights only (no
+    code shared with EnergyBlock). Returns (x_new, A, F, E) for one sequence x [T, d]."""
     T, d = x.shape
     nh = blk.attn.n_heads
     H = [blk.attn.H.weight[h * d:(h + 1) * d] for h in range(nh)]
@@ -422,7 +422,7 @@ def check_energy_block():
     """The energy block's analytic updates, for every (energy_ff, energy_P, energy_strict):
     F = -autograd grad_g E_FF; A = -autograd grad of E_AT w.r.t. the query copy g_i only (keys
     detached), and that this differs from the full gradient (so the check can tell them apart);
-    forward, A, F and energy() = a loop-by-loop rewrite of SPEC §2.3; strict: position 0 gets
+    forward, A, F and energy() = a loop-by-loop rewrite of NRGPT (docs/systems.md); strict: position 0 gets
     A = 0 and no attention energy; gradcheck (float64) of the block output w.r.t. x and every
     parameter, which differentiates through GELU' (GELU'')."""
     gen = torch.Generator().manual_seed(7)
@@ -500,7 +500,7 @@ def random_cem_block(cfg, gen):
 
 
 def naive_cem_block(blk, h, rope, T):
-    """SPEC §2.4 / §6 written out token by token and head by head from the weights only (no code
+    """CEM (docs/systems.md) written out token by token and head by head from the weights only (no code
     shared with CemBlock). h [L, d] one sequence; rope: bool; T inner steps. Returns the block output."""
     L, d = h.shape
     nh = blk.attn.n_heads
@@ -566,7 +566,7 @@ def naive_cem_block(blk, h, rope, T):
 
 
 def check_cem_block():
-    """The cem block (CEM, SPEC §2.4): forward = the loop-by-loop rewrite for T in 1..3, diag on/off,
+    """The cem block (CEM, docs/systems.md): forward = the loop-by-loop rewrite for T in 1..3, diag on/off,
     preconditioner on/off, RoPE on/off; with T = 1, no diag, no preconditioner it is a pre_norm
     SwiGLU block (q = W_Q, k = v = W_K, o = W_Q^T, gate = W_gate, up = W_up, down = W_up^T); the
     preconditioner = multiplying by diag(softplus(p)) + U V^T + V U^T; attention update = -sqrt(hd)

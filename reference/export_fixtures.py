@@ -81,7 +81,7 @@ FIXTURES = {
     "energy_ff1": dict(d_model=16, n_heads=2, n_core=1, R=2, d_ff=40, block="energy", energy_ff="ff1",
                        energy_P="diag", energy_c=0.1, energy_strict=True, norm="rmsnorm", pos="learned",
                        bias=False, tie_embeddings=False),
-    # CEM (SPEC §2.4): d 16, 2 heads (hd 8). cem: the paper's T = 2 with the diagonal term and RoPE,
+    # CEM (docs/systems.md): d 16, 2 heads (hd 8). cem: the paper's T = 2 with the diagonal term and RoPE,
     # d_ff 4d, tied. cem_precond: both preconditioners (rank 3), T = 3, two core blocks, learned
     # positions (no RoPE), d_ff 40 (not 4d). cem_nodiag: T = 1 (one standard-layer step), no
     # attn.diag, RoPE, R 3; norm_f is a layernorm, bias true and an untied head (lm_head.bias), so a

@@ -1,7 +1,7 @@
 """looplm reference model in PyTorch (the ground truth for tests/fixtures).
 
 Covers pre_norm / parallel / sandwich / energy (NRGPT) / cem (CEM) blocks and three loop rules
-(SPEC §1, §2.1, §2.2, §2.3, §2.4, §2.5, §6):
+(docs/systems.md; parameter names as in docs/format.md):
 
     tokens -> tok_emb (+ pos_emb) -> prelude -> h_pre
            -> state = init_state(h_pre); for r = 1..R: state = step(state, h_pre, core, r)
@@ -281,7 +281,7 @@ class DiagStep(nn.Module):
 
 
 class EnergyBlock(nn.Module):
-    """energy (NRGPT, SPEC §2.3): one descent step on E = E_AT(g) + E_FF(g), g = LN(x) (no gain, bias b):
+    """energy (NRGPT, docs/systems.md): one descent step on E = E_AT(g) + E_FF(g), g = LN(x) (no gain, bias b):
 
         s_ij^h = g_i^T H_h g_j                 (no scaling; keys j <= i, or j < i with energy_strict)
         A_i    = sum_h sum_j softmax_j(s_ij^h) H_h g_j          (= -grad of E_AT w.r.t. the query g_i only;
@@ -406,7 +406,7 @@ class LowRankPrecond(nn.Module):
 
 
 class CemBlock(nn.Module):
-    """cem (CEM, SPEC §2.4, §6): two sub-layers, attention then MLP; each takes T = cem_T steps
+    """cem (CEM, docs/systems.md): two sub-layers, attention then MLP; each takes T = cem_T steps
     x <- x + P(update(x_hat, c_hat)) from x^(0) = c, where c = the sub-layer's input (fixed context) and
     x_hat = n(x), c_hat = n(c) with the sub-layer's RMSNorm (gain attn_norm / mlp_norm, eps norm_eps,
     always RMSNorm: config `norm` is norm_f's only). P = identity, or LowRankPrecond with cem_precond.
@@ -536,7 +536,7 @@ def make_block(cfg, alpha):
 # where core(x) applies all n_core blocks once and r = 1, 2, ... counts the loop steps.
 
 class ResidualLoop(nn.Module):
-    """residual (SPEC §6): h^(r) = core(h^(r-1)); no parameters."""
+    """residual (docs/systems.md, Status): h^(r) = core(h^(r-1)); no parameters."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -567,7 +567,7 @@ class GateMLP(nn.Module):
 
 
 class GatedLoop(nn.Module):
-    """gated (RecurrentGPT, SPEC §2.1). State h, h^(0) = h_pre; step r:
+    """gated (RecurrentGPT, docs/systems.md). State h, h^(0) = h_pre; step r:
 
         h~      = W_proj [h + eps_x, h_pre]                 (+ b_proj when config bias = true)
         o       = core(h~)
@@ -660,7 +660,7 @@ def sinkhorn(L, iters):
 
 
 class HyperLoop(nn.Module):
-    """hyper (Hyperloop, SPEC §2.5; mHC with hyper_res = sinkhorn). State Y: n streams stored as
+    """hyper (Hyperloop, docs/systems.md; mHC with hyper_res = sinkhorn). State Y: n streams stored as
     [.., n*d] (stream s = features s*d .. (s+1)*d - 1); Y^(0) = n copies of h_pre; readout = mean
     of the streams. Step r uses the maps and embedding of loop l = min(r, R) - 1:
 
@@ -853,7 +853,7 @@ class LoopLM(nn.Module):
     def energies(self, tokens, R=None):
         """Energy block diagnostics: [E(h^(0)), ..., E(h^(R))], each [B, T] = the per-token energy of
         the first core block (an energy block) at the loop state, i.e. E of step r's input for
-        r = 1..R and of the final state last (SPEC §6)."""
+        r = 1..R and of the final state last (docs/systems.md, NRGPT)."""
         assert self.cfg["block"] == "energy", "energies() needs energy blocks"
         return [self.core[0].energy(h) for h in self.loop_states(tokens, R)]
 

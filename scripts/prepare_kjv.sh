@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds looplm's default corpus (SPEC §4, docs/data.md): the King James Bible from Debian's
+# Builds looplm's default corpus (docs/data.md): the King James Bible from Debian's
 # bible-kjv package, split by chapter into OUT_DIR/train.txt and OUT_DIR/val.txt.
 #
 #   scripts/prepare_kjv.sh [OUT_DIR]        (default data/kjv)

@@ -782,7 +782,7 @@ TEST_F(Cli, BenchFormats) {
 
 // looplm info: the layout, parameter and FLOP counts as the components declare them, and the
 // dense controls of a looped config (RecurrentGPT's 4 unique blocks at R = 4 cost about what 12
-// dense blocks do: SPEC §2.1's iso-FLOP pairing at ~1/3 of the parameters).
+// dense blocks do: the iso-FLOP pairing of docs/systems.md, RecurrentGPT, at ~1/3 of the parameters).
 TEST_F(Cli, InfoReportsLayoutFlopsAndDenseControls) {
   CmdResult r = run("info --preset recurrent_gpt --json");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -795,7 +795,7 @@ TEST_F(Cli, InfoReportsLayoutFlopsAndDenseControls) {
   EXPECT_EQ(j["unrolled_depth"].get<int>(), 10);
   const double d = c.d_model;
   const auto& f = j["flops_per_token_parts"];
-  EXPECT_DOUBLE_EQ(f["rule_per_step"].get<double>(), 10 * d * d);  // W_proj and f_g: SPEC §2.1's 10d²
+  EXPECT_DOUBLE_EQ(f["rule_per_step"].get<double>(), 10 * d * d);  // W_proj and f_g: 10d² (docs/systems.md)
   // one pre_norm block: 2·(4d² + 8d²) multiply-adds plus attention over T/2 keys
   EXPECT_DOUBLE_EQ(f["prelude"].get<double>(), 24 * d * d + 2.0 * c.context * d);
   const double infer = f["prelude"].get<double>() + c.R * (f["core_per_step"].get<double>() + f["rule_per_step"].get<double>()) +

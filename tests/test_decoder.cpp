@@ -88,7 +88,7 @@ TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
 // With the fixed rule every token runs the depth, so per_step, last and first keep the same keys
 // and values and score what the full-pass evaluation scores; mean averages them and does not.
 // With a threshold that splits the tokens, per_step still scores the full pass's early-exit loss
-// and steps (SPEC §3: exact).
+// and steps (exact: docs/cli.md, generate).
 TEST(Decoder, IncrementalPerStepScoresTheFullPass) {
   for (const char* preset : {"looped", "recurrent_gpt", "hyperloop"}) {
     const Config c = small(preset);

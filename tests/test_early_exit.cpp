@@ -1,6 +1,6 @@
-// Per-token early exit (SPEC §3) in evaluation: the criteria, the extremes (every token at its first
-// possible exit / none early), and an intermediate threshold against an independent computation
-// from full forward passes at each depth.
+// Per-token early exit in evaluation (docs/cli.md, eval): the criteria, the extremes (every token at
+// its first possible exit / none early), and an intermediate threshold against an independent
+// computation from full forward passes at each depth.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // The energy blocks' kernels (kernels_energy.h) and NRGPT's attention options: finite-difference
-// checks in double on odd sizes (gradcheck_util.h), and the analytic energy gradients of SPEC §2.3
-// — as the block computes them from these kernels — against finite differences of the energies.
+// checks in double on odd sizes (gradcheck_util.h), and the analytic energy gradients of NRGPT
+// (docs/systems.md) — as the block computes them from these kernels — against finite differences
+// of the energies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,9 +109,9 @@ TEST(GradCheck, AttentionScaleAndStrict) {
   nrgpt_attention_check(true, k::kAttnBlock + 3);  // strict across a causal block boundary
 }
 
-// SPEC §2.3: the block's update is the negative gradient of the energies with respect to the
-// (normalised) token state g — the attention energy's with respect to the query token only. The
-// analytic forms, built from the kernels the block uses, against finite differences of the
+// docs/systems.md (NRGPT): the block's update is the negative gradient of the energies with respect
+// to the (normalised) token state g — the attention energy's with respect to the query token only.
+// The analytic forms, built from the kernels the block uses, against finite differences of the
 // energies written out from their definitions.
 namespace {
 struct EnergyCase {

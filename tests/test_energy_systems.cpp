@@ -88,7 +88,7 @@ TEST(EnergyDiagnostics, PerStepFallAndFinalAreConsistentAcrossDepths) {
 TEST(EnergyBlock, ConfigChecksAndLayout) {
   Config c = energy_config("ff2w", "matrix");
   c.pos = "rope";
-  EXPECT_THROW(c.validate(), UsageError);  // energy blocks take no RoPE (SPEC §6)
+  EXPECT_THROW(c.validate(), UsageError);  // energy blocks take no RoPE (docs/systems.md, NRGPT)
   c.pos = "none";
   c.validate();
   EXPECT_THROW(c.set("energy_ff", "ff3"), UsageError);
@@ -107,7 +107,7 @@ TEST(EnergyBlock, ConfigChecksAndLayout) {
   EXPECT_EQ(count(c1), d + n * d * d + f * d + f + 1 + d);  // no W2, γ instead of P
 }
 
-// SPEC §2.4 / issue: CEM with T = 1 and no diagonal term is one standard layer with tied weights —
+// docs/systems.md (CEM): CEM with T = 1 and no diagonal term is one standard layer with tied weights —
 // a pre-norm SwiGLU block with v = W_K, o = W_Qᵀ, down = W_upᵀ; with the preconditioner the
 // outputs are multiplied by its explicit symmetric matrix P = diag(softplus(p)) + U Vᵀ + V Uᵀ, so
 // o = P W_Qᵀ and down = P W_upᵀ. Both with RoPE and with learned positions.

@@ -567,7 +567,7 @@ TEST(Presets, EveryPresetBuildsAndGenerates) {
 }
 
 // The docs are self-contained: every relative link in README.md and docs/ points at a file of
-// this repository (no ../shared/..., which a user's clone does not have).
+// this repository (nothing in a directory beside the checkout, which a user's clone does not have).
 TEST(Docs, LinksStayInsideTheRepository) {
   const fs::path root = LOOPLM_SOURCE_DIR;
   std::vector<fs::path> pages = {root / "README.md"};

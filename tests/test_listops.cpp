@@ -1,4 +1,4 @@
-// ListOps (SPEC §4, docs/data.md): the generator's labels against an evaluator written here
+// ListOps (docs/data.md): the generator's labels against an evaluator written here
 // independently (over the spaced LRA token form, recursive, median through doubles as LRA's
 // int(np.median(...)) does), hand-written MED / SM cases, the tree-shape and length limits,
 // determinism, the train / test split, and `looplm data listops` end to end.

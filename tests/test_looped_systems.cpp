@@ -1,4 +1,4 @@
-// The looped systems (SPEC §2.1 RecurrentGPT, §2.2 DeepLoop / DeepNorm, §2.5 Hyperloop / mHC)
+// The looped systems (docs/systems.md: RecurrentGPT, DeepLoop / DeepNorm, Hyperloop / mHC)
 // beyond the reference fixtures (test_reference.cpp): the values the papers' inits promise, the
 // DeepLoop identities, training noise (training only, keyed per micro-batch), and every preset
 // training, evaluating and generating.
@@ -81,8 +81,9 @@ TEST(LoopedSystems, HyperInitMaps) {
   }
 }
 
-// SPEC §2.2: α = (2N)^p, β = (8N)^-p, so β/α = (16N²)^-p; for p = 1/2 and a plain looped model
-// (N = K·R), M·R·(β/α)² = 1/(8K) with M = 2N. The sandwich blocks and the init use these values.
+// docs/systems.md (DeepLoop and DeepNorm): α = (2N)^p, β = (8N)^-p, so β/α = (16N²)^-p; for p = 1/2
+// and a plain looped model (N = K·R), M·R·(β/α)² = 1/(8K) with M = 2N. The sandwich blocks and the
+// init use these values.
 TEST(LoopedSystems, DeepLoopScaling) {
   for (double p : {0.5, 0.25, 0.6}) {
     for (auto [K, R] : {std::pair{2, 3}, std::pair{4, 1}, std::pair{1, 8}}) {

@@ -1,5 +1,5 @@
-// The one typed config of a looplm model and its training run (SPEC §1: every knob is a field,
-// saved in every checkpoint). Flat JSON object; keys listed in docs/config.md and by
+// The one typed config of a looplm model and its training run (every knob is a field, saved in
+// every checkpoint: docs/format.md). Flat JSON object; keys listed in docs/config.md and by
 // `looplm train --help-config`.
 //
 // Two kinds of keys, one namespace:
@@ -34,7 +34,7 @@ struct Config {
   bool bias = false;                   // biases in attention / MLP linears (and untied lm_head)
   bool tie_embeddings = true;
   std::string loop_rule = "residual";  // a registered loop rule
-  double deeploop_p = 0.0;             // 0: off (α = 1). >0: α = (2N)^p, β = (8N)^-p (SPEC §2.2)
+  double deeploop_p = 0.0;             // 0: off (α = 1). >0: α = (2N)^p, β = (8N)^-p (docs/systems.md)
   double init_std = 0.02;
   double norm_eps = 1e-5;
   std::string tokenizer = "byte";      // byte | char
@@ -76,7 +76,7 @@ struct Config {
 
   int ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int head_dim() const { return d_model / n_heads; }
-  int n_unrolled() const { return n_prelude + n_core * R + n_coda; }  // N in SPEC §1/§2.2
+  int n_unrolled() const { return n_prelude + n_core * R + n_coda; }  // N of docs/systems.md
 
   // Parse/serialise. Unknown keys and bad values throw UsageError naming the key (and `origin`).
   static Config from_json_text(const std::string& text, const std::string& origin);

@@ -115,8 +115,8 @@ class RunLock {
 };
 
 // ---------------------------------------------------------------- a loaded model
-// Per-token early exit (SPEC §3): a token stops at the first loop step whose criterion is below
-// `threshold`, at the latest at the run's depth. kl: KL(p_r ‖ p_{r−1}) between the next-token
+// Per-token early exit (docs/cli.md, eval): a token stops at the first loop step whose criterion is
+// below `threshold`, at the latest at the run's depth. kl: KL(p_r ‖ p_{r−1}) between the next-token
 // distributions of successive exits (from step 2); latent: ‖h_r − h_{r−1}‖ / ‖h_r‖ (from step 2);
 // entropy: of p_r (from step 1); fixed: every token runs the depth.
 enum class ExitRule { fixed, kl, latent, entropy };
@@ -128,10 +128,11 @@ ExitRule parse_exit_rule(const std::string& name);  // UsageError naming the cho
 const char* exit_rule_name(ExitRule r);
 
 // What incremental decoding keeps for a token that exited before a loop step later tokens run
-// (SPEC §3). per_step: the token's missing steps run for their keys and values (exact: the same
-// result as a full forward pass; saves no loop steps). mean: one key/value per block, the mean over
-// the steps the token ran (least memory). last / first: later steps read the token's last / first
-// step's key and value. With the fixed rule no token exits early and only `mean` differs.
+// (docs/cli.md, generate). per_step: the token's missing steps run for their keys and values
+// (exact: the same result as a full forward pass; saves no loop steps). mean: one key/value per
+// block, the mean over the steps the token ran (least memory). last / first: later steps read the
+// token's last / first step's key and value. With the fixed rule no token exits early and only
+// `mean` differs.
 enum class KvPolicy { per_step, mean, last, first };
 KvPolicy parse_kv_policy(const std::string& name);  // UsageError naming the choices
 const char* kv_policy_name(KvPolicy p);

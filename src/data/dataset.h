@@ -1,4 +1,4 @@
-// Token data: loading (SPEC §4), llm.c shard writing, the training batch sampler and eval windows.
+// Token data: loading, llm.c shard writing, the training batch sampler and eval windows.
 // Formats and choices are described in docs/data.md.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// ListOps (SPEC §4; Long Range Arena semantics): random nested lists of the operators MIN, MAX, MED
+// ListOps (Long Range Arena semantics): random nested lists of the operators MIN, MAX, MED
 // (median, truncated) and SM (sum mod 10) over digits 0-9, labelled with the value of the root.
 // docs/data.md ("ListOps") describes the generator, the presets and the file format.
 //

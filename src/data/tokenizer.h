@@ -1,4 +1,4 @@
-// Tokenizers (SPEC §4, docs/data.md).
+// Tokenizers (docs/data.md).
 //  * byte: id = byte value, vocab 256. Any byte string round-trips.
 //  * char: id = index of a Unicode code point in an alphabet (UTF-8 string, no duplicates).
 //    Built from a corpus the alphabet is its sorted unique code points; the alphabet is stored in

@@ -1,8 +1,8 @@
-// Incremental decoding of several sequences at once (SPEC §3): a KV cache with one row per
-// sequence, each with its own length, and one batched pass per new token. With an exit rule the
-// decoder steps the rows through the loop itself: a token leaves the batch at its exit, and the
-// KV policy says what later tokens read for the steps it did not run. Generation and incremental
-// scoring (eval --kv-policy) both run on it.
+// Incremental decoding of several sequences at once (docs/numerics.md, Batched decoding): a KV
+// cache with one row per sequence, each with its own length, and one batched pass per new token.
+// With an exit rule the decoder steps the rows through the loop itself: a token leaves the batch at
+// its exit, and the KV policy says what later tokens read for the steps it did not run. Generation
+// and incremental scoring (eval --kv-policy) both run on it.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
-// Per-token early exit (SPEC §3): the criteria of ExitRule, and a tracker that follows the rows of
-// one forward pass through its exits. Shared by evaluation and generation.
+// Per-token early exit (docs/cli.md, eval): the criteria of ExitRule, and a tracker that follows
+// the rows of one forward pass through its exits. Shared by evaluation and generation.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,7 +1,7 @@
-// Deterministic evaluation (SPEC §3): noise off, fixed depth, consecutive non-overlapping windows
-// of `context` tokens with targets shifted by one; the mean token loss at every exit r = 1..depth
-// and the per-step diagnostics (the cosine of successive exit states, and every tensor the model's
-// components name as a diagnostic: Graph::diagnostic).
+// Deterministic evaluation (docs/cli.md, eval): noise off, fixed depth, consecutive non-overlapping
+// windows of `context` tokens with targets shifted by one; the mean token loss at every exit
+// r = 1..depth and the per-step diagnostics (the cosine of successive exit states, and every tensor
+// the model's components name as a diagnostic: Graph::diagnostic).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,6 +1,6 @@
-// Self-speculative decoding of a looped model (issue 9): the model at its first r loop steps is
-// the draft, the model at R the target, and they share the KV cache of those r steps (the
-// decoder's slots are per loop step, so a draft's steps are the target's). Each round drafts K
+// Self-speculative decoding of a looped model (docs/cli.md, generate): the model at its first r
+// loop steps is the draft, the model at R the target, and they share the KV cache of those r steps
+// (the decoder's slots are per loop step, so a draft's steps are the target's). Each round drafts K
 // tokens one at a time at depth r, feeds the last accepted token and the first K − 1 drafts to the
 // full model in one pass, and keeps the drafts the full model agrees with plus its first
 // correction: every token kept is the full model's greedy choice given the tokens before it.

@@ -1,6 +1,7 @@
-// A transformer block kind (SPEC §1.1). A kind is one source file: a class that declares its
-// parameters (with their init) in its constructor and applies itself in forward(), and a
-// register_*() function that src/model/components.cpp calls (docs/architecture.md).
+// A transformer block kind (docs/systems.md, Building blocks). A kind is one source file: a class
+// that declares its parameters (with their init) in its constructor and applies itself in
+// forward(), and a register_*() function that src/model/components.cpp calls
+// (docs/architecture.md).
 #pragma once
 #include <functional>
 #include <memory>

@@ -1,4 +1,4 @@
-// The `cem` block kind: causal energy minimisation (SPEC §2.4, §6). Each sub-layer takes T = cem_T
+// The `cem` block kind: causal energy minimisation (docs/systems.md). Each sub-layer takes T = cem_T
 // gradient steps on a conditional energy of a moving query state x given its own input h, which
 // stays fixed as the context (x⁽⁰⁾ = h); both are RMS-normalised by the sub-layer's norm (with gain):
 //
@@ -14,8 +14,8 @@
 // context only, so one KV-cache slot per (block, loop step) serves every inner step. The transposed
 // uses of W_Q and W_up are op::matmul on the same parameter nodes: one gradient each.
 //
-// Init (SPEC: W_Q and W_up get no output scaling): every matrix N(0, init_std), δ = 0, norms 1,
-// p = softplus⁻¹(1) and U, V N(0, init_std) (P ≈ I). No biases.
+// Init (docs/systems.md, CEM: W_Q and W_up get no output scaling): every matrix N(0, init_std),
+// δ = 0, norms 1, p = softplus⁻¹(1) and U, V N(0, init_std) (P ≈ I). No biases.
 //
 // Diagnostics (eval): "cem.attn.step{t}" and "cem.mlp.step{t}", the mean per-token norm ‖P u‖ of
 // inner step t of each sub-layer.

@@ -1,4 +1,4 @@
-// The `energy` block kind: NRGPT (SPEC §2.3, §6). One application is one descent step of the token
+// The `energy` block kind: NRGPT (docs/systems.md). One application is one descent step of the token
 // state on an energy, with the update written as the energy's analytic gradient (training then
 // back-propagates through that gradient, so GELU″ appears):
 //
@@ -16,7 +16,7 @@
 // attention op's. Wᵀ uses of W1 and W2 are op::matmul on the same parameter nodes, so both uses
 // accumulate into the one gradient.
 //
-// Init (SPEC is silent; chosen here, docs/systems.md): H, W1 N(0, init_std) like q/k; W2 and the
+// Init (the paper is silent; chosen here, docs/systems.md): H, W1 N(0, init_std) like q/k; W2 and the
 // step matrix N(0, init_std / √(2N)) like the output projections they play the part of; biases 0;
 // s_ff = 1; γ = 1 (P = c·I).
 //

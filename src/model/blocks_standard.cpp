@@ -1,4 +1,4 @@
-// The standard block kinds of SPEC §1.1.
+// The standard block kinds (docs/systems.md, Building blocks).
 #include <cmath>
 
 #include "model/components.h"
@@ -53,7 +53,8 @@ class ParallelBlock : public AttnMlpBlock {
   }
 };
 
-// sandwich (post-norm; DeepLoop / DeepNorm / Huginn), α = (2N)^p (SPEC §2.2; 1 when p = 0):
+// sandwich (post-norm; DeepLoop / DeepNorm / Huginn), α = (2N)^p, 1 when p = 0 (docs/systems.md,
+// DeepLoop and DeepNorm):
 //   x = n2(α·x + attn(n1(x)));  x = n4(α·x + mlp(n3(x)))
 class SandwichBlock : public AttnMlpBlock {
  public:

@@ -1,6 +1,6 @@
-// KV cache keyed by (block, loop step) (SPEC §3): every application of a shared core block keeps
-// its own keys and values — sharing one cache across loop steps is a known bug elsewhere. Rows
-// are sequences, each with its own positions (batched generation).
+// KV cache keyed by (block, loop step) (docs/cli.md, generate): every application of a shared core
+// block keeps its own keys and values — sharing one cache across loop steps is a known bug elsewhere.
+// Rows are sequences, each with its own positions (batched generation).
 //
 // Layout: prelude blocks one slot each; core blocks `core_steps` slots (loop steps 0..); coda
 // blocks `coda_steps` slots (one per exit when tokens exit early, since the coda's keys at exit r

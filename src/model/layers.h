@@ -1,5 +1,6 @@
-// The shared building blocks of SPEC §1.1: norm, causal multi-head attention, MLP. Each declares
-// its parameters under its SPEC §6 name with their init and applies itself with ops from src/ops.
+// The shared building blocks (docs/systems.md, Building blocks): norm, causal multi-head attention,
+// MLP. Each declares its parameters under its checkpoint name (docs/format.md) with their init and
+// applies itself with ops from src/ops.
 #pragma once
 #include <string>
 
@@ -18,7 +19,7 @@ struct BlockCtx {
   op::RowPlace place;              // generation: where each batch row sits in it
 };
 
-// Init scales of SPEC §1 and §2.2, functions of the config:
+// Init scales (docs/systems.md, Building blocks; DeepLoop and DeepNorm), functions of the config:
 //  * matrices N(0, init_std);
 //  * output projections (attn.o, mlp.down) × 1/√(2N), N the unrolled depth at the trained R;
 //  * with DeepLoop (deeploop_p > 0), β = (8N)^-p instead scales attn.v, attn.o and every MLP

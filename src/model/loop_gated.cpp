@@ -1,4 +1,4 @@
-// The `gated` loop rule: RecurrentGPT (SPEC §2.1, §6). For r = 1..depth, with h = h^(r-1):
+// The `gated` loop rule (docs/systems.md, RecurrentGPT). For r = 1..depth, with h = h^(r-1):
 //
 //   h~      = W_proj [h + ε_x, h_pre]                          (+ b_proj when biases are on)
 //   o       = core(h~)
@@ -9,8 +9,8 @@
 // bias of f_g starts at gate_bias_init (+4: g ≈ 0.98, the state is copied at first and the model
 // learns what to overwrite). The gate is reported per step as the diagnostic "gate".
 //
-// Init where the spec is silent: W_proj and both f_g weights N(0, init_std) like every other matrix
-// of the family; b_proj and f_g's first bias 0.
+// Init where the paper is silent (docs/systems.md, the choices under Status): W_proj and both f_g
+// weights N(0, init_std) like every other matrix of the family; b_proj and f_g's first bias 0.
 #include "model/components.h"
 
 namespace looplm {
@@ -61,7 +61,7 @@ class GatedRule : public LoopRule {
     return op::gate_mix(g, gate, h, o);
   }
 
-  // W_proj (2d → d), f_g (2d → d, d → d): SPEC §2.1's R·10d².
+  // W_proj (2d → d), f_g (2d → d, d → d): the R·10d² of docs/systems.md (RecurrentGPT).
   double flops_per_token() const override { return 10.0 * d_ * d_; }
 
  private:

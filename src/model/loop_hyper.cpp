@@ -1,4 +1,4 @@
-// The `hyper` loop rule: Hyperloop, and mHC with hyper_res = sinkhorn (SPEC §2.5, §6). The state is
+// The `hyper` loop rule: Hyperloop, and mHC with hyper_res = sinkhorn (docs/systems.md). The state is
 // n parallel residual streams Y [N, n·d] (stream s = columns s·d..s·d+d−1), each loop ℓ with its
 // own hyper-connection maps:
 //
@@ -13,10 +13,11 @@
 //   h      = mean_s Y_s                                           readout
 //
 // ℓ = min(r, R) − 1: loops beyond the trained R reuse the last loop's maps and embedding.
-// Init (SPEC §6): φ weights U(±1/√(n·d)) (PyTorch's Linear default), α = 0.01, b_pre = 1/n,
-// b_res = 1, b_post = 0 (so H_pre ≈ σ(1/n), H_res ≈ σ(1), H_post ≈ 1); loop_emb N(0, init_std).
-// mHC's b_res (spec silent): 1 on the diagonal and 0 off it, the diagonal rule's bias on its
-// diagonal; at init H_res is then the doubly stochastic (e − 1)/(e + n − 1) I + 1/(e + n − 1) 11ᵀ.
+// Init (docs/systems.md, Hyperloop): φ weights U(±1/√(n·d)) (PyTorch's Linear default), α = 0.01,
+// b_pre = 1/n, b_res = 1, b_post = 0 (so H_pre ≈ σ(1/n), H_res ≈ σ(1), H_post ≈ 1); loop_emb
+// N(0, init_std). mHC's b_res (the paper is silent): 1 on the diagonal and 0 off it, the diagonal
+// rule's bias on its diagonal; at init H_res is then the doubly stochastic
+// (e − 1)/(e + n − 1) I + 1/(e + n − 1) 11ᵀ.
 //
 // The three φ of a loop are one matrix [n + n_res + n, n·d] (their weights are registered back to
 // back), so a loop step makes one GEMM for all its maps. Diagnostics per loop step: "hyper.pre",

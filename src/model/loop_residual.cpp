@@ -1,6 +1,6 @@
-// The `residual` loop rule (SPEC §6): h^(r) = core(h^(r-1)). No parameters, no keys; the state is
-// one stream [N, d], so init_state and readout keep their defaults (the state is h).
-// The worked example of docs/architecture.md.
+// The `residual` loop rule (docs/systems.md, Status): h^(r) = core(h^(r-1)). No parameters, no
+// keys; the state is one stream [N, d], so init_state and readout keep their defaults (the state
+// is h). The worked example of docs/architecture.md.
 #include "model/components.h"
 
 namespace looplm {

@@ -1,4 +1,4 @@
-// A loop rule: how the loop state moves around the shared core (SPEC §1, §2). The rule owns its
+// A loop rule: how the loop state moves around the shared core (docs/systems.md). The rule owns its
 // state: init_state makes it from the prelude output, step advances it by one application of the
 // core, readout gives the exit's hidden state [N, d]. The state may be anything a rule needs —
 // one stream [N, d] (residual, gated) or n streams [N, n·d] (hyper) — so eval, generation and the

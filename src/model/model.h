@@ -1,4 +1,4 @@
-// The looplm model family (SPEC §1):
+// The looplm model family (docs/systems.md, One family):
 //   tokens → embed → prelude (once) → h_pre → state = init_state(h_pre)
 //   → state = LoopRule.step(state, h_pre, core, r) for r = 1..depth → h = readout(state)
 //   → coda (once) → norm_f → lm_head → logits

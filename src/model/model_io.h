@@ -1,5 +1,5 @@
-// A model's weights on disk (SPEC §5, docs/format.md): model.safetensors holds every parameter
-// under its SPEC §6 name and the full config in the metadata.
+// A model's weights on disk (docs/format.md): model.safetensors holds every parameter under its
+// checkpoint name and the full config in the metadata.
 #pragma once
 #include <map>
 #include <memory>

@@ -1,6 +1,7 @@
-// The parameter registry: every weight has its SPEC §6 name, shape, init and place in one flat
-// buffer (so AdamW, gradient norms and checkpoints are single loops). Weights that one GEMM uses
-// together (attn q|k|v, mlp gate|up) are registered back to back so they can be viewed as one matrix.
+// The parameter registry: every weight has its checkpoint name (docs/format.md), shape, init and
+// place in one flat buffer (so AdamW, gradient norms and checkpoints are single loops). Weights that
+// one GEMM uses together (attn q|k|v, mlp gate|up) are registered back to back so they can be viewed
+// as one matrix.
 //
 // A component declares each parameter with its init (constant, normal(std), uniform(±a), computed
 // from the config where the paper says so: an output projection's 1/√(2N), DeepLoop's β, a gate

@@ -1,5 +1,5 @@
-// RoPE angles for positions 0..T-1 (SPEC §6: rotate-half, θ_i = base^(−2i/hd)), owned by the model
-// and handed to the attention ops as a view.
+// RoPE angles for positions 0..T-1 (rotate-half, θ_i = base^(−2i/hd): docs/systems.md, Building
+// blocks), owned by the model and handed to the attention ops as a view.
 #pragma once
 #include <cmath>
 #include <vector>

@@ -1,6 +1,6 @@
-// How a generation pass meets its KV cache (SPEC §3). A pass holds B batch rows of T new tokens
-// each; RowPlace says where each row sits (llama.cpp's llama_batch idea: every row its own
-// position and sequence), CacheRef is one (block, loop step)'s cache as an op sees it.
+// How a generation pass meets its KV cache (docs/cli.md, generate). A pass holds B batch rows of T
+// new tokens each; RowPlace says where each row sits (llama.cpp's llama_batch idea: every row its
+// own position and sequence), CacheRef is one (block, loop step)'s cache as an op sees it.
 #pragma once
 
 namespace looplm::op {

@@ -99,7 +99,7 @@ class Graph {
   size_t activation_bytes_peak() const { return values_.high_water(); }
   size_t grad_bytes_peak() const { return grads_.bytes_in_use_peak(); }
 
-  // ---- named intermediates (DESIGN habit 6). Every forward names the tensors a reader may want
+  // ---- named intermediates (docs/architecture.md). Every forward names the tensors a reader may want
   // (loop states, the inputs of each linear layer, a rule's gates) with tap(); an observer, when
   // one is set, sees each with its (name, block, loop step): eval diagnostics, calibration
   // statistics for quantization and the reference-fixture checks all read them this way. Without

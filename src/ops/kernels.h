@@ -196,7 +196,7 @@ void layernorm_bwd(const T* x, const T* w, const T* mean, const T* rstd, const T
     }
 }
 
-// ---------------------------------------------------------------- RoPE (rotate-half, SPEC §6)
+// ---------------------------------------------------------------- RoPE (rotate-half, docs/systems.md)
 // Channel i pairs with i + hd/2. cos/sin tables [T, hd/2] for positions pos0.. of the rows.
 // x, y [rows, ld] with the head in columns [0, hd); y may alias x.
 template <class T>

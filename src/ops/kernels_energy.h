@@ -1,5 +1,5 @@
-// Kernels of the energy blocks' ops (SPEC §2.3 NRGPT, §2.4 CEM), forward and backward side by side,
-// templated on the scalar (float engine / double gradcheck, tests/test_energy_ops.cpp):
+// Kernels of the energy blocks' ops (NRGPT and CEM in docs/systems.md), forward and backward side
+// by side, templated on the scalar (float engine / double gradcheck, tests/test_energy_ops.cpp):
 //   the GELU derivatives an analytic energy gradient needs (training differentiates them once
 //   more, so GELU″ appears), a product with an untransposed weight (x W: the transposed use of a
 //   tied matrix), a row scale (P = c·diag(γ)), and the head-block repeat / sum that let NRGPT's

@@ -1,4 +1,4 @@
-// Kernels of the loop rules' ops (SPEC §2.1 gated, §2.5 hyper / mHC), forward and backward side by
+// Kernels of the loop rules' ops (docs/systems.md: gated, hyper / mHC), forward and backward side by
 // side, templated on the scalar (float engine / double gradcheck, tests/test_gradcheck.cpp).
 //   gates:   sigmoid (with input and output scales), SiLU, the convex gate mix, scale-and-shift
 //            by a learned scalar and a bias row;
@@ -239,7 +239,7 @@ void stream_update_bwd(const T* Y, const T* H, const T* P, const T* x, const T* 
 // ---------------------------------------------------------------- Sinkhorn–Knopp (mHC)
 // Each row of L [N, n·n] is an n×n matrix (row-major). H = the matrix after `iters` rounds of
 // {normalise every row to sum 1, then every column} applied to exp(L − max L). Computed in double
-// whatever T is (SPEC §6: fp32 or wider). The backward replays the forward per matrix and keeps its
+// whatever T is (docs/systems.md, Hyperloop). The backward replays the forward per matrix and keeps its
 // iterates in `work` (per thread: sinkhorn_work(n, iters) doubles), then runs back through them.
 inline size_t sinkhorn_work(int n, int iters) { return (size_t)(2 * iters + 1) * n * n + (size_t)2 * iters * n; }
 

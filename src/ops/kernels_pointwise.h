@@ -9,7 +9,7 @@
 
 namespace looplm::k {
 
-// ---------------------------------------------------------------- GELU, exact erf form (SPEC §6)
+// ---------------------------------------------------------------- GELU, exact erf form (docs/systems.md)
 template <class T>
 inline T gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
 template <class T>

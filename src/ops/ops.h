@@ -22,7 +22,7 @@ Node* linear_packed(Graph& g, Node* x, const PackedMatrix& W, Node* b);
 Node* embedding(Graph& g, const int32_t* tokens, int N, Node* E, Node* P, int T_rows, const RowPlace& at = {});
 Node* rmsnorm(Graph& g, Node* x, Node* w, double eps);
 Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps);
-// RoPE angles: cos and sin [positions, hd/2], row p for position p (SPEC §6); both null for none.
+// RoPE angles: cos and sin [positions, hd/2], row p for position p (docs/systems.md); both null for none.
 struct RopeAngles {
   const float* cos = nullptr;
   const float* sin = nullptr;
@@ -80,7 +80,7 @@ Node* head_concat(Graph& g, Node* A, Node* B, int H);
 Node* head_slice(Graph& g, Node* Y, int H, int c0, int n);           // [N, H·n], head k = Y_k[c0, c0+n)
 Node* mul(Graph& g, Node* a, Node* b);                               // a ⊙ b
 Node* softplus(Graph& g, Node* x);                                   // log(1 + eˣ)
-// RoPE on x [B*T, H·hd] (every head), row b·T + t at position at.at(b) + t (SPEC §6 rotate-half)
+// RoPE on x [B*T, H·hd] (every head), row b·T + t at position at.at(b) + t (rotate-half, docs/systems.md)
 Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, const RowPlace& at = {});
 
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.

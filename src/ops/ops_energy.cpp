@@ -1,4 +1,4 @@
-// The energy blocks' ops (SPEC §2.3 NRGPT, §2.4 CEM). Each wraps a kernel pair of
+// The energy blocks' ops (NRGPT and CEM in docs/systems.md). Each wraps a kernel pair of
 // kernels_energy.h and records its backward (graph.h has the contract).
 #include "ops/kernels_energy.h"
 #include "ops/ops.h"

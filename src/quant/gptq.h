@@ -1,7 +1,7 @@
-// Weight-only post-training quantization (SPEC §2.5): round to nearest (rtn: the format's own
-// packing) or GPTQ (Frantar et al. 2022), which quantizes a matrix one column at a time and moves
-// each column's error onto the columns not yet quantized through the inverse Hessian of the layer's
-// inputs, H = Σ x xᵀ, from calibration text.
+// Weight-only post-training quantization (docs/cli.md, quantize): round to nearest (rtn: the
+// format's own packing) or GPTQ (Frantar et al. 2022), which quantizes a matrix one column at a
+// time and moves each column's error onto the columns not yet quantized through the inverse Hessian
+// of the layer's inputs, H = Σ x xᵀ, from calibration text.
 //
 // Loop-aware calibration: a shared core block's matrices see inputs at every loop step, so their
 // Hessian sums the inputs of all the steps they run in (the weights must serve every step);

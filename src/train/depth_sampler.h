@@ -1,4 +1,5 @@
-// Training depth per step (SPEC §3), a pure function of (seed, step) so runs resume exactly:
+// Training depth per step (docs/config.md, depth_sampler), a pure function of (seed, step) so runs
+// resume exactly:
 //   fixed: R;  uniform: r ~ U{1..R};
 //   poisson_lognormal (Huginn): r = Poisson(LogNormal(ln R − σ²/2, σ)) + 1, clipped to [1, depth_max or 3R].
 #pragma once

@@ -1,6 +1,6 @@
-// Weight-only quantized formats (issue 9; SPEC §2.5): q8_0 and q4_0, llama.cpp's block
-// quantizations (32 weights and one fp16 scale per block), and q4_k (below), its super-block one
-// with 6-bit scales and mins.
+// Weight-only quantized formats (docs/format.md, Quantized checkpoints): q8_0 and q4_0, llama.cpp's
+// block quantizations (32 weights and one fp16 scale per block), and q4_k (below), its super-block
+// one with 6-bit scales and mins.
 //
 //   q8_0: w = d · (u − 128), u = q + 128 in 0..255, q = round(w / d) in −127..127, d = amax / 127
 //   q4_0: w = d · (u − 8),   u in 0..15, d = m / −8 with m the block's value of largest |w|

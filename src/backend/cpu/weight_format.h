@@ -1,4 +1,4 @@
-// Weight formats as data (DESIGN habit 8): how an inference copy of a weight matrix W [rows, cols]
+// Weight formats as data (docs/architecture.md): how an inference copy of a weight matrix W [rows, cols]
 // is stored and multiplied. A format is one row of a table — its packing unit, pack / unpack, and
 // the two products an inference pass needs: the matrix-vector kernel for a single row (batch-1
 // decoding, memory-bound; the ISA is picked inside by CPU feature) and the GEMM for many rows
