@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -224,6 +225,22 @@ struct ExitArgs {
     return e;
   }
   KvPolicy kv_policy() const { return parse_kv_policy(policy); }
+  // A note on stderr when --kv-policy was given without an exit rule: no token exits early, so
+  // every step's keys and values exist and only mean (which averages them) differs.
+  void note_unused_policy(const std::string& rest) const {
+    if (policy_given() && parse_exit_rule(rule) == ExitRule::fixed && kv_policy() != KvPolicy::mean)
+      std::fprintf(stderr, "note: --kv-policy %s changes nothing without --exit-rule: no token exits early, so every "
+                           "step's keys and values exist (only mean, which averages them, differs)%s\n",
+                   policy.c_str(), rest.c_str());
+  }
 };
+
+// A note on stderr for --depth far beyond the trained R: how a looped model does past the depth it
+// was trained at is not known beforehand.
+inline void note_depth_beyond(int depth, int R, const std::string& rest) {
+  if (depth > 2 * R)
+    std::fprintf(stderr, "note: --depth %d is far beyond the trained R = %d: how a looped model does past the depth it "
+                         "was trained at is not known%s\n", depth, R, rest.c_str());
+}
 
 }  // namespace looplm::cli

@@ -60,12 +60,10 @@ int cmd_eval(int argc, char** argv) {
   set_interrupt_note("looplm eval: interrupted (nothing was written)");
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
-  if (depth > 2 * lm.config().R && !as_json)
-    std::fprintf(stderr, "note: --depth %d is far beyond the trained R = %d (how a looped model does there is what this "
-                         "measures)\n", depth, lm.config().R);
-  if (ex.policy_given() && eo.exit.rule == ExitRule::fixed && eo.kv_policy != KvPolicy::mean && !as_json)
-    std::fprintf(stderr, "note: --kv-policy %s changes nothing without --exit-rule: no token exits early (only mean differs); "
-                         "it scores through incremental decoding\n", ex.policy.c_str());
+  if (!as_json) {
+    note_depth_beyond(depth, lm.config().R, ": this measures it");
+    ex.note_unused_policy("; it scores through incremental decoding");
+  }
   const Config& mc = lm.config();
   if (data.empty() && !as_json)
     std::fprintf(stderr, "data: %s (the run's validation data)\n",

@@ -82,12 +82,10 @@ int cmd_generate(int argc, char** argv) {
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
   const int R = lm.config().R;
-  if (g.depth > 2 * R && !quiet)
-    std::fprintf(stderr, "note: --depth %d is far beyond the trained R = %d: how a looped model does past the depth it was "
-                         "trained at is not known (looplm eval --depth %d measures it)\n", g.depth, R, g.depth);
-  if (ex.policy_given() && g.exit.rule == ExitRule::fixed && g.kv_policy != KvPolicy::mean && !quiet)
-    std::fprintf(stderr, "note: --kv-policy %s changes nothing without --exit-rule: no token exits early, so every step's "
-                         "keys and values exist (only mean, which averages them, differs)\n", ex.policy.c_str());
+  if (!quiet) {
+    note_depth_beyond(g.depth, R, " (looplm eval --depth " + std::to_string(g.depth) + " measures it)");
+    ex.note_unused_policy("");
+  }
   // Sampling varies from run to run unless --seed is given; the seed used is printed to repeat it.
   if (seed_opt->count() == 0 && g.temperature > 0) {
     g.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;

@@ -152,6 +152,12 @@ void Tokenizer::to_config(Config& cfg) const {
   cfg.vocab_size = vocab_size();
 }
 
+int32_t Tokenizer::id_of(char32_t cp) const {
+  if (cp < 128) return ascii_[cp];
+  const auto it = other_.find(cp);
+  return it == other_.end() ? -1 : it->second;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size());
@@ -163,12 +169,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     char32_t cp;
     const int n = utf8_next(text, i, cp);
     if (n == 0) throw_bad_utf8(text, i);
-    int32_t id = -1;
-    if (cp < 128) {
-      id = ascii_[cp];
-    } else if (auto it = other_.find(cp); it != other_.end()) {
-      id = it->second;
-    }
+    const int32_t id = id_of(cp);
     if (id < 0) {
       throw Error("character " + describe_code_point(cp) + " at byte offset " + std::to_string(i) +
                   " is not in the char tokenizer's alphabet (" + std::to_string(cps_.size()) +
@@ -205,9 +206,7 @@ std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, std::vector
       ++i;
       continue;
     }
-    int32_t id = cp < 128 ? ascii_[cp] : -1;
-    if (cp >= 128)
-      if (auto it = other_.find(cp); it != other_.end()) id = it->second;
+    int32_t id = id_of(cp);
     if (id < 0) {
       note(describe_code_point(cp));
       id = fallback_id();

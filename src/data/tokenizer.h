@@ -59,6 +59,7 @@ class Tokenizer {
   std::vector<char32_t> cps_;                    // id -> code point
   std::array<int32_t, 128> ascii_{};             // fast path: ASCII code point -> id, -1 if absent
   std::unordered_map<char32_t, int32_t> other_;  // non-ASCII code point -> id
+  int32_t id_of(char32_t cp) const;              // a char alphabet's id of cp, -1 if absent
 };
 
 // Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF). Error naming the byte

@@ -39,6 +39,8 @@ int coda_slots(const DecoderOptions& o) {
 Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptions& o)
     : m_(m),
       o_(o),
+      token_flops_(m.flops_per_token(o.depth)),
+      draft_flops_(m.flops_per_token(o.draft_depth)),
       cache_(m.config(), sequences, capacity, std::max(o.depth, 1), m.kv_width(), coda_slots(o),
              o.policy == KvPolicy::mean, o.kv),
       tracker_(o.exit, std::max(o.depth, 0), 0, m.config().vocab_size, m.config().d_model),
@@ -114,7 +116,7 @@ void Decoder::verify(int seq, int from, const int32_t* tokens, int n, float* log
 
 void Decoder::draft(int seq, int32_t token, float* logits) {
   LOOPLM_ASSERT(o_.draft_depth > 0 && len_[seq] < capacity(), "Decoder::draft: no draft depth, or the cache is full");
-  ThreadCap cap(thread_cap(1, o_.draft_depth));
+  ThreadCap cap(thread_cap(1, draft_flops_));
   g_.reset();
   Graph::NoGrad ng(g_);
   RunOptions o;
@@ -138,7 +140,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     LOOPLM_ASSERT(len_[seqs[i]] < capacity(), "Decoder::decode: the sequence's cache is full");
     pos_[i] = len_[seqs[i]];
   }
-  ThreadCap cap(thread_cap(n, o_.depth));
+  ThreadCap cap(thread_cap(n, token_flops_));
   g_.reset();
   Graph::NoGrad ng(g_);
   RunOptions o;

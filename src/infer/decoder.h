@@ -75,13 +75,12 @@ class Decoder {
   // read it from; the last token's logits (or all n, `all`) at its exit into `logits`.
   void run_full(int seq, int from, const int32_t* ids, int n, float* logits, bool all);
   void keep(int steps_run, int64_t positions);  // the policy's bytes for positions that ran steps_run steps
-  // 1 (one thread) for a step of `rows` tokens through `depth` loop steps below kSerialDecodeFlops,
+  // 1 (one thread) for a step of `rows` tokens of `token_flops` each below kSerialDecodeFlops,
   // else 0 (no cap).
-  int thread_cap(int rows, int depth) const {
-    return (double)rows * m_.flops_per_token(depth) < kSerialDecodeFlops ? 1 : 0;
-  }
+  static int thread_cap(int rows, double token_flops) { return rows * token_flops < kSerialDecodeFlops ? 1 : 0; }
   const Model& m_;
   DecoderOptions o_;
+  double token_flops_, draft_flops_;  // FLOPs per token at depth and at draft_depth
   KVCache cache_;
   Graph g_;
   ExitTracker tracker_;  // the rows of the current pass through their exits (early exit only)

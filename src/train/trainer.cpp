@@ -354,9 +354,10 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
         // Every character the run will read: training and validation text (a char missing from
         // the alphabet would fail the validation data at the start or the end of the run).
         std::string text = load_text(c.data_train);
-        if (!c.data_val.empty() && detect_format(c.data_val) != DataFormat::LlmcShard &&
-            detect_format(c.data_val) != DataFormat::NanoGptBin)
-          text += load_text(c.data_val);
+        if (!c.data_val.empty()) {
+          const DataFormat f = detect_format(c.data_val);
+          if (f != DataFormat::LlmcShard && f != DataFormat::NanoGptBin) text += load_text(c.data_val);  // not tokenised yet
+        }
         Tokenizer::char_level_from_text(text).to_config(c);
       }
     }
@@ -451,13 +452,13 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   {
     const int dmax = max_depth(c), kept = c.bptt > 0 ? std::min(c.bptt, dmax) : dmax;
     try {
-    RunOptions ro;
-    ro.depth = dmax;
-    ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
-    ro.training = true;
-    std::fill(x.begin(), x.end(), 0);
-    std::fill(y.begin(), y.end(), 0);
-    g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
+      RunOptions ro;
+      ro.depth = dmax;
+      ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
+      ro.training = true;
+      std::fill(x.begin(), x.end(), 0);
+      std::fill(y.begin(), y.end(), 0);
+      g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
     } catch (const std::bad_alloc&) {
       const double P = (double)m.n_params() * 4;
       throw Error("out of memory in the memory plan (one forward and backward at batch " + std::to_string(B) + " x " +
@@ -484,12 +485,16 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   // measured against one thread's rate, not the idle machine's. A rate measured while the load was
   // briefly higher is measured again once a step beats it, and MFU is never reported above 1.
   adapt_threads();
-  std::map<int, double> gemm_rate;  // GFLOP/s by pool size
-  std::map<int, bool> gemm_remeasured;
+  struct GemmRate {
+    double gflops = 0;
+    bool remeasured = false;
+  };
+  std::map<int, GemmRate> gemm_rate;  // by pool size
+  auto measure_gemm = [&] { return measure_gemm_gflops(std::min(B * T, 1024), c.d_model, c.ff_dim(), 5); };
   auto gemm_gflops = [&](int threads) {
-    double& r = gemm_rate[threads];
-    if (r == 0) r = measure_gemm_gflops(std::min(B * T, 1024), c.d_model, c.ff_dim(), 5);
-    return r;
+    GemmRate& r = gemm_rate[threads];
+    if (r.gflops == 0) r.gflops = measure_gemm();
+    return r.gflops;
   };
   if (!opt.quiet) {
     std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes (%d thread%s)",
@@ -595,11 +600,10 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     const double flops_tok = m.flops_per_token(depth) + 2.0 * m.flops_per_token(kept);
     const int step_threads = current_threads();
     double mfu = flops_tok * tps / (gemm_gflops(step_threads) * 1e9);
-    if (mfu > 1 && !gemm_remeasured[step_threads]) {
-      gemm_remeasured[step_threads] = true;
-      gemm_rate[step_threads] =
-          std::max(gemm_rate[step_threads], measure_gemm_gflops(std::min(B * T, 1024), c.d_model, c.ff_dim(), 5));
-      mfu = flops_tok * tps / (gemm_rate[step_threads] * 1e9);
+    if (GemmRate& r = gemm_rate[step_threads]; mfu > 1 && !r.remeasured) {
+      r.remeasured = true;
+      r.gflops = std::max(r.gflops, measure_gemm());
+      mfu = flops_tok * tps / (r.gflops * 1e9);
     }
     mfu = std::min(mfu, 1.0);
     metrics << nlohmann::json({{"step", st.step}, {"split", "train"}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
