@@ -281,7 +281,7 @@ def check_init_stats(path):
             ok = abs(std / x - 1) < tol and abs(mean) < tol * x
         if not ok:
             bad.append(f"{n} ({kind} {x}: mean {mean:.5f} std {std:.5f} min {lo:.5f} max {hi:.5f})")
-    check(not bad, f"{name}: init statistics of {len(ts)} parameters follow the spec {bad[:3]}")
+    check(not bad, f"{name}: init statistics of {len(ts)} parameters follow docs/systems.md {bad[:3]}")
 
 
 def small_config(**kw):
@@ -455,7 +455,7 @@ def check_energy_block():
                 scale = max(F_an.abs().max().item(), A_an.abs().max().item())
                 ok = e_F < 1e-12 * scale + 1e-13 and e_A < 1e-12 * scale + 1e-13 and e_n < 1e-11 and gap > 1e-3
                 msg = (f"{tag}: |F + autograd grad E_FF| {e_F:.1e}, |A + autograd grad_query E_AT| {e_A:.1e} "
-                       f"(|A|,|F| max {scale:.2f}; full-gradient gap {gap:.2f}), vs loop-by-loop SPEC {e_n:.1e}")
+                       f"(|A|,|F| max {scale:.2f}; full-gradient gap {gap:.2f}), vs the loop-by-loop definition {e_n:.1e}")
                 if strict:
                     zero = A_an[:, 0].abs().max().item() + blk.attn_energy(g)[:, 0].abs().max().item()
                     ok = ok and zero == 0.0
@@ -590,7 +590,7 @@ def check_cem_block():
                         err = max((y[b] - naive_cem_block(blk, x[b], pos == "rope", T)).abs().max().item()
                                   for b in range(Bs))
                     scale = y.abs().max().item()
-                    check(err < 1e-12 * scale + 1e-12, f"{tag}: vs loop-by-loop SPEC {err:.1e} (|y| max {scale:.2f})")
+                    check(err < 1e-12 * scale + 1e-12, f"{tag}: vs the loop-by-loop definition {err:.1e} (|y| max {scale:.2f})")
                     if T == 2 and diag and pre:
                         names = [n for n, _ in blk.named_parameters()]
                         xs = x[:1, :4].clone().requires_grad_(True)

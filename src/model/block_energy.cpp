@@ -169,7 +169,7 @@ void register_energy_block(Registries& r) {
        },
        [](const Config& c) {
          if (c.pos == "rope")
-           throw UsageError("block = energy does not use RoPE (SPEC §6): set pos to learned or none");
+           throw UsageError("block = energy does not use RoPE (docs/systems.md, NRGPT): set pos to learned or none");
          if (c.deeploop_p != 0) throw UsageError("block = energy: deeploop_p applies to sandwich blocks; set it to 0");
          if (c.d_model > 1024) throw UsageError("block = energy: d_model must be at most 1024 (its head dim is d_model)");
        }});
