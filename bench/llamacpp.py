@@ -2,13 +2,15 @@
 """looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights.
 
     python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
-                              [--prefill-len 128] [--d-model 384 --layers 6]
+                              [--prefill-len 128] [--d-model 384 --layers 6] [--loops 1]
 
 The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
 shape of bench/llamacpp/README.md; --d-model / --layers change it, heads of 64), written by
-`looplm train --steps 0` (random weights: decode speed does not depend on their values). llama.cpp's prebuilt CPU build comes from npm
-(bench/llamacpp/setup.sh); bench/llamacpp/looplm_to_gguf.py converts the checkpoint to GGUF F32 /
-F16 / Q8_0 / Q4_0 (llama.cpp's own round-to-nearest quantization of the fp32 weights) and
+`looplm train --steps 0` (random weights: decode speed does not depend on their values). --loops R
+makes it a plain looped model (the --layers blocks applied R times, residual rule), which llama.cpp
+runs as its `nanbeige` architecture. llama.cpp's prebuilt CPU build comes from npm
+(bench/llamacpp/setup.sh); `looplm export --format gguf` writes the checkpoint as GGUF F32 /
+F16 / Q8_0 / Q4_0 (ggml's reference round-to-nearest quantization of the fp32 weights) and
 `looplm quantize` makes looplm's q8_0 / q4_0 from the same fp32 weights (the same rounding rule).
 Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. For every repeat and thread count,
 every pair runs back to back (order alternating), 16-token prompt, --n-new greedy tokens; the table
@@ -31,10 +33,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PEER = os.path.join(HERE, "llamacpp")  # setup.sh, the GGUF converter and the timing driver
+PEER = os.path.join(HERE, "llamacpp")  # setup.sh and the timing driver
 PAIRS = (("fp32", "f32"), ("bf16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"))
-def model_sets(d_model, layers):
-    return [f"d_model={d_model}", f"n_heads={d_model // 64}", f"n_core={layers}", "context=256", "R=1"]
+def model_sets(d_model, layers, loops=1):
+    return [f"d_model={d_model}", f"n_heads={d_model // 64}", f"n_core={layers}", "context=256", f"R={loops}"]
 PROMPT = "And it came to pass"[:16]
 
 
@@ -105,10 +107,6 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
     lcpp = setup_llamacpp()
     if not lcpp:
         return None
-    if sh(["/usr/bin/python3", "-c", "import numpy"]).returncode != 0:
-        print("(llama.cpp comparison skipped: the GGUF converter needs numpy for /usr/bin/python3 — "
-              "apt-get install python3-numpy)")
-        return None
     run_dir = os.path.join(work, "llama")
     cmd = [looplm, "train", "--preset", "llama", "--steps", "0", "--out", run_dir, "--overwrite", "--quiet",
            "--sample-len", "0"]
@@ -121,7 +119,7 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
     files = {}
     for ours, theirs in PAIRS:
         gguf = os.path.join(work, f"m.{theirs}.gguf")
-        r = sh(["/usr/bin/python3", os.path.join(PEER, "looplm_to_gguf.py"), ckpt, gguf, "--type", theirs])
+        r = sh([looplm, "export", "--checkpoint", ckpt, "--format", "gguf", "--type", theirs, "--out", gguf])
         if r.returncode != 0:
             raise RuntimeError(f"GGUF conversion failed: {r.stderr[-400:]}")
         mine = (ckpt, ours)
@@ -199,20 +197,21 @@ def main(argv=None):
     ap.add_argument("--prefill-len", type=int, default=128, help="prompt bytes of the prefill table (0: none)")
     ap.add_argument("--d-model", type=int, default=384, help="model width (a multiple of 64: heads of 64)")
     ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--loops", type=int, default=1, help="R: the layers looped R times (llama.cpp: arch nanbeige)")
     a = ap.parse_args(argv)
-    if a.d_model <= 0 or a.d_model % 64 or a.layers <= 0:
-        ap.error("--d-model must be a positive multiple of 64 and --layers positive")
+    if a.d_model <= 0 or a.d_model % 64 or a.layers <= 0 or a.loops <= 0:
+        ap.error("--d-model must be a positive multiple of 64, --layers and --loops positive")
     if not os.path.exists(a.looplm):
         print(f"(llama.cpp comparison skipped: no looplm binary at {a.looplm})")
         return 0
     with tempfile.TemporaryDirectory(prefix="looplm_lcpp_") as work:
         got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, a.prefill_len, work,
-                  model_sets(a.d_model, a.layers))
+                  model_sets(a.d_model, a.layers, a.loops))
     if got is None:
         return 0
     res, pre, sizes = got
     print(table(res, sizes, a.repeats,
-                f"Batch-1 decoding, {a.layers} x d{a.d_model} Llama-style, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
+                f"Batch-1 decoding, {a.layers} x d{a.d_model} Llama-style{f' looped {a.loops} times (llama.cpp: nanbeige)' if a.loops > 1 else ''}, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
                 f"medians of {a.repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):"))
     if pre is not None:
         print()

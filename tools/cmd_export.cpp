@@ -44,7 +44,7 @@ int cmd_export(int argc, char** argv) {
   std::printf("%s: GGUF arch %s, %d tensors, weight matrices %s%s, %.2f MB\n", out.c_str(), r.arch.c_str(), r.tensors,
               r.type.c_str(), r.exact_codes ? " (the checkpoint's codes, copied)" : "", r.bytes / 1e6);
   if (r.arch == "nanbeige")
-    std::printf("looped: llama.cpp runs its %d blocks %d times (nanbeige.num_loops), every token to the full depth\n",
+    std::printf("looped: llama.cpp runs its %d block(s) %d times (nanbeige.num_loops), every token to the full depth\n",
                 m->config().n_core, m->config().R);
   return 0;
 }

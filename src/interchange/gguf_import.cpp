@@ -123,6 +123,13 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
     if (!used.count(t.name))
       throw Error(path + ": tensor '" + t.name + "' has no place in looplm's Llama block (biases, RoPE frequency factors and other extras are not supported)");
 
+  // Every tensor's shape against the layout before anything is allocated (a file's dimensions
+  // decide the model's size: they are checked against its own tensors first).
+  for (const ParamInfo& info : Model::layout(c)) {
+    const io::GgufFile::Tensor& t = *source.at(info.name).tensor;
+    if (t.shape() != info.shape && !(info.shape.size() == 1 && t.numel() == info.shape[0]))
+      throw Error(path + ": tensor '" + t.name + "' has shape " + io::shape_str(t.shape()) + ", expected " + io::shape_str(info.shape));
+  }
   ParamStorage storage;
   storage.grads = false;
   Model m(c, storage);
