@@ -93,6 +93,10 @@ FIXTURES = {
                         tie_embeddings=True),
     "cem_nodiag": dict(d_model=16, n_heads=2, n_core=1, R=3, d_ff=0, block="cem", cem_T=1, cem_diag=False,
                        cem_precond=False, pos="rope", norm="layernorm", bias=True, tie_embeddings=False),
+    # The residual rule with loop_norm (Nanbeige4.2's layout: the whole stack looped, the final norm
+    # between loops, untied head).
+    "loop_norm": dict(n_core=2, R=3, d_ff=28, block="pre_norm", norm="rmsnorm", mlp="swiglu",
+                      pos="rope", bias=False, tie_embeddings=False, loop_norm=True),
 }
 
 

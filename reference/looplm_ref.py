@@ -35,7 +35,7 @@ DEFAULTS = dict(
 # Keys of each loop rule and their defaults. A resolved config holds the keys of its own rule only
 # (so a residual config is exactly the DEFAULTS keys); other rules' keys are ignored like lr.
 RULE_DEFAULTS = {
-    "residual": {},
+    "residual": dict(loop_norm=False),
     "gated": dict(gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0, gate_bias_init=4.0),
     "hyper": dict(hyper_streams=4, hyper_res="diag", sinkhorn_iters=20),
 }
@@ -111,6 +111,9 @@ def resolve_config(cfg):
         _number(out, "gate_sigma_g", lambda v: v >= 0, "a number >= 0")
         _number(out, "gate_tau", lambda v: v > 0, "a number > 0")
         _number(out, "gate_bias_init", lambda v: True, "a finite number")
+    elif rule == "residual":
+        if not isinstance(out["loop_norm"], bool):
+            raise ValueError(f"config key 'loop_norm' must be true or false, got {out['loop_norm']!r}")
     elif rule == "hyper":
         _integer(out, "hyper_streams", 1)
         _integer(out, "sinkhorn_iters", 1)
@@ -536,10 +539,15 @@ def make_block(cfg, alpha):
 # where core(x) applies all n_core blocks once and r = 1, 2, ... counts the loop steps.
 
 class ResidualLoop(nn.Module):
-    """residual (docs/systems.md, Status): h^(r) = core(h^(r-1)); no parameters."""
+    """residual (docs/systems.md, Status): h^(r) = core(h^(r-1)); no parameters. With loop_norm the
+    model's final norm (its own weights) also stands between steps: h^(r) = core(norm_f(h^(r-1)))
+    for r >= 2 (Nanbeige4.2, Ouro). final_norm is set by the model (a function, not a submodule:
+    the weights stay norm_f's)."""
 
     def __init__(self, cfg):
         super().__init__()
+        self.loop_norm = bool(cfg.get("loop_norm", False))
+        self.final_norm = None
 
     def init_state(self, h_pre):
         return h_pre
@@ -548,7 +556,7 @@ class ResidualLoop(nn.Module):
         return h
 
     def step(self, h, h_pre, core, r):
-        return core(h)
+        return core(self.final_norm(h) if self.loop_norm and r > 1 else h)
 
     def reset_parameters(self, cfg):
         pass
@@ -761,6 +769,9 @@ class LoopLM(nn.Module):
         self.coda = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_coda"]))
         self.loop = LOOP_RULES[cfg["loop_rule"]](cfg)  # parameters "loop.*" (none for residual)
         self.norm_f = Norm(d, cfg["norm"], cfg["norm_eps"])
+        if isinstance(self.loop, ResidualLoop):
+            # a bound method, not a closure: copy.deepcopy (and .double()) then rebind it to the copy's norm_f
+            self.loop.final_norm = self.norm_f.__call__
         if not cfg["tie_embeddings"]:
             self.lm_head = nn.Linear(d, V, bias=cfg["bias"])
         self.reset_parameters()

@@ -30,8 +30,9 @@ namespace {
 const std::string kBin = LOOPLM_BINARY;
 const std::string kSrc = LOOPLM_SOURCE_DIR;
 
-Config llama_like(int n_core, int R, bool tied) {
+Config llama_like(int n_core, int R, bool tied, bool loop_norm = false) {
   Config c = load_preset("llama");
+  if (loop_norm) c.set("loop_norm", "true");
   c.d_model = 64;
   c.n_heads = 4;
   c.d_ff = 96;
@@ -90,12 +91,12 @@ std::vector<uint8_t> tensor_bytes(const io::GgufFile& f, const std::string& name
 
 TEST(Gguf, ExportConvertRoundTrips) {
   TempDir d("gguf_roundtrip");
-  for (auto [n_core, R, tied] : {std::tuple{3, 1, true}, std::tuple{2, 3, false}}) {
-    const Config c = llama_like(n_core, R, tied);
+  for (auto [n_core, R, tied, loop_norm] : {std::tuple{3, 1, true, false}, std::tuple{2, 3, false, false}, std::tuple{2, 2, true, true}}) {
+    const Config c = llama_like(n_core, R, tied, loop_norm);
     const std::string ckpt = make_checkpoint(d, "m", c, 7);
     const auto x = held_out_bytes(40);
     const std::vector<float> want = LanguageModel::load(ckpt).forward_logits(x);
-    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R);
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R) + (loop_norm ? "n" : "");
     for (const char* type : {"f32", "f16", "q8_0", "q4_0"}) {
       const std::string gguf = d / (tag + "_" + type + ".gguf"), back = d / (tag + "_" + type);
       auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --type " + type + " --out " + gguf);
@@ -107,11 +108,13 @@ TEST(Gguf, ExportConvertRoundTrips) {
       EXPECT_EQ(g.get_string("general.architecture"), R == 1 ? "llama" : "nanbeige");
       EXPECT_EQ(g.find("output.weight") == nullptr, tied);
       if (R > 1) EXPECT_EQ(g.get_uint("nanbeige.num_loops"), (uint64_t)R);
+      if (R > 1) EXPECT_EQ(g.get_bool("nanbeige.skip_loop_final_norm"), !loop_norm);
       EXPECT_EQ(g.get_float("llama.rope.freq_base", g.get_float("nanbeige.rope.freq_base", 0)), 5000.0);
       LanguageModel lm = LanguageModel::load(back);
       EXPECT_EQ(lm.config().R, R);
       EXPECT_EQ(lm.config().n_core, n_core);
       EXPECT_EQ(lm.config().tie_embeddings, tied);
+      EXPECT_EQ(lm.config().get_bool("loop_norm"), loop_norm);
       const std::vector<float> got = lm.forward_logits(x);
       ASSERT_EQ(got.size(), want.size());
       if (!std::strcmp(type, "f32")) {
@@ -268,7 +271,7 @@ std::string trained_checkpoint(const TempDir& d, const std::string& tag, const C
     }
   }
   std::string sets;
-  for (const char* k : {"d_model", "n_heads", "d_ff", "context", "n_core", "R", "tie_embeddings", "rope_base", "norm_eps"}) {
+  for (const char* k : {"d_model", "n_heads", "d_ff", "context", "n_core", "R", "tie_embeddings", "rope_base", "norm_eps", "loop_norm"}) {
     const nlohmann::json j = nlohmann::json::parse(c.to_json_text());
     sets += std::string(" --set ") + k + "=" + j.at(k).dump();
   }
@@ -309,9 +312,11 @@ TEST(GgufLlamaCpp, ScoresAndDecodesAsLooplm) {
   TempDir d("gguf_lcpp");
   const auto x = held_out_bytes(64);
   const std::vector<int32_t> prompt(x.begin(), x.begin() + 12);
-  for (auto [n_core, R, tied] : {std::tuple{3, 1, false}, std::tuple{2, 3, true}, std::tuple{1, 4, false}}) {
-    const Config c = llama_like(n_core, R, tied);
-    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R);
+  // Dense (llama), looped without and with the norm between loops (nanbeige; the second is
+  // Nanbeige4.2's own layout).
+  for (auto [n_core, R, tied, loop_norm] : {std::tuple{3, 1, false, false}, std::tuple{2, 3, true, false}, std::tuple{1, 4, false, true}}) {
+    const Config c = llama_like(n_core, R, tied, loop_norm);
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R) + (loop_norm ? "n" : "");
     const std::string ckpt = trained_checkpoint(d, tag, c), gguf = d / (tag + ".gguf");
     ASSERT_EQ(run_shell(kBin + " export --checkpoint " + ckpt + " --out " + gguf).code, 0);
     LanguageModel lm = LanguageModel::load(ckpt);

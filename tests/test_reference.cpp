@@ -225,3 +225,4 @@ TEST(Reference, EnergyFf1StrictDiag) { check_fixture("energy_ff1"); }
 TEST(Reference, Cem) { check_fixture("cem"); }
 TEST(Reference, CemPreconditioned) { check_fixture("cem_precond"); }
 TEST(Reference, CemOneStepNoDiagonal) { check_fixture("cem_nodiag"); }
+TEST(Reference, ResidualWithLoopNorm) { check_fixture("loop_norm"); }  // Nanbeige4.2's layout

@@ -115,7 +115,8 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
   w.add_u32(arch + ".vocab_size", (uint32_t)V);
   if (arch == "nanbeige") {
     w.add_u32("nanbeige.num_loops", (uint32_t)c.R);
-    w.add_bool("nanbeige.skip_loop_final_norm", true);  // the residual rule: no norm between loops
+    // loop_norm: the final norm between loops too, as Nanbeige (docs/systems.md, the residual rule)
+    w.add_bool("nanbeige.skip_loop_final_norm", !c.get_bool("loop_norm"));
   }
   // looplm's byte vocabulary as a byte-level BPE without merges (gguf_layout.h). Ids 256.. of a
   // larger vocab_size are never produced by the tokenizer; they get placeholder names.

@@ -80,9 +80,9 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
   if (arch == "nanbeige") {
     c.R = (int)f.get_uint("nanbeige.num_loops", 1);
     if (c.R < 1 || c.R > 4096) throw Error(path + ": nanbeige.num_loops " + std::to_string(c.R) + " is outside 1..4096");
-    if (c.R > 1 && !f.get_bool("nanbeige.skip_loop_final_norm", false))
-      throw Error(path + ": the norm between loops (nanbeige.skip_loop_final_norm false) is not a looplm loop rule yet; "
-                         "looplm reads looped files that skip it (as looplm's residual rule does)");
+    // Nanbeige norms at each loop boundary unless the file says to skip it: the residual rule's
+    // loop_norm (docs/systems.md).
+    if (c.R > 1 && !f.get_bool("nanbeige.skip_loop_final_norm", false)) c.set("loop_norm", "true");
   }
 
   // The vocabulary: looplm's byte tokenizer, as export writes it (gguf_layout.h).

@@ -5,7 +5,8 @@
 //    SwiGLU, RoPE and no biases;
 //  * `nanbeige`: the same blocks as a plain loop, 0 + K × R + 0 with the residual rule: GGUF
 //    block_count = K physical blocks, `nanbeige.num_loops` = R, each loop slot with its own KV.
-//    looplm's residual rule has no norm between loops, so `nanbeige.skip_loop_final_norm` = true.
+//    `nanbeige.skip_loop_final_norm` is the residual rule's loop_norm negated (false: the final norm
+//    also between loops, as Nanbeige4.2 itself runs).
 // Every other layout (a prelude or coda, another loop rule or block, LayerNorm, GELU, learned
 // positions, biases) is refused with the reason: no llama.cpp architecture computes it.
 //

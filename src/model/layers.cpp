@@ -27,6 +27,16 @@ Norm::Norm(ParamStore& ps, const std::string& name, const Config& c)
   if (layer_) b_ = ps.add(name + ".bias", {c.d_model}, Init::zeros());
 }
 
+Norm Norm::existing(const ParamStore& ps, const std::string& name, const Config& c) {
+  Norm n;
+  n.layer_ = c.norm == "layernorm";
+  n.eps_ = c.norm_eps;
+  n.w_ = ps.find(name + ".weight");
+  n.b_ = n.layer_ ? ps.find(name + ".bias") : -1;
+  LOOPLM_ASSERT(n.w_ >= 0 && (!n.layer_ || n.b_ >= 0), "Norm::existing: the norm's params are not registered");
+  return n;
+}
+
 void Norm::bind(ParamStore& ps) {
   W = ps.view(w_);
   Bn = b_ >= 0 ? ps.view(b_) : nullptr;

@@ -37,6 +37,9 @@ class Norm {
  public:
   Norm() = default;
   Norm(ParamStore& ps, const std::string& name, const Config& c);
+  // The norm whose params `name`.weight (and .bias) another component registered: shared weights
+  // (a loop rule applying the final norm between loop steps). Call after that registration.
+  static Norm existing(const ParamStore& ps, const std::string& name, const Config& c);
   void bind(ParamStore& ps);
   Node* operator()(Graph& g, Node* x) const;
  private:
