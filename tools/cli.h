@@ -11,6 +11,7 @@ int cmd_bench(int argc, char** argv);
 int cmd_data(int argc, char** argv);
 int cmd_info(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
 int cmd_export(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 // For a fixed thread count of 2 or more, a short OpenMP spin before sleeping, which the OpenMP

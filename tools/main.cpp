@@ -22,6 +22,7 @@ const char* kUsage =
     "  data       tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets\n"
     "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n"
     "  quantize   a checkpoint's weight matrices to q8_0 / q4_0 / q4_k (read by eval, generate, info)\n"
+    "  tokenize   a text's token ids (a Hugging Face tokenizer.json or a checkpoint's tokenizer), or ids back to text\n"
     "  export     a checkpoint as GGUF for llama.cpp / ollama (--format gguf)\n"
     "  convert    a GGUF file (llama, nanbeige) into a looplm run directory\n";
 
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     if (cmd == "data") return cmd_data(argc - 1, argv + 1);
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
     if (cmd == "quantize") return cmd_quantize(argc - 1, argv + 1);
+    if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     if (cmd == "export") return cmd_export(argc - 1, argv + 1);
     if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
     std::fprintf(stderr, "looplm: unknown command '%s'\n%s", looplm::io::brief(cmd).c_str(), kUsage);

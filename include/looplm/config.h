@@ -37,8 +37,12 @@ struct Config {
   double deeploop_p = 0.0;             // 0: off (α = 1). >0: α = (2N)^p, β = (8N)^-p (docs/systems.md)
   double init_std = 0.02;
   double norm_eps = 1e-5;
-  std::string tokenizer = "byte";      // byte | char
+  std::string tokenizer = "byte";      // byte | char | hf
   std::string tokenizer_chars;         // char tokenizer alphabet (UTF-8), id = index of code point
+  std::string tokenizer_file;          // hf: the tokenizer.json a run starts from (stored absolute)
+  // hf: that file's text. Not a config key (config.json stays small): a checkpoint stores it in its
+  // metadata under "tokenizer.huggingface.json" (docs/format.md) and load_model puts it back here.
+  std::string tokenizer_json;
 
   // ---- training
   std::string data_train = "data/kjv/train.txt";

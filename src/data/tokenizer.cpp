@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
 
+#include "data/hf_tokenizer.h"
+#include "data/hf_unicode.h"
 #include "io/json_input.h"
 #include "looplm/error.h"
 
@@ -129,14 +134,65 @@ Tokenizer Tokenizer::char_level(const std::string& alphabet_utf8) {
   return t;
 }
 
+Tokenizer Tokenizer::hf_from_json(const std::string& json_text, const std::string& origin) {
+  // A run reads its tokenizer several times (load, validation, the model's own copy); a file of
+  // tens of MB is parsed once. The last two stay alive.
+  static std::mutex mu;
+  static std::vector<std::shared_ptr<const HfTokenizer>> recent;
+  Tokenizer t;
+  t.kind_ = Kind::Hf;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& h : recent)
+      if (h->json() == json_text) t.hf_ = h;
+  }
+  if (!t.hf_) {
+    t.hf_ = HfTokenizer::from_json(json_text, origin);
+    std::lock_guard<std::mutex> lock(mu);
+    recent.insert(recent.begin(), t.hf_);
+    if (recent.size() > 2) recent.pop_back();
+  }
+  return t;
+}
+
+Tokenizer Tokenizer::hf_from_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  if (f) ss << f.rdbuf();
+  if (!f || f.bad()) throw Error("cannot read tokenizer file '" + io::brief_path(path) + "'");
+  return hf_from_json(ss.str(), path);
+}
+
+Tokenizer Tokenizer::from_checkpoint(Config cfg, const std::map<std::string, std::string>& metadata, const std::string& file) {
+  if (cfg.tokenizer == "hf") {
+    const auto it = metadata.find(kTokenizerMetadataKey);
+    if (it == metadata.end())
+      throw Error(file + ": its config names an hf tokenizer, but the metadata has no '" + std::string(kTokenizerMetadataKey) + "'");
+    cfg.tokenizer_json = it->second;
+  }
+  try {
+    return from_config(cfg);
+  } catch (const UsageError& e) {
+    throw Error(file + ": " + e.what());
+  }
+}
+
+int Tokenizer::vocab_size() const {
+  return kind_ == Kind::Byte ? 256 : kind_ == Kind::Char ? static_cast<int>(cps_.size()) : hf_->vocab_size();
+}
+
 Tokenizer Tokenizer::from_config(const Config& cfg) {
   Tokenizer t;
   if (cfg.tokenizer == "byte") {
     t = byte_level();
   } else if (cfg.tokenizer == "char") {
     t = char_level(cfg.tokenizer_chars);
+  } else if (cfg.tokenizer == "hf") {
+    if (!cfg.tokenizer_json.empty()) t = hf_from_json(cfg.tokenizer_json, cfg.tokenizer_file.empty() ? "tokenizer.json" : cfg.tokenizer_file);
+    else if (!cfg.tokenizer_file.empty()) t = hf_from_file(cfg.tokenizer_file);
+    else throw UsageError("tokenizer hf needs its tokenizer.json: --set tokenizer_file=FILE");
   } else {
-    throw UsageError("tokenizer: unknown kind '" + io::brief(cfg.tokenizer) + "' (expected byte or char)");
+    throw UsageError("tokenizer: unknown kind '" + io::brief(cfg.tokenizer) + "' (expected byte, char or hf)");
   }
   if (cfg.vocab_size < t.vocab_size()) {
     throw UsageError("vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the " +
@@ -149,6 +205,7 @@ Tokenizer Tokenizer::from_config(const Config& cfg) {
 void Tokenizer::to_config(Config& cfg) const {
   cfg.tokenizer = kind_name();
   cfg.tokenizer_chars = kind_ == Kind::Char ? alphabet_ : std::string();
+  cfg.tokenizer_json = kind_ == Kind::Hf ? hf_->json() : std::string();
   cfg.vocab_size = vocab_size();
 }
 
@@ -158,7 +215,12 @@ int32_t Tokenizer::id_of(char32_t cp) const {
   return it == other_.end() ? -1 : it->second;
 }
 
+std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
+  return kind_ == Kind::Hf ? hf_->encode(text, true) : encode(text);
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (kind_ == Kind::Hf) return hf_->encode(text, false);
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   if (kind_ == Kind::Byte) {
@@ -184,11 +246,29 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 
 int32_t Tokenizer::fallback_id() const {
   if (kind_ == Kind::Byte) return ' ';
+  if (kind_ == Kind::Hf) {  // what a byte of invalid UTF-8 is read as: U+FFFD's first id
+    const std::vector<int32_t> ids = hf_->encode("\xEF\xBF\xBD");
+    return ids.empty() ? 0 : ids[0];
+  }
   return ascii_[' '] >= 0 ? ascii_[' '] : 0;
 }
 
 std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, std::vector<std::string>* unseen) const {
   if (kind_ == Kind::Byte) return encode(text);
+  if (kind_ == Kind::Hf) {
+    if (hf::invalid_utf8_at(text) == std::string_view::npos) return encode(text);
+    std::vector<std::string> seen;
+    for (size_t i = 0; i < text.size();) {
+      const size_t at = hf::invalid_utf8_at(text.substr(i));
+      if (at == std::string_view::npos) break;
+      char b[32];
+      std::snprintf(b, sizeof b, "byte 0x%02X (not UTF-8)", (unsigned)(unsigned char)text[i + at]);
+      if (std::find(seen.begin(), seen.end(), b) == seen.end()) seen.push_back(b);
+      i += at + 1;
+    }
+    if (unseen) *unseen = std::move(seen);
+    return encode(hf::utf8_lossy(text));
+  }
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   std::vector<std::string> seen;
@@ -231,6 +311,7 @@ void Tokenizer::append_decoded(int32_t id, std::string& out) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (kind_ == Kind::Hf) return hf_->decode(ids);
   std::string out;
   out.reserve(ids.size());
   for (int32_t id : ids) append_decoded(id, out);
@@ -238,6 +319,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::string Tokenizer::decode_one(int32_t id) const {
+  if (kind_ == Kind::Hf) return hf_->decode({id});
   std::string out;
   append_decoded(id, out);
   return out;

@@ -3,9 +3,14 @@
 //  * char: id = index of a Unicode code point in an alphabet (UTF-8 string, no duplicates).
 //    Built from a corpus the alphabet is its sorted unique code points; the alphabet is stored in
 //    Config::tokenizer_chars so a checkpoint alone reconstructs the tokenizer.
+//  * hf: a Hugging Face tokenizer.json (data/hf_tokenizer.h). The text lives in
+//    Config::tokenizer_json, read from Config::tokenizer_file when a run starts and stored in the
+//    checkpoint's metadata (docs/format.md).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -15,9 +20,14 @@
 
 namespace looplm {
 
+class HfTokenizer;
+
+// The checkpoint metadata key of an hf tokenizer's JSON (the name GGUF gives the same text).
+inline constexpr const char* kTokenizerMetadataKey = "tokenizer.huggingface.json";
+
 class Tokenizer {
  public:
-  enum class Kind { Byte, Char };
+  enum class Kind { Byte, Char, Hf };
 
   static Tokenizer byte_level();
   // Alphabet = sorted unique code points of the corpus. Error on invalid UTF-8 or an empty corpus.
@@ -25,23 +35,38 @@ class Tokenizer {
   // Alphabet given explicitly (id = position of the code point in `alphabet_utf8`, order kept).
   // UsageError on invalid UTF-8, an empty alphabet or a repeated code point.
   static Tokenizer char_level(const std::string& alphabet_utf8);
-  // cfg.tokenizer "byte" | "char" (alphabet from cfg.tokenizer_chars); UsageError for anything else,
-  // or when cfg.vocab_size is smaller than the tokenizer's vocabulary.
+  // A Hugging Face tokenizer.json (its text, or a file); Error naming the file and the problem.
+  // Parsed tokenizers are shared: the same text twice is parsed once.
+  static Tokenizer hf_from_json(const std::string& json_text, const std::string& origin);
+  static Tokenizer hf_from_file(const std::string& path);
+  // cfg.tokenizer "byte" | "char" (alphabet from cfg.tokenizer_chars) | "hf" (cfg.tokenizer_json,
+  // or else the file cfg.tokenizer_file); UsageError for anything else, or when cfg.vocab_size is
+  // smaller than the tokenizer's vocabulary.
   static Tokenizer from_config(const Config& cfg);
-  // Sets cfg.tokenizer, cfg.tokenizer_chars ("" for byte) and cfg.vocab_size.
+  // A checkpoint's: its config's, an hf tokenizer's text taken from the metadata (Error naming
+  // `file` when it is missing).
+  static Tokenizer from_checkpoint(Config cfg, const std::map<std::string, std::string>& metadata, const std::string& file);
+  // Sets cfg.tokenizer, cfg.tokenizer_chars ("" unless char), cfg.tokenizer_json ("" unless hf)
+  // and cfg.vocab_size.
   void to_config(Config& cfg) const;
 
   Kind kind() const { return kind_; }
-  const char* kind_name() const { return kind_ == Kind::Byte ? "byte" : "char"; }
-  int vocab_size() const { return kind_ == Kind::Byte ? 256 : static_cast<int>(cps_.size()); }
+  const char* kind_name() const { return kind_ == Kind::Byte ? "byte" : kind_ == Kind::Char ? "char" : "hf"; }
+  int vocab_size() const;
+  // The Hugging Face tokenizer (nullptr unless hf).
+  const HfTokenizer* hf() const { return hf_.get(); }
   // The char alphabet as UTF-8 (empty for byte level).
   const std::string& alphabet() const { return alphabet_; }
 
   // Char level: Error on invalid UTF-8 or a code point outside the alphabet (named, with a hint).
+  // Hf: Error on invalid UTF-8.
   std::vector<int32_t> encode(std::string_view text) const;
+  // Hf: with the special tokens its post-processor adds (e.g. <s> first); the others: encode.
+  std::vector<int32_t> encode_with_special(std::string_view text) const;
   // A prompt: as encode, but a character outside the alphabet (or a byte of invalid UTF-8) becomes
   // the fallback id (fallback_id()) instead of an error; `unseen` gets each such character once,
-  // described (describe_code_point), in order. Byte level: encode.
+  // described (describe_code_point), in order. Byte level: encode. Hf: a byte of invalid UTF-8
+  // becomes U+FFFD (noted in `unseen`); every character has ids.
   std::vector<int32_t> encode_prompt(std::string_view text, std::vector<std::string>* unseen) const;
   // The id that stands for an unseen character: the space when the alphabet has one (the most
   // common character of text, so the model reads a word break), else the alphabet's first symbol.
@@ -59,6 +84,7 @@ class Tokenizer {
   std::vector<char32_t> cps_;                    // id -> code point
   std::array<int32_t, 128> ascii_{};             // fast path: ASCII code point -> id, -1 if absent
   std::unordered_map<char32_t, int32_t> other_;  // non-ASCII code point -> id
+  std::shared_ptr<const HfTokenizer> hf_;
   int32_t id_of(char32_t cp) const;              // a char alphabet's id of cp, -1 if absent
 };
 

@@ -42,7 +42,7 @@ std::vector<std::string> loop_rule_names() { return registries().loop_rules.name
 std::vector<std::string> norm_names() { return {"rmsnorm", "layernorm"}; }
 std::vector<std::string> mlp_names() { return {"gelu", "swiglu"}; }
 std::vector<std::string> pos_names() { return {"rope", "learned", "none"}; }
-std::vector<std::string> tokenizer_names() { return {"byte", "char"}; }
+std::vector<std::string> tokenizer_names() { return {"byte", "char", "hf"}; }
 std::vector<std::string> sampler_names() { return {"fixed", "uniform", "poisson_lognormal"}; }
 std::vector<std::string> data_mode_names() { return {"stream", "examples"}; }
 
@@ -74,8 +74,10 @@ const std::vector<Field>& fields() {
        "0: off. p > 0: sandwich α = (2N)^p and init β = (8N)^-p on attn.v, attn.o and MLP matrices (N = n_prelude + n_core·R + n_coda)"},
       {"init_std", &Config::init_std, "model", kPositive, "N(0, init_std) for matrices; attn.o, mlp.down × 1/√(2N) unless DeepLoop"},
       {"norm_eps", &Config::norm_eps, "model", {0, 1, true}, "epsilon of RMSNorm / LayerNorm"},
-      {"tokenizer", &Config::tokenizer, "model", {}, "byte (256 ids) or char (alphabet from data_train and data_val, stored in tokenizer_chars)", tokenizer_names},
+      {"tokenizer", &Config::tokenizer, "model", {}, "byte (256 ids), char (alphabet from data_train and data_val, stored in tokenizer_chars) or hf (a Hugging Face tokenizer.json: tokenizer_file)", tokenizer_names},
       {"tokenizer_chars", &Config::tokenizer_chars, "model", {}, "char tokenizer alphabet (UTF-8; id = index of the code point)"},
+      {"tokenizer_file", &Config::tokenizer_file, "model", {},
+       "hf tokenizer: the tokenizer.json a run starts from (setting it selects tokenizer hf; checkpoints carry its text)"},
       {"data_train", &Config::data_train, "training", {}, "training data: text, .jsonl or .bin (llm.c shard / nanoGPT)"},
       {"data_val", &Config::data_val, "training", {},
        "validation data (same formats); empty: the last val_split of data_train, held out from training"},
@@ -358,6 +360,7 @@ std::string Config::summary() const {
       std::string item = " " + k + "=" + (j.at(k).is_string() ? j.at(k).get<std::string>() : j.at(k).dump());
       if (k == "tokenizer_chars" && !tokenizer_chars.empty()) item = " tokenizer_chars=(" + std::to_string(tokenizer_chars.size()) + " bytes)";
       if (k == "tokenizer_chars" && tokenizer_chars.empty()) continue;
+      if (k == "tokenizer_file" && tokenizer_file.empty()) continue;
       if (width + item.size() > 100) { s += "\n   "; width = 3; }
       s += item;
       width += item.size();

@@ -1,0 +1,111 @@
+// `looplm tokenize`: a text's ids under a tokenizer (a Hugging Face tokenizer.json, or the one a
+// checkpoint carries), printed as one JSON array; --decode turns such an array back into text
+// (docs/data.md, "Hugging Face tokenizers").
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "cli_common.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "io/safetensors.h"
+
+namespace looplm::cli {
+
+namespace {
+
+// A tokenizer.json, or a checkpoint (its directory or .safetensors file) whose config names one.
+Tokenizer open_tokenizer(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error("--tokenizer " + io::brief_path(path) + ": no such file or directory");
+  std::string file = path;
+  if (S_ISDIR(st.st_mode)) file += "/model.safetensors";
+  if (S_ISDIR(st.st_mode) || (file.size() >= 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0)) {
+    auto f = io::SafetensorsFile::open(file);
+    const auto it = f.metadata().find("config");
+    if (it == f.metadata().end()) throw Error(file + ": no 'config' in the metadata (not a looplm checkpoint?)");
+    Config c;
+    try {
+      c = Config::from_json_text(it->second, file + " (metadata 'config')");
+    } catch (const UsageError& e) {
+      throw Error(e.what());
+    }
+    return Tokenizer::from_checkpoint(c, f.metadata(), file);
+  }
+  return Tokenizer::hf_from_file(path);
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& origin) {
+  const nlohmann::json j = io::parse_json(text, origin);
+  if (!j.is_array()) throw Error(origin + ": expected a JSON array of token ids, got " + io::brief_json(j));
+  std::vector<int32_t> ids;
+  ids.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer() || j[i].get<int64_t>() < INT32_MIN || j[i].get<int64_t>() > INT32_MAX)
+      throw Error(origin + ": element " + std::to_string(i) + " is " + io::brief_json(j[i]) + ", not a token id");
+    ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
+  }
+  return ids;
+}
+
+}  // namespace
+
+int cmd_tokenize(int argc, char** argv) {
+  CLI::App app{"A text's token ids as one JSON array (or, with --decode, ids back to text).", "looplm tokenize"};
+  std::string tok_path, input, prompt;
+  bool add_special = false, decode = false, stats = false;
+  app.add_option("--tokenizer", tok_path,
+                 "a Hugging Face tokenizer.json, or a checkpoint (run directory or .safetensors) whose tokenizer to use")
+      ->required()
+      ->type_name("FILE");
+  auto* in_opt = app.add_option("--input", input, "the text to encode (with --decode: a JSON array of ids)")->type_name("FILE");
+  auto* p_opt = app.add_option("-p,--prompt", prompt, "the text itself (with --decode: the JSON array)")->type_name("TEXT");
+  app.add_flag("--add-special", add_special,
+               "add the tokenizer's special tokens (its post-processor: e.g. <s> before the text); Hugging Face tokenizers only");
+  app.add_flag("--decode", decode, "read ids, print their text (exactly: no newline is added)");
+  app.add_flag("--stats", stats, "print the token count, the time and the speed on stderr");
+  app.footer(
+      "Examples:\n  looplm tokenize --tokenizer tokenizer.json -p \"Hello world\"        -> [15496,995]\n"
+      "  looplm tokenize --tokenizer tokenizer.json --decode -p \"[15496,995]\"  -> Hello world\n"
+      "  looplm tokenize --tokenizer runs/looped --input data/kjv/val.txt\n"
+      "docs/data.md, \"Hugging Face tokenizers\".");
+  if (!parse(app, argc, argv, "tokenize")) return 0;
+  if (in_opt->count() + p_opt->count() != 1)
+    throw UsageError("tokenize: give the text with exactly one of --input FILE and -p TEXT");
+  if (add_special && decode) throw UsageError("tokenize: --add-special applies to encoding, not to --decode");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const Tokenizer tok = open_tokenizer(tok_path);
+  if (add_special && tok.kind() != Tokenizer::Kind::Hf)
+    throw UsageError("tokenize: --add-special needs a Hugging Face tokenizer; the " + std::string(tok.kind_name()) +
+                     " tokenizer has no special tokens");
+  const std::string text = in_opt->count() ? read_file_bytes(input) : prompt;
+  const auto t1 = std::chrono::steady_clock::now();
+  if (decode) {
+    const std::string out = tok.decode(parse_ids(text, in_opt->count() ? input : "-p"));
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+  const std::vector<int32_t> ids = add_special ? tok.encode_with_special(text) : tok.encode(text);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::string out;
+  out.reserve(ids.size() * 7 + 2);
+  out += '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += "]\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (stats)
+    std::fprintf(stderr, "%zu bytes -> %zu tokens in %.3f s (%.2f MB/s; loading the tokenizer took %.3f s)\n", text.size(),
+                 ids.size(), secs, secs > 0 ? text.size() / secs / 1e6 : 0.0,
+                 std::chrono::duration<double>(t1 - t0).count());
+  return 0;
+}
+
+}  // namespace looplm::cli
