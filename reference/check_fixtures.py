@@ -44,7 +44,7 @@ from safetensors_io import load_file, save_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXDIR = os.path.join(HERE, "..", "tests", "fixtures")
-PREFIXES = ("input.", "out.", "state.", "grad.", "bptt.", "train.", "after.", "energy.")
+PREFIXES = ("input.", "out.", "state.", "grad.", "bptt.", "train.", "after.", "energy.", "gate.")
 failures = []
 
 
@@ -99,6 +99,9 @@ def manual_train(model, tokens, targets, cfg, k):
             p.grad = None
         loss = model.loss(model(tokens), targets)
         loss.backward()
+        for p in params:  # a param the loss does not reach (an exit gate): a zero gradient
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         total = math.sqrt(sum(p.grad.pow(2).sum().item() for p in params))
         coef = min(1.0, cfg["grad_clip"] / (total + 1e-6))
         with torch.no_grad():
@@ -139,6 +142,16 @@ def check_fixture(path):
                 close(f"{name}: energy.{r} (at state.{r - 1})", e.reshape(-1), ts[f"energy.{r}"])
         else:
             check(not stored, f"{name}: no energy.* tensors")
+        gates = sorted(k for k in ts if k.startswith("gate."))
+        if cfg.get("exit_gate", False):  # gate.{r}: the exit gate's lambda at exit r = 1..R+2
+            check(gates == sorted(f"gate.{r}" for r in range(1, R + 3)), f"{name}: gate.1..gate.{R + 2} present")
+            for r, lam in enumerate(model.exit_gates(tokens, R + 2), start=1):
+                close(f"{name}: gate.{r}", lam.reshape(-1), ts[f"gate.{r}"])
+            lam = torch.cat([ts[f"gate.{r}"] for r in range(1, R + 3)])
+            check(0.05 < lam.min() and lam.max() < 0.95 and lam.std() > 0.1,
+                  f"{name}: the gate's lambda spread over (0, 1) (min {lam.min():.2f}, max {lam.max():.2f}, std {lam.std():.2f})")
+        else:
+            check(not gates, f"{name}: no gate.* tensors")
     states = model.loop_states(tokens)
     logits = model.exit_logits(states[-1])
     close(f"{name}: out.logits", logits.detach(), ts["out.logits"])
@@ -148,7 +161,7 @@ def check_fixture(path):
     ce = -lp.gather(-1, targets[..., None]).mean()
     close(f"{name}: out.loss (and CE by hand)", torch.stack([loss.detach(), ce]), ts["out.loss"].expand(2))
     loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).clone() for n, p in model.named_parameters()}
     worst = max((grads[n] - ts[f"grad.{n}"].double()).abs().max().item() /
                 (grads[n].abs().max().item() + 1e-12) for n in grads)
     check(worst < 1e-5, f"{name}: all {len(grads)} grad.* tensors match (worst rel err {worst:.1e})")

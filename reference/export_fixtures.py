@@ -27,6 +27,7 @@ are exact up to their float32 rounding. Tensors (F32 unless noted):
     energy.{r} [B*T]        (energy blocks only) per-token energy of step r's input state h^(r-1),
                             r = 1..R+3 (every dumped state: energy.{R+1} is the trained depth's
                             final state, energy.{R+3} that of state.{R+2}); LoopLM.energies
+    gate.{r} [B*T]          (exit_gate only) the learned exit gate's lambda at exit r = 1..R+2
 """
 import argparse
 import copy
@@ -97,6 +98,10 @@ FIXTURES = {
     # between loops, untied head).
     "loop_norm": dict(n_core=2, R=3, d_ff=28, block="pre_norm", norm="rmsnorm", mlp="swiglu",
                       pos="rope", bias=False, tie_embeddings=False, loop_norm=True),
+    # Ouro's layout: peri_norm blocks (sub-layer outputs normed), the final norm between loops, and
+    # the learned exit gate (gate.{r}: its lambda at every exit)
+    "ouro": dict(n_core=2, R=3, d_ff=28, block="peri_norm", norm="rmsnorm", mlp="swiglu", pos="rope",
+                 rope_base=1e6, bias=False, tie_embeddings=False, loop_norm=True, exit_gate=True),
 }
 
 
@@ -224,6 +229,10 @@ def perturb_loop(cfg, name, p, gen):
         else:
             assert name.endswith(".bias"), name
             p.add_(0.3 * rnd())
+    elif cfg["loop_rule"] == "residual" and name.startswith("loop.exit_gate."):
+        # Ouro's gate: w ~ N(0, 1/d) so w . x ~ N(0, 1) on a normed x, bias ~ N(0, 0.3^2): lambda
+        # spread over (0, 1) rather than all near 1/2
+        p.copy_(rnd() / d ** 0.5 if name.endswith(".weight") else 0.3 * rnd())
     else:
         raise AssertionError(f"no perturbation for {name}")
 
@@ -237,6 +246,9 @@ def train_steps(model, tokens, targets, cfg, k):
         opt.zero_grad(set_to_none=True)
         loss = model.loss(model(tokens), targets)
         loss.backward()
+        for p in model.parameters():  # a param the loss does not reach (an exit gate): a zero gradient,
+            if p.grad is None:        # so weight decay still applies to it, as in the engine
+                p.grad = torch.zeros_like(p)
         norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]).item())
         opt.step()
         losses.append(loss.item())
@@ -274,8 +286,12 @@ def make_fixture(name, seed):
     out["out.loss_by_depth"] = by_depth.float()
     for r, h in enumerate(beyond):
         out[f"state.{r}"] = h.detach().float()
-    for n, p in params.items():
-        out[f"grad.{n}"] = p.grad.float()
+    for n, p in params.items():  # the exit gate is not in the loss: no gradient, zeros
+        out[f"grad.{n}"] = (p.grad if p.grad is not None else torch.zeros_like(p)).float()
+    if cfg.get("exit_gate", False):
+        with torch.no_grad():
+            for r, lam in enumerate(model.exit_gates(tokens, R + BEYOND), start=1):
+                out[f"gate.{r}"] = lam.reshape(-1).float()
     if cfg["block"] == "energy":
         with torch.no_grad():
             for r, e in enumerate(model.energies(tokens, R + BEYOND), start=1):  # E(h^(r-1))

@@ -35,7 +35,7 @@ DEFAULTS = dict(
 # Keys of each loop rule and their defaults. A resolved config holds the keys of its own rule only
 # (so a residual config is exactly the DEFAULTS keys); other rules' keys are ignored like lr.
 RULE_DEFAULTS = {
-    "residual": dict(loop_norm=False),
+    "residual": dict(loop_norm=False, exit_gate=False),
     "gated": dict(gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0, gate_bias_init=4.0),
     "hyper": dict(hyper_streams=4, hyper_res="diag", sinkhorn_iters=20),
 }
@@ -75,7 +75,7 @@ def resolve_config(cfg):
         raise ValueError(f"config lacks {missing}")
     if not out["d_ff"]:
         out["d_ff"] = 4 * out["d_model"]
-    assert out["block"] in ("pre_norm", "parallel", "sandwich", "energy", "cem"), out["block"]
+    assert out["block"] in ("pre_norm", "parallel", "sandwich", "peri_norm", "energy", "cem"), out["block"]
     if out["block"] != "energy":  # energy heads are full d x d matrices: no head dim
         assert out["d_model"] % out["n_heads"] == 0
     assert out["norm"] in ("rmsnorm", "layernorm") and out["mlp"] in ("gelu", "swiglu")
@@ -112,8 +112,9 @@ def resolve_config(cfg):
         _number(out, "gate_tau", lambda v: v > 0, "a number > 0")
         _number(out, "gate_bias_init", lambda v: True, "a finite number")
     elif rule == "residual":
-        if not isinstance(out["loop_norm"], bool):
-            raise ValueError(f"config key 'loop_norm' must be true or false, got {out['loop_norm']!r}")
+        for k in ("loop_norm", "exit_gate"):
+            if not isinstance(out[k], bool):
+                raise ValueError(f"config key {k!r} must be true or false, got {out[k]!r}")
     elif rule == "hyper":
         _integer(out, "hyper_streams", 1)
         _integer(out, "sinkhorn_iters", 1)
@@ -203,7 +204,7 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """n1 = attn_norm, n2 = mlp_norm (pre_norm / parallel);
-    sandwich: n1 = attn_norm, n2 = attn_post_norm, n3 = mlp_norm, n4 = mlp_post_norm."""
+    sandwich, peri_norm: n1 = attn_norm, n2 = attn_post_norm, n3 = mlp_norm, n4 = mlp_post_norm."""
 
     def __init__(self, cfg, alpha):
         super().__init__()
@@ -213,7 +214,7 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.mlp_norm = Norm(d, kind, eps)
         self.mlp = MLP(cfg)
-        if self.kind == "sandwich":
+        if self.kind in ("sandwich", "peri_norm"):
             self.attn_post_norm = Norm(d, kind, eps)
             self.mlp_post_norm = Norm(d, kind, eps)
 
@@ -223,6 +224,9 @@ class Block(nn.Module):
             x = x + self.mlp(self.mlp_norm(x))
         elif self.kind == "parallel":
             x = x + self.attn(self.attn_norm(x)) + self.mlp(self.mlp_norm(x))
+        elif self.kind == "peri_norm":  # Ouro: the sub-layer outputs normed, the stream not
+            x = x + self.attn_post_norm(self.attn(self.attn_norm(x)))
+            x = x + self.mlp_post_norm(self.mlp(self.mlp_norm(x)))
         else:  # sandwich
             a = self.alpha
             x = self.attn_post_norm(a * x + self.attn(self.attn_norm(x)))
@@ -548,6 +552,12 @@ class ResidualLoop(nn.Module):
         super().__init__()
         self.loop_norm = bool(cfg.get("loop_norm", False))
         self.final_norm = None
+        if cfg.get("exit_gate", False):  # Ouro's learned exit gate: lambda_r = sigmoid(w . x_r + b)
+            self.exit_gate = nn.Linear(cfg["d_model"], 1)
+
+    def gate(self, final_hidden):
+        """lambda [..., 1] at an exit from the hidden state the lm_head reads (Ouro's early_exit_gate)."""
+        return torch.sigmoid(self.exit_gate(final_hidden))
 
     def init_state(self, h_pre):
         return h_pre
@@ -559,7 +569,10 @@ class ResidualLoop(nn.Module):
         return core(self.final_norm(h) if self.loop_norm and r > 1 else h)
 
     def reset_parameters(self, cfg):
-        pass
+        if hasattr(self, "exit_gate"):
+            with torch.no_grad():
+                self.exit_gate.weight.normal_(0.0, cfg["init_std"])
+                self.exit_gate.bias.zero_()
 
 
 class GateMLP(nn.Module):
@@ -824,14 +837,22 @@ class LoopLM(nn.Module):
         """Loop step r = 1, 2, ... of the configured rule (state -> state)."""
         return self.loop.step(state, h_pre, self.apply_core, r)
 
-    def exit_logits(self, h):
-        """Loop state -> coda -> norm_f -> lm_head."""
+    def final_hidden(self, h):
+        """Loop state -> coda -> norm_f: what the lm_head (and an exit gate) reads."""
         for blk in self.coda:
             h = blk(h)
-        h = self.norm_f(h)
+        return self.norm_f(h)
+
+    def exit_logits(self, h):
+        """Loop state -> coda -> norm_f -> lm_head."""
+        h = self.final_hidden(h)
         if self.cfg["tie_embeddings"]:
             return h @ self.tok_emb.weight.t()
         return self.lm_head(h)
+
+    def exit_gates(self, tokens, R=None):
+        """The learned exit gate's lambda [B, T] at every exit r = 1..R (residual rule, exit_gate)."""
+        return [self.loop.gate(self.final_hidden(h)).squeeze(-1) for h in self.loop_states(tokens, R)[1:]]
 
     def loop_states(self, tokens, R=None, grad_steps=None):
         """[h^(0), h^(1), ..., h^(R)], h^(r) = readout(state after step r) (h^(0) = h_pre).

@@ -79,11 +79,18 @@ void check_fixture(const std::string& name) {
     RunOptions beyond;
     beyond.depth = c.R + 2;
     std::vector<float> ref = f.read_f32("out.loss_by_depth", {c.R + 2});
+    int gates = 0;
     m.trunk(g, tok.data(), B, T, beyond, [&](int r, Node* h) {
       if (r == 0) return;
-      Node* l = op::cross_entropy(g, m.head(g, h, B, T, beyond), tgt.data());
+      Node* final_hidden = nullptr;
+      Node* l = op::cross_entropy(g, m.head(g, h, B, T, beyond, &final_hidden), tgt.data());
       EXPECT_NEAR(l->v[0], ref[r - 1], 2e-5 * ref[r - 1]) << name << " exit " << r;
+      if (Node* lambda = m.exit_gate(g, final_hidden)) {  // Ouro's learned exit gate at every exit
+        ++gates;
+        EXPECT_LT(rel_err(lambda->v, f, "gate." + std::to_string(r), (size_t)B * T), 2e-5) << name << " gate " << r;
+      }
     });
+    EXPECT_EQ(gates, f.has("gate.1") ? c.R + 2 : 0) << name;
     EXPECT_EQ(seen.size(), (size_t)c.R + 3) << name;
     if (f.has("energy.1")) {
       EXPECT_EQ(energies, c.R + 2) << name;
@@ -226,3 +233,4 @@ TEST(Reference, Cem) { check_fixture("cem"); }
 TEST(Reference, CemPreconditioned) { check_fixture("cem_precond"); }
 TEST(Reference, CemOneStepNoDiagonal) { check_fixture("cem_nodiag"); }
 TEST(Reference, ResidualWithLoopNorm) { check_fixture("loop_norm"); }  // Nanbeige4.2's layout
+TEST(Reference, Ouro) { check_fixture("ouro"); }  // peri_norm blocks, loop_norm and the exit gate

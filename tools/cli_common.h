@@ -203,9 +203,10 @@ struct ExitArgs {
   void add(CLI::App& app, const std::string& policy_note) {
     app.add_option("--exit-rule", rule,
                    "per-token early exit: fixed (every token runs the depth), kl (KL of successive exits' next-token "
-                   "distributions), latent (|h_r - h_r-1| / |h_r|) or entropy (of the exit's distribution); a token "
-                   "stops at the first step whose value is below --exit-threshold")
-        ->check(CLI::IsMember({"fixed", "kl", "latent", "entropy"}));
+                   "distributions), latent (|h_r - h_r-1| / |h_r|) or entropy (of the exit's distribution): a token "
+                   "stops at the first step whose value is below --exit-threshold; gate (a model with a learned exit "
+                   "gate, Ouro): at the first step whose cumulative exit probability reaches --exit-threshold q")
+        ->check(CLI::IsMember({"fixed", "kl", "latent", "entropy", "gate"}));
     app.add_option("--exit-threshold", threshold, "the early-exit threshold (needed with a rule other than fixed)");
     policy_opt = app.add_option("--kv-policy", policy,
                                 "keys/values for the steps an exited token did not run: per_step (run them: exact), mean "
@@ -220,7 +221,9 @@ struct ExitArgs {
     if (e.rule != ExitRule::fixed && !std::isfinite(threshold))
       throw UsageError("--exit-rule " + rule + " needs a finite --exit-threshold");
     if (e.rule == ExitRule::fixed && !std::isnan(threshold))
-      throw UsageError("--exit-threshold has no effect with --exit-rule fixed (choose kl, latent or entropy)");
+      throw UsageError("--exit-threshold has no effect with --exit-rule fixed (choose kl, latent, entropy or gate)");
+    if (e.rule == ExitRule::gate && !(threshold > 0 && threshold <= 1))
+      throw UsageError("--exit-rule gate takes a cumulative probability: --exit-threshold in (0, 1]");
     e.threshold = threshold;
     return e;
   }

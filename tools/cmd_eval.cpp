@@ -103,7 +103,7 @@ int cmd_eval(int argc, char** argv) {
     std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s, kv cache %s)\n", (long long)e.tokens,
                 (long long)e.windows, lm.config().context, ex.policy.c_str(), eo.kv_cache.c_str());
     std::printf("loss %.4f, accuracy %.4f (at each token's exit: %s", e.loss, e.accuracy, ex.rule.c_str());
-    if (eo.exit.rule != ExitRule::fixed) std::printf(" < %g", ex.threshold);
+    if (eo.exit.rule != ExitRule::fixed) std::printf(eo.exit.rule == ExitRule::gate ? " >= %g" : " < %g", ex.threshold);
     std::printf(", %.3f loop steps per token of %d)\nkv cache: %.0f bytes per token kept by the policy, %.1f KiB allocated\n",
                 e.mean_steps, depth_run, e.kv_bytes_per_token, e.kv_cache_bytes / 1024.0);
     return 0;
@@ -118,6 +118,7 @@ int cmd_eval(int argc, char** argv) {
       j["exit_fraction"] = e.exit_fraction;
       j["exit_rule"] = ex.rule;
       if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
+      if (e.gate_expected_depth > 0) j["gate_expected_depth"] = e.gate_expected_depth;
     }
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
@@ -126,8 +127,8 @@ int cmd_eval(int argc, char** argv) {
   }
   char at[160];  // where the headline loss is taken
   if (eo.exit.rule != ExitRule::fixed && ran > 0)
-    std::snprintf(at, sizeof at, "at each token's exit: %s < %g, %.3f loop steps per token of %d", ex.rule.c_str(),
-                  ex.threshold, e.mean_steps, ran);
+    std::snprintf(at, sizeof at, "at each token's exit: %s %s %g, %.3f loop steps per token of %d", ex.rule.c_str(),
+                  eo.exit.rule == ExitRule::gate ? ">=" : "<", ex.threshold, e.mean_steps, ran);
   else
     std::snprintf(at, sizeof at, "depth %d", ran == 0 ? 0 : std::min(R, ran));
   if (e.examples > 0)
@@ -138,6 +139,9 @@ int cmd_eval(int argc, char** argv) {
                 lm.config().context, e.loss, at);
   if (ran == 0) return 0;
   print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
+  if (e.gate_expected_depth > 0)
+    std::printf("the exit gate's expected depth: %.3f loop steps per token (of %d; its distribution over the steps, "
+                "the last one taking what remains)\n", e.gate_expected_depth, ran);
   if (!e.difficulty_first.empty()) {
     std::printf("\nloss by token difficulty (deciles of the exit-1 loss; 1 = easiest):\n| decile | exit 1 | exit %d | gain |\n|---|---|---|---|\n", ran);
     for (size_t q = 0; q < e.difficulty_first.size(); ++q)

@@ -44,6 +44,10 @@ struct EvalResult {
   // are at each token's own exit.
   double mean_steps = 0;
   std::vector<double> exit_fraction;
+  // A model with a learned exit gate (Ouro): the expected exit step under the gate's distribution
+  // over steps 1..depth (p_r = λ_r Π_{j<r} (1 − λ_j), the last step taking what remains), averaged
+  // over the scored tokens; 0 for a model without one.
+  double gate_expected_depth = 0;
   // Incremental scoring: bytes of keys and values the KV policy keeps per position (averaged over
   // the positions scored) and the bytes the cache allocated.
   double kv_bytes_per_token = 0;
@@ -119,7 +123,9 @@ class RunLock {
 // below `threshold`, at the latest at the run's depth. kl: KL(p_r ‖ p_{r−1}) between the next-token
 // distributions of successive exits (from step 2); latent: ‖h_r − h_{r−1}‖ / ‖h_r‖ (from step 2);
 // entropy: of p_r (from step 1); fixed: every token runs the depth.
-enum class ExitRule { fixed, kl, latent, entropy };
+// gate: the model's learned exit gate (Ouro; a checkpoint with loop.exit_gate): a token exits at the
+// first step whose cumulative exit probability Σ_{s≤r} λ_s Π_{j<s} (1 − λ_j) reaches the threshold q.
+enum class ExitRule { fixed, kl, latent, entropy, gate };
 struct EarlyExit {
   ExitRule rule = ExitRule::fixed;
   double threshold = 0;

@@ -47,6 +47,8 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
       len_(sequences, 0),
       exits_(std::max(o.depth, 0) + 1, 0) {
   LOOPLM_ASSERT(sequences >= 1 && capacity >= 1 && o.depth >= 0, "Decoder: bad shape");
+  if (o.exit.rule == ExitRule::gate && !m.has_exit_gate())
+    throw UsageError("--exit-rule gate needs a model with a learned exit gate (loop.exit_gate, as Ouro has); this one has none");
   LOOPLM_ASSERT(o.draft_depth == 0 || (o.draft_depth < o.depth && o.exit.rule == ExitRule::fixed),
                 "Decoder: a draft depth needs 1 <= draft_depth < depth and no early exit");
 }
@@ -85,13 +87,15 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
     m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
       if (r == 0 || (!exiting() && r != o_.draft_depth && r != o_.depth)) return;
       o.coda_step = r - 1;
-      Node* z = m_.head(g_, hr, 1, n, o);
+      Node* final_hidden = nullptr;
+      Node* z = m_.head(g_, hr, 1, n, o, &final_hidden);
       if (!exiting()) {
         if (r == o_.depth) std::memcpy(logits, z->v + first * V, sizeof(float) * (n - first) * V);
         return;
       }
       const float* zl = z->v + (int64_t)(n - 1) * V;
-      if (tracker_.exit_step(0) == 0 && !tracker_.step(r, zl, hr->v + (int64_t)(n - 1) * d).empty())
+      const float* lambda = o_.exit.rule == ExitRule::gate ? m_.exit_gate(g_, final_hidden)->v + (n - 1) : nullptr;
+      if (tracker_.exit_step(0) == 0 && !tracker_.step(r, zl, hr->v + (int64_t)(n - 1) * d, lambda).empty())
         std::memcpy(logits, zl, sizeof(float) * V);
     });
   } else {
@@ -170,6 +174,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
   h_pre_.assign(hp->v, hp->v + (int64_t)n * d);
   z_.assign((size_t)n * V, 0.0f);
   h_.assign((size_t)n * d, 0.0f);
+  gate_.assign((size_t)n, 0.0f);
   ExitTracker& tracker = tracker_;
   tracker.reset(n);
   active_.resize(n);
@@ -194,14 +199,17 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     oa.coda_step = r - 1;
     Node* next = m_.loop_step(g_, st, hpa, r, na, 1, oa);
     Node* h = m_.readout(g_, next);
-    Node* z = m_.head(g_, h, na, 1, oa);
+    Node* final_hidden = nullptr;
+    Node* z = m_.head(g_, h, na, 1, oa, &final_hidden);
+    Node* lambda = o_.exit.rule == ExitRule::gate ? m_.exit_gate(g_, final_hidden) : nullptr;
     for (int a = 0; a < na; ++a) {
       const int i = active_[a];
+      if (lambda) gate_[i] = lambda->v[a];
       std::memcpy(state_.data() + i * S, next->v + a * S, sizeof(float) * S);
       std::memcpy(z_.data() + (int64_t)i * V, z->v + (int64_t)a * V, sizeof(float) * V);
       std::memcpy(h_.data() + (int64_t)i * d, h->v + (int64_t)a * d, sizeof(float) * d);
     }
-    for (int64_t i : tracker.step(r, z_.data(), h_.data())) {
+    for (int64_t i : tracker.step(r, z_.data(), h_.data(), lambda ? gate_.data() : nullptr)) {
       std::memcpy(logits + i * V, z_.data() + i * V, sizeof(float) * V);
       steps_ += r;
       exits_[r] += 1;

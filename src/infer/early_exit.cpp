@@ -14,7 +14,8 @@ ExitRule parse_exit_rule(const std::string& name) {
   if (name == "kl") return ExitRule::kl;
   if (name == "latent") return ExitRule::latent;
   if (name == "entropy") return ExitRule::entropy;
-  throw UsageError("unknown exit rule '" + io::brief(name) + "' (choose fixed, kl, latent or entropy)");
+  if (name == "gate") return ExitRule::gate;
+  throw UsageError("unknown exit rule '" + io::brief(name) + "' (choose fixed, kl, latent, entropy or gate)");
 }
 
 const char* exit_rule_name(ExitRule r) {
@@ -23,6 +24,7 @@ const char* exit_rule_name(ExitRule r) {
     case ExitRule::kl: return "kl";
     case ExitRule::latent: return "latent";
     case ExitRule::entropy: return "entropy";
+    case ExitRule::gate: return "gate";
   }
   return "?";
 }
@@ -39,7 +41,8 @@ double exit_score(ExitRule rule, const double* logp, const double* prev_logp, in
                   const float* prev_h, int d) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   switch (rule) {
-    case ExitRule::fixed: return inf;
+    case ExitRule::fixed:
+    case ExitRule::gate: return inf;  // the tracker follows the gate's cumulative probability itself
     case ExitRule::entropy: {  // H(p) = −Σ p log p
       double H = 0;
       for (int64_t v = 0; v < V; ++v) H -= std::exp(logp[v]) * logp[v];
@@ -76,9 +79,11 @@ void ExitTracker::reset(int64_t rows) {
   exit_.assign(rows, 0);
   if (rule_.rule == ExitRule::kl) prev_logp_.resize(rows * V_);
   if (rule_.rule == ExitRule::latent) prev_h_.resize(rows * d_);
+  if (rule_.rule == ExitRule::gate) remaining_.assign(rows, 1.0), cdf_.assign(rows, 0.0);
 }
 
-const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const float* h) {
+const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const float* h, const float* gate) {
+  LOOPLM_ASSERT(rule_.rule != ExitRule::gate || gate, "ExitTracker: the gate rule needs the gate's values");
   exiting_.clear();
   now_.assign(rows_, 0);
   const bool first = r == 1;
@@ -88,7 +93,14 @@ const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const 
     log_softmax_row(logits + n * V_, V_, lp);
     const double s = exit_score(rule_.rule, lp, first || prev_logp_.empty() ? nullptr : prev_logp_.data() + n * V_, V_,
                                 h + n * d_, first || prev_h_.empty() ? nullptr : prev_h_.data() + n * d_, d_);
-    now_[n] = r >= depth_ || s < rule_.threshold;
+    if (rule_.rule == ExitRule::gate) {  // Ouro's CDF rule: exit once Σ p_s reaches q
+      const double lambda = gate[n];
+      cdf_[n] += lambda * remaining_[n];
+      remaining_[n] *= 1.0 - lambda;
+      now_[n] = r >= depth_ || cdf_[n] >= rule_.threshold;
+    } else {
+      now_[n] = r >= depth_ || s < rule_.threshold;
+    }
     if (!prev_logp_.empty()) std::copy(lp, lp + V_, prev_logp_.data() + n * V_);
     if (!prev_h_.empty()) std::copy(h + n * d_, h + (n + 1) * d_, prev_h_.data() + n * d_);
   });

@@ -25,8 +25,9 @@ class ExitTracker {
   ExitTracker(EarlyExit rule, int depth, int64_t rows, int64_t V, int d);
   // A new forward pass of `rows` rows, reusing the buffers (incremental decoding: one per token).
   void reset(int64_t rows);
-  // Exit r's logits [rows, V] and states [rows, d]; returns the rows that exit here.
-  const std::vector<int64_t>& step(int r, const float* logits, const float* h);
+  // Exit r's logits [rows, V] and states [rows, d] (and, for the gate rule, the gate's λ [rows]);
+  // returns the rows that exit here.
+  const std::vector<int64_t>& step(int r, const float* logits, const float* h, const float* gate = nullptr);
   const double* logp(int64_t row) const { return logp_.data() + row * V_; }  // this exit's, any row
   int exit_step(int64_t row) const { return exit_[row]; }  // 0 while running
 
@@ -36,6 +37,7 @@ class ExitTracker {
   int64_t rows_, V_;
   std::vector<double> logp_, prev_logp_;
   std::vector<float> prev_h_;
+  std::vector<double> remaining_, cdf_;  // gate: Π (1 − λ) so far, and the exit probability so far
   std::vector<int> exit_;
   std::vector<uint8_t> now_;  // rows exiting at the current step (filled in parallel)
   std::vector<int64_t> exiting_;

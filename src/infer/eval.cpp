@@ -118,11 +118,17 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
   std::vector<float> first_loss, last_loss;  // per-token losses at exit 1 and at exit depth
   // Early exit: each scored token's loss, top-1 hit and step at its own exit.
   const bool exiting = early.rule != ExitRule::fixed && depth > 0;
+  if (early.rule == ExitRule::gate && !m.has_exit_gate())
+    throw UsageError("--exit-rule gate needs a model with a learned exit gate (loop.exit_gate, as Ouro has); this one has none");
   double exit_loss = 0, exit_steps = 0;
   int64_t exit_hits = 0;
   std::vector<int64_t> exit_count(depth + 1, 0);
   std::vector<uint8_t> row_hit;
   int64_t exit_exact = 0;  // examples right at their exits
+  // A learned exit gate (Ouro): per row, Π (1 − λ) so far, and Σ r · p_r over the scored rows.
+  const bool gated = m.has_exit_gate() && depth > 0;
+  std::vector<double> gate_left;
+  double gate_depth_sum = 0;
   Graph g;
   Graph::NoGrad ng(g);
   // A block that diagnoses its input state (NRGPT's energy) sees the final state at one more step,
@@ -170,17 +176,29 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
       tracker.emplace(early, depth, rows, c.vocab_size, d);
       row_hit.assign(rows, 1);
     }
+    if (gated) gate_left.assign(rows, 1.0);
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
       if (step > depth) return;  // the extra step: diagnostics only
       if (step > 0 || depth == 0) {
-        Node* logits = m.head(g, h, B, T, o);
+        Node* final_hidden = nullptr;
+        Node* logits = m.head(g, h, B, T, o, &final_hidden);
+        const float* lambda = nullptr;
+        if (gated && step > 0) {
+          lambda = m.exit_gate(g, final_hidden)->v;
+          for (int64_t n = 0; n < rows; ++n) {
+            if (y[n] < 0) continue;
+            const double p = step == depth ? gate_left[n] : lambda[n] * gate_left[n];  // the last step takes what remains
+            gate_depth_sum += step * p;
+            gate_left[n] *= 1.0 - lambda[n];
+          }
+        }
         Node* l = op::cross_entropy(g, logits, y.data());
         loss[step] += l->v[0] * (double)scored;
         correct[step] += exact ? exact_rows(logits, y.data(), B, T) : correct_top1(logits, y.data());
         if (step == 1) token_losses(logits, y.data(), first_loss);
         if (step == depth && depth > 0) token_losses(logits, y.data(), last_loss);
         if (tracker && step > 0)
-          for (int64_t n : tracker->step(step, logits->v, h->v)) {
+          for (int64_t n : tracker->step(step, logits->v, h->v, lambda)) {
             if (y[n] < 0) continue;
             const double* lp = tracker->logp(n);
             exit_loss -= lp[y[n]];
@@ -250,6 +268,7 @@ EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch,
     }
   }
   r.loss = depth == 0 ? loss[0] / (double)r.tokens : r.loss_by_depth[std::min(depth, c.R) - 1];
+  if (gated && r.tokens > 0) r.gate_expected_depth = gate_depth_sum / (double)r.tokens;
   r.accuracy = depth == 0 ? (double)correct[0] / acc_over : r.accuracy_by_depth[std::min(depth, c.R) - 1];
   if (depth > 0) {
     r.exit_fraction.assign(depth, 0.0);

@@ -77,6 +77,27 @@ class SandwichBlock : public AttnMlpBlock {
   float alpha_;
 };
 
+// peri_norm (Ouro): each sub-layer's output normed before it joins the stream, the stream itself
+// never normed by the block:
+//   x = x + n2(attn(n1(x)));  x = x + n4(mlp(n3(x)))
+// (sandwich norms the sum instead). The same four norms and names as sandwich.
+class PeriNormBlock : public AttnMlpBlock {
+ public:
+  PeriNormBlock(ParamStore& ps, const std::string& p, const Config& c)
+      : AttnMlpBlock(ps, p, c), attn_post_norm(ps, p + ".attn_post_norm", c), mlp_post_norm(ps, p + ".mlp_post_norm", c) {}
+  void bind(ParamStore& ps) override {
+    AttnMlpBlock::bind(ps);
+    attn_post_norm.bind(ps);
+    mlp_post_norm.bind(ps);
+  }
+  Node* forward(Graph& g, Node* x, const BlockCtx& ctx) const override {
+    x = op::add(g, x, attn_post_norm(g, attn(g, attn_norm(g, x), ctx)));
+    return op::add(g, x, mlp_post_norm(g, mlp(g, mlp_norm(g, x))));
+  }
+ private:
+  Norm attn_post_norm, mlp_post_norm;
+};
+
 template <class B>
 BlockFactory factory() {
   return [](ParamStore& ps, const std::string& prefix, const Config& c) -> std::unique_ptr<Block> {
@@ -90,6 +111,8 @@ void register_standard_blocks(Registries& r) {
   r.blocks.add({"sandwich",
                 "post-norm x = n2(α·x + attn(n1(x))); x = n4(α·x + mlp(n3(x))), α = (2N)^deeploop_p  (DeepLoop / DeepNorm)",
                 {}, factory<SandwichBlock>(), {}});
+  r.blocks.add({"peri_norm", "x = x + n2(attn(n1(x))); x = x + n4(mlp(n3(x)))  (Ouro: sub-layer outputs normed)", {},
+                factory<PeriNormBlock>(), {}});
 }
 
 }  // namespace looplm

@@ -171,10 +171,11 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
   return rule_->readout(g, state);
 }
 
-Node* Model::head(Graph& g, Node* h, int B, int T, const RunOptions& o) const {
+Node* Model::head(Graph& g, Node* h, int B, int T, const RunOptions& o, Node** final_hidden) const {
   h = run_blocks(g, coda_, cfg_.n_prelude + cfg_.n_core, 0, h, B, T, o);
   Graph::At at(g, -1, 0);
   Node* x = (*norm_f_)(g, h);
+  if (final_hidden) *final_hidden = x;
   g.tap("lm_head.in", x);
   return linear(g, x, *Wlm_, blm_);
 }

@@ -60,8 +60,13 @@ class Model {
   // and blocks without gradients only their output, so memory does not grow with depth.
   Node* trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o,
               const std::function<void(int, Node*)>& on_exit = {}) const;
-  // coda → norm_f → lm_head: logits [B*T, V] of a hidden state.
-  Node* head(Graph& g, Node* h, int B, int T, const RunOptions& o) const;
+  // coda → norm_f → lm_head: logits [B*T, V] of a hidden state (`final_hidden`, when given,
+  // gets what the lm_head reads: the exit gate's input).
+  Node* head(Graph& g, Node* h, int B, int T, const RunOptions& o, Node** final_hidden = nullptr) const;
+  // The learned exit gate's λ [B*T, 1] at an exit from head()'s final hidden state; nullptr for a
+  // model without one (LoopRule::exit_gate).
+  Node* exit_gate(Graph& g, Node* final_hidden) const { return rule_->exit_gate(g, final_hidden); }
+  bool has_exit_gate() const { return rule_->has_exit_gate(); }
   // The trunk in pieces, for generation that steps rows through the loop itself (per-token early
   // exit): embedding + prelude -> h_pre; the loop rule's initial state; one loop step r (1-based);
   // the exit's hidden state. A loop state has one row per token (LoopRule), so a caller may keep
