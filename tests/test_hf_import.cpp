@@ -1,0 +1,209 @@
+// Hugging Face checkpoints into looplm (src/interchange/hf_import.cpp, docs/interchange.md):
+// synthetic model directories with the real names, dtypes (bf16), config keys, tokenizer.json
+// and sharding (tests/fixtures/hf/, reference/export_hf_fixtures.py), converted with `looplm
+// convert --from DIR`, must compute what an independent PyTorch port of each family computes:
+// Llama with grouped-query attention, Qwen2 with q/k/v biases and a tied head, Nanbeige4.2's
+// looped stack with the norm between loops, and Ouro with its peri-norm blocks, its loops and its
+// learned exit gate (Ouro's CDF exit rule). Broken directories are refused and leave nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "infer/early_exit.h"
+#include "io/safetensors.h"
+#include "looplm/looplm.h"
+#include "model/model_io.h"
+#include "test_util.h"
+
+using namespace looplm;
+using test::run_shell;
+using test::TempDir;
+
+namespace {
+
+const std::string kBin = LOOPLM_BINARY;
+const std::string kFix = std::string(LOOPLM_SOURCE_DIR) + "/tests/fixtures/hf/";
+
+std::string convert(const TempDir& d, const std::string& name) {
+  const std::string out = d / name;
+  const auto r = run_shell(kBin + " convert --from " + kFix + name + " --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return out;
+}
+
+// max |a − b| over the RMS of b: the converted model in fp32 against the float64 port of the same
+// bf16 values (summation order and fp32 rounding only: ~1e-6).
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, s = 0;
+  for (size_t i = 0; i < b.size(); ++i) e = std::max(e, (double)std::abs(a[i] - b[i])), s += (double)b[i] * b[i];
+  return e / std::sqrt(s / b.size());
+}
+
+}  // namespace
+
+TEST(HfImport, EachFamilyComputesWhatItsPortComputes) {
+  TempDir d("hf_import");
+  for (const char* name : {"llama_gqa", "qwen2", "nanbeige", "ouro"}) {
+    const std::string run = convert(d, name);
+    const auto exp = io::SafetensorsFile::open(kFix + name + "/expected.safetensors");
+    const std::vector<int32_t> ids = exp.read_i32("input.ids");
+    LanguageModel lm = LanguageModel::load(run);
+    const int V = lm.config().vocab_size;
+    const std::vector<float> want = exp.read_f32("out.logits", {(int64_t)ids.size(), V});
+    const std::vector<float> got = lm.forward_logits(ids);
+    EXPECT_LT(rel_err(got, want), 1e-4) << name;
+    // The tokenizer came along: the checkpoint encodes as the file does.
+    const auto t = run_shell(kBin + " tokenize --tokenizer " + kFix + name + "/tokenizer.json -p 'the sand and the sea'");
+    ASSERT_EQ(t.code, 0) << t.out;
+    std::string ids_text;
+    for (int32_t id : lm.encode("the sand and the sea")) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(id);
+    EXPECT_EQ(t.out, "[" + ids_text + "]\n") << name;
+  }
+}
+
+TEST(HfImport, NanbeigeAndOuroLayouts) {
+  TempDir d("hf_layouts");
+  const Config nb = LanguageModel::load(convert(d, "nanbeige")).config();
+  EXPECT_EQ(nb.R, 3);
+  EXPECT_TRUE(nb.get_bool("loop_norm"));
+  EXPECT_EQ(nb.block, "pre_norm");
+  const Config ou = LanguageModel::load(convert(d, "ouro")).config();
+  EXPECT_EQ(ou.R, 4);
+  EXPECT_EQ(ou.block, "peri_norm");
+  EXPECT_TRUE(ou.get_bool("loop_norm"));
+  EXPECT_TRUE(ou.get_bool("exit_gate"));
+  EXPECT_EQ(ou.rope_base, 1e6);
+  const Config qw = LanguageModel::load(convert(d, "qwen2")).config();
+  EXPECT_TRUE(qw.bias);
+  EXPECT_TRUE(qw.tie_embeddings);
+}
+
+// Ouro's exit gate at every loop, and its CDF rule: the steps at which tokens exit at q = 0.5 and
+// the logits there, as Ouro's own code computes them (the port in reference/export_hf_fixtures.py).
+TEST(HfImport, OuroExitGateAndItsRule) {
+  TempDir d("hf_ouro_gate");
+  const std::string run = convert(d, "ouro");
+  const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");
+  const std::vector<int32_t> ids = exp.read_i32("input.ids");
+  const std::vector<int32_t> want_step = exp.read_i32("exit.step");
+  const int T = (int)ids.size();
+  std::unique_ptr<Model> m = load_model(run + "/model.safetensors");
+  m->prepare_inference(*find_weight_format("fp32"));
+  const Config& c = m->config();
+  const int V = c.vocab_size;
+  const std::vector<float> want_logits = exp.read_f32("exit.logits", {T, V});
+  Graph g;
+  Graph::NoGrad ng(g);
+  RunOptions o;
+  ExitTracker tracker({ExitRule::gate, 0.5}, c.R, T, V, c.d_model);
+  std::vector<float> at_exit((size_t)T * V);
+  std::vector<int> step(T, 0);
+  int gates = 0;
+  m->trunk(g, ids.data(), 1, T, o, [&](int r, Node* h) {
+    if (r == 0) return;
+    Node* final_hidden = nullptr;
+    Node* z = m->head(g, h, 1, T, o, &final_hidden);
+    Node* lambda = m->exit_gate(g, final_hidden);
+    ASSERT_NE(lambda, nullptr);
+    ++gates;
+    const std::vector<float> want = exp.read_f32("gate." + std::to_string(r), {T});
+    for (int t = 0; t < T; ++t) EXPECT_NEAR(lambda->v[t], want[t], 1e-5) << "gate " << r << " token " << t;
+    for (int64_t t : tracker.step(r, z->v, h->v, lambda->v)) {
+      step[t] = r;
+      std::copy(z->v + t * V, z->v + (t + 1) * V, at_exit.begin() + t * V);
+    }
+  });
+  EXPECT_EQ(gates, 4);
+  EXPECT_EQ(std::vector<int>(want_step.begin(), want_step.end()), step);
+  EXPECT_LT(rel_err(at_exit, want_logits), 1e-4);
+  // The fixture has tokens exiting at more than one step, so the rule is really exercised.
+  EXPECT_GT(*std::max_element(step.begin(), step.end()), *std::min_element(step.begin(), step.end()));
+
+  // From the command line: eval and generate take --exit-rule gate; eval reports the gate's
+  // expected depth. A model without a gate refuses the rule.
+  const std::string text = d / "text.txt";
+  ASSERT_EQ(run_shell("printf 'the sand and the sea and the land are there\\n%.0s' $(seq 30) > " + text).code, 0);
+  auto r = run_shell(kBin + " eval --checkpoint " + run + " --data " + text + " --exit-rule gate --exit-threshold 0.5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("gate >= 0.5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the exit gate's expected depth"), std::string::npos) << r.out;
+  r = run_shell(kBin + " generate --checkpoint " + run + " -p 'the sand' -n 8 --temperature 0 --exit-rule gate --exit-threshold 0.5");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run_shell(kBin + " eval --checkpoint " + convert(d, "llama_gqa") + " --data " + text + " --exit-rule gate --exit-threshold 0.5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("learned exit gate"), std::string::npos) << r.out;
+  r = run_shell(kBin + " eval --checkpoint " + run + " --data " + text + " --exit-rule gate --exit-threshold 1.5");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST(HfImport, BrokenDirectoriesAreNamedAndLeaveNothing) {
+  TempDir d("hf_broken");
+  namespace fs = std::filesystem;
+  auto copy = [&](const std::string& name) {
+    const std::string dst = d / ("src_" + name);
+    fs::remove_all(dst);
+    fs::copy(kFix + name, dst);
+    return dst;
+  };
+  auto edit_config = [&](const std::string& dir, const std::string& from, const std::string& to) {
+    ASSERT_EQ(run_shell("sed -i 's/" + from + "/" + to + "/' " + dir + "/config.json").code, 0);
+  };
+  struct Case {
+    std::string what;
+    int code;
+    std::string says;
+    std::function<std::string()> make;
+  };
+  const std::vector<Case> cases = {
+      {"a missing shard", 1, "model-00002-of-00002.safetensors", [&] {
+         const std::string s = copy("llama_gqa");
+         fs::remove(s + "/model-00002-of-00002.safetensors");
+         return s;
+       }},
+      {"another architecture", 2, "GPT2LMHeadModel", [&] {
+         const std::string s = copy("qwen2");
+         edit_config(s, "Qwen2ForCausalLM", "GPT2LMHeadModel");
+         return s;
+       }},
+      {"RoPE scaling", 2, "rope_scaling", [&] {
+         const std::string s = copy("llama_gqa");
+         edit_config(s, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}");
+         return s;
+       }},
+      {"a tensor of the wrong shape", 1, "has shape", [&] {
+         const std::string s = copy("nanbeige");
+         edit_config(s, "\"intermediate_size\": 64", "\"intermediate_size\": 96");
+         return s;
+       }},
+      {"no tokenizer.json", 1, "tokenizer.json", [&] {
+         const std::string s = copy("ouro");
+         fs::remove(s + "/tokenizer.json");
+         return s;
+       }},
+      {"a truncated shard", 1, "model.safetensors", [&] {
+         const std::string s = copy("qwen2");
+         fs::resize_file(s + "/model.safetensors", fs::file_size(s + "/model.safetensors") - 100);
+         return s;
+       }},
+      {"an extra tensor's layout (Ouro's gate in a Llama)", 1, "has no place", [&] {
+         const std::string s = copy("ouro");
+         edit_config(s, "OuroForCausalLM", "LlamaForCausalLM");
+         return s;
+       }},
+      {"an unknown activation", 2, "hidden_act", [&] {
+         const std::string s = copy("llama_gqa");
+         edit_config(s, "\"silu\"", "\"gelu\"");
+         return s;
+       }},
+  };
+  for (const Case& k : cases) {
+    const std::string src = k.make();
+    const auto r = run_shell(kBin + " convert --from " + src + " --out " + (d / "out"));
+    EXPECT_EQ(r.code, k.code) << k.what << ": " << r.out;
+    EXPECT_NE(r.out.find(k.says), std::string::npos) << k.what << ": " << r.out;
+    EXPECT_FALSE(fs::exists(d / "out")) << k.what;
+    for (const auto& e : fs::directory_iterator(d.path))
+      EXPECT_EQ(e.path().filename().string().find("out.tmp"), std::string::npos) << k.what << ": a partial directory was left";
+  }
+}
