@@ -169,9 +169,11 @@ TEST_F(DataFiles, LlmcShardRoundTrip) {
   looplm::write_file_atomic(path("a.bin.chars"), alpha);
   EXPECT_EQ(looplm::load_tokens(path("a.bin"), big), toks);
 
-  expect_error([&] { looplm::write_llmc_shard(path("b.bin"), {1, 65536}); },
-               {"b.bin", "65536", "position 1"});
-  expect_error([&] { looplm::write_llmc_shard(path("b.bin"), {-1}); }, {"b.bin"});
+  // An id beyond uint16: llm.c's uint32 layout (magic 20240801, version 7).
+  looplm::write_llmc_shard(path("w.bin"), {1, 65536});
+  EXPECT_EQ(fs::file_size(path("w.bin")), 1024u + 4 * 2);
+  EXPECT_EQ(looplm::read_file_bytes(path("w.bin")).substr(0, 12), shard_bytes(20240801, 7, 2, {}).substr(0, 12));
+  expect_error([&] { looplm::write_llmc_shard(path("b.bin"), {1, -1}); }, {"b.bin", "-1", "position 1"});
   EXPECT_FALSE(fs::exists(path("b.bin")));
   // Empty shard is valid.
   looplm::write_llmc_shard(path("e.bin"), {});

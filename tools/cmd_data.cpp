@@ -1,6 +1,7 @@
 // `looplm data`: text / JSONL -> llm.c token shard; `looplm data listops`: the ListOps generator
 // (docs/data.md).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,8 @@
 #include "io/json_input.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
+#include "core/memory.h"
+#include "data/bpe_trainer.h"
 #include "data/dataset.h"
 #include "data/listops.h"
 #include "data/tokenizer.h"
@@ -134,6 +137,76 @@ int cmd_data_listops(int argc, char** argv) {
   return 0;
 }
 
+// A text's tokens as OUT (an llm.c shard) with the sidecar that names its tokenizer; a sidecar of
+// another kind left beside OUT is removed (it would describe the wrong tokenizer).
+void write_shard(const std::string& input, const std::string& out, const Tokenizer& tok) {
+  namespace fs = std::filesystem;
+  const std::vector<int32_t> ids = load_tokens(input, tok);
+  if (ids.empty()) throw Error("data: " + io::brief_path(input) + " holds no text: nothing to tokenize (no shard written)");
+  write_llmc_shard(out, ids);
+  const bool wide = tok.vocab_size() > 65536 && *std::max_element(ids.begin(), ids.end()) > 0xFFFF;
+  std::printf("wrote %s: %zu tokens (%.2f bytes of text each), %s tokenizer, vocab %d%s\n", out.c_str(), ids.size(),
+              (double)fs::file_size(input) / (double)ids.size(), tok.kind_name(), tok.vocab_size(),
+              wide ? ", uint32 ids" : "");
+  const std::string chars_path = out + ".chars", hf_path = out + ".tokenizer";
+  if (tok.kind() == Tokenizer::Kind::Char) {
+    write_file_atomic(chars_path, tok.alphabet());
+    std::printf("wrote %s: alphabet of %d code points\n", chars_path.c_str(), tok.vocab_size());
+  }
+  if (tok.kind() == Tokenizer::Kind::Hf) write_tokenizer_sidecar(out, tok);
+  for (const std::string& stale : {chars_path, hf_path}) {
+    const bool ours = (stale == chars_path && tok.kind() == Tokenizer::Kind::Char) ||
+                      (stale == hf_path && tok.kind() == Tokenizer::Kind::Hf);
+    if (!ours && fs::exists(stale)) {
+      fs::remove(stale);
+      std::printf("removed stale %s\n", stale.c_str());
+    }
+  }
+}
+
+// `looplm data --tokenizer-train bpe --vocab-size N --input FILE [--val FILE] --out DIR`:
+// DIR/tokenizer.json, then FILE (and the validation text) encoded with it into DIR/train.bin
+// (DIR/val.bin), each with its sidecar.
+int data_train_bpe(const std::string& input, const std::string& val, const std::string& out, int vocab_size,
+                   bool tokenizer_flags) {
+  namespace fs = std::filesystem;
+  if (tokenizer_flags)
+    throw UsageError("data: --tokenizer-train makes its own tokenizer; leave out --tokenizer, --tokenizer-file and --alphabet");
+  if (vocab_size <= 0) throw UsageError("data: --tokenizer-train bpe needs --vocab-size N (e.g. 2048)");
+  for (const std::string& f : {input, val})
+    if (!f.empty() && fs::path(f).extension() == ".bin")
+      throw UsageError("data: '" + io::brief_path(f) + "' is already a token file (.bin); a tokenizer trains on text");
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw UsageError("data: --out '" + io::brief_path(out) + "' is a file; with --tokenizer-train it is a directory");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string text = load_text(input);
+  BpeTrainOptions o;
+  o.vocab_size = vocab_size;
+  BpeTrainResult r;
+  try {
+    r = train_byte_level_bpe(text, o);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(input + ": " + e.what());
+  }
+  fs::create_directories(out, ec);
+  if (ec) throw Error("cannot create directory '" + out + "': " + ec.message());
+  const std::string tok_path = (fs::path(out) / "tokenizer.json").string();
+  write_file_atomic(tok_path, r.tokenizer_json);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("trained a byte-level BPE on %s (%s, %lld distinct words) in %.2f s: %d merges, vocab %d%s\nwrote %s\n",
+              input.c_str(), format_bytes((double)text.size()).c_str(), (long long)r.words, secs, r.merges, r.vocab_size,
+              r.vocab_size < vocab_size ? " (the corpus has no more pairs seen twice)" : "", tok_path.c_str());
+  const Tokenizer tok = Tokenizer::hf_from_json(r.tokenizer_json, tok_path);
+  write_shard(input, (fs::path(out) / "train.bin").string(), tok);
+  if (!val.empty()) write_shard(val, (fs::path(out) / "val.bin").string(), tok);
+  std::printf("train on it: looplm train --set tokenizer_file=%s --set data_train=%s/train.bin%s\n", tok_path.c_str(),
+              out.c_str(), val.empty() ? "" : (" --set data_val=" + out + "/val.bin").c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_data(int argc, char** argv) {
@@ -141,20 +214,35 @@ int cmd_data(int argc, char** argv) {
   // with '-', so a first word "listops" cannot be one of its arguments.
   if (argc >= 2 && std::strcmp(argv[1], "listops") == 0) return cmd_data_listops(argc - 1, argv + 1);
   namespace fs = std::filesystem;
-  std::string input, out, kind = "byte", alphabet_file;
-  CLI::App app{"Tokenise a text or JSONL file into an llm.c shard (uint16 tokens).", "looplm data"};
+  std::string input, out, kind = "byte", alphabet_file, hf_file, train_kind, val_input;
+  int vocab_size = 0;
+  CLI::App app{"Tokenise a text or JSONL file into an llm.c shard (uint16 tokens; uint32 beyond 65,536 ids), or "
+               "train a BPE tokenizer on it.", "looplm data"};
   app.add_option("--input", input, "text file, or .jsonl with one {\"text\": ...} per line")
       ->required()
       ->type_name("FILE");
-  auto* kind_opt = app.add_option("--tokenizer", kind, "byte (default) or char")
-                       ->check(CLI::IsMember({"byte", "char"}))
+  auto* kind_opt = app.add_option("--tokenizer", kind, "byte (default), char or hf (with --tokenizer-file)")
+                       ->check(CLI::IsMember({"byte", "char", "hf"}))
                        ->type_name("KIND");
   app.add_option("--alphabet", alphabet_file,
                  "char tokenizer: use this alphabet (e.g. train.bin.chars) instead of building it "
                  "from --input; implies --tokenizer char")
       ->type_name("FILE");
+  app.add_option("--tokenizer-file", hf_file, "a Hugging Face tokenizer.json to encode with; implies --tokenizer hf")
+      ->type_name("FILE");
+  app.add_option("--tokenizer-train", train_kind,
+                 "bpe: train a byte-level BPE tokenizer (GPT-2's scheme) on --input, then write --out DIR/tokenizer.json "
+                 "and the shards DIR/train.bin (and DIR/val.bin with --val)")
+      ->check(CLI::IsMember({"bpe"}))
+      ->type_name("KIND");
+  app.add_option("--vocab-size", vocab_size, "with --tokenizer-train: the vocabulary, 256 bytes + merges + <|endoftext|>")
+      ->check(at_least(258))
+      ->type_name("N");
+  app.add_option("--val", val_input, "with --tokenizer-train: validation text, encoded into DIR/val.bin (not trained on)")
+      ->type_name("FILE");
   app.add_option("--out", out, "output shard, must end in .bin (a char tokenizer's alphabet is "
-                               "written beside it as OUT.chars)")
+                               "written beside it as OUT.chars, an hf tokenizer's identity as OUT.tokenizer); with "
+                               "--tokenizer-train a directory")
       ->required()
       ->type_name("FILE");
   ThreadsArg threads;
@@ -163,17 +251,28 @@ int cmd_data(int argc, char** argv) {
       "Example:\n  looplm data --input data/kjv/train.txt --tokenizer char --out data/kjv/train.bin\n"
       "  looplm data --input data/kjv/val.txt --alphabet data/kjv/train.bin.chars "
       "--out data/kjv/val.bin\n"
+      "  looplm data --tokenizer-train bpe --vocab-size 2048 --input data/kjv/train.txt --val data/kjv/val.txt "
+      "--out data/kjv_bpe\n"
+      "  looplm data --input mytext.txt --tokenizer-file tokenizer.json --out mytext.bin\n"
       "Subcommand:\n  looplm data listops --out DIR [--preset nrgpt_small] ...   ListOps train / test "
       "sets (looplm data listops --help)");
   if (!parse(app, argc, argv, "data")) return 0;
 
   set_threads(threads.n);
+  if (!train_kind.empty()) return data_train_bpe(input, val_input, out, vocab_size, kind_opt->count() > 0 || !hf_file.empty() || !alphabet_file.empty());
+  if (vocab_size > 0 || !val_input.empty())
+    throw UsageError(std::string("data: ") + (vocab_size > 0 ? "--vocab-size" : "--val") + " goes with --tokenizer-train");
   if (!alphabet_file.empty()) {
     if (kind_opt->count() > 0 && kind != "char") {
       throw UsageError("data: --alphabet needs the char tokenizer, not --tokenizer " + kind);
     }
     kind = "char";
   }
+  if (!hf_file.empty()) {
+    if (kind_opt->count() > 0 && kind != "hf") throw UsageError("data: --tokenizer-file needs --tokenizer hf, not " + kind);
+    kind = "hf";
+  }
+  if (kind == "hf" && hf_file.empty()) throw UsageError("data: --tokenizer hf needs --tokenizer-file FILE (a tokenizer.json)");
   if (fs::path(out).extension() != ".bin") {
     throw UsageError("data: --out '" + io::brief_path(out) + "' must end in .bin (the loader picks the format by "
                      "extension)");
@@ -183,6 +282,7 @@ int cmd_data(int argc, char** argv) {
   }
 
   Tokenizer tok = Tokenizer::byte_level();
+  if (kind == "hf") tok = Tokenizer::hf_from_file(hf_file);
   if (kind == "char") {
     if (!alphabet_file.empty()) {
       const std::string chars = read_file_bytes(alphabet_file);
@@ -201,20 +301,7 @@ int cmd_data(int argc, char** argv) {
     }
   }
 
-  const std::vector<int32_t> ids = load_tokens(input, tok);
-  if (ids.empty()) throw Error("data: " + io::brief_path(input) + " holds no text: nothing to tokenize (no shard written)");
-  write_llmc_shard(out, ids);
-  std::printf("wrote %s: %zu tokens, %s tokenizer, vocab %d\n", out.c_str(), ids.size(),
-              tok.kind_name(), tok.vocab_size());
-  const std::string chars_path = out + ".chars";
-  if (tok.kind() == Tokenizer::Kind::Char) {
-    write_file_atomic(chars_path, tok.alphabet());
-    std::printf("wrote %s: alphabet of %d code points\n", chars_path.c_str(), tok.vocab_size());
-  } else if (fs::exists(chars_path)) {
-    // A leftover alphabet beside a byte shard would describe the wrong tokenizer.
-    fs::remove(chars_path);
-    std::printf("removed stale %s\n", chars_path.c_str());
-  }
+  write_shard(input, out, tok);
   return 0;
 }
 

@@ -125,12 +125,33 @@ int cmd_generate(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
     GenerateStats st;
     g.stats = &st;
-    // (a byte token may be part of a UTF-8 character; the terminal sees it once its last byte arrives)
-    lm.generate(ids[0], g, [&](int32_t t) {
-      std::string str = lm.decode({t});
-      std::fwrite(str.data(), 1, str.size(), stdout);
-      std::fflush(stdout);
-    });
+    if (lm.config().tokenizer == "hf") {
+      // A Hugging Face token's text depends on its neighbours (a byte token is part of a character,
+      // a SentencePiece decoder strips the first space): decode the whole sequence and print what
+      // it added, holding back a character whose bytes have not all come yet.
+      std::vector<int32_t> seq = ids[0];
+      std::string shown = lm.decode(seq);
+      auto flush = [&](bool last) {
+        const std::string full = lm.decode(seq);
+        const bool pending = full.size() >= 3 && full.compare(full.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+        if ((pending && !last) || full.compare(0, shown.size(), shown) != 0) return;
+        std::fwrite(full.data() + shown.size(), 1, full.size() - shown.size(), stdout);
+        std::fflush(stdout);
+        shown = full;
+      };
+      lm.generate(ids[0], g, [&](int32_t t) {
+        seq.push_back(t);
+        flush(false);
+      });
+      flush(true);
+    } else {
+      // (a byte token may be part of a UTF-8 character; the terminal sees it once its last byte arrives)
+      lm.generate(ids[0], g, [&](int32_t t) {
+        std::string str = lm.decode({t});
+        std::fwrite(str.data(), 1, str.size(), stdout);
+        std::fflush(stdout);
+      });
+    }
     std::fputs("\n", stdout);
     add(st);
   } else {

@@ -4,6 +4,7 @@
 
 #include "core/memory.h"
 #include "io/atomic_file.h"
+#include "io/crc32c.h"
 #include "io/json_input.h"
 
 
@@ -92,14 +93,33 @@ void check_vocab(const std::string& path, const std::vector<int32_t>& ids, const
   }
 }
 
+// An hf tokenizer's identity in a sidecar: the size and CRC-32C of its tokenizer.json.
+std::string hf_identity(const Tokenizer& tok) {
+  const std::string& j = tok.hf_json();
+  return nlohmann::json{{"tokenizer", "hf"}, {"json_bytes", j.size()}, {"json_crc32c", io::crc32c_hex(io::crc32c(0, j.data(), j.size()))}}.dump();
+}
+
 // A shard records its tokenizer by its sidecar: `looplm data` writes a char tokenizer's alphabet
-// beside the shard as PATH.chars and none for the byte tokenizer. Ids in range say nothing about
-// which tokenizer made them (a char shard's ids all fit a byte vocabulary), so the sidecar must
-// agree with the model's tokenizer.
+// beside the shard as PATH.chars, an hf tokenizer's identity as PATH.tokenizer, and none for the
+// byte tokenizer. Ids in range say nothing about which tokenizer made them (a char shard's ids all
+// fit a byte vocabulary), so the sidecar must agree with the model's tokenizer. A shard without
+// one is accepted for an hf tokenizer: llm.c's own GPT-2 shards, say, with GPT-2's tokenizer.json.
 void check_tokenizer_sidecar(const std::string& path, const Tokenizer& tok) {
-  const std::string side = path + ".chars";
+  const std::string side = path + ".chars", hf_side = path + ".tokenizer";
   struct stat st;
   const bool has = ::stat(side.c_str(), &st) == 0;
+  const bool has_hf = ::stat(hf_side.c_str(), &st) == 0;
+  if (tok.kind() != Tokenizer::Kind::Hf && has_hf)
+    throw Error(path + ": written by a Hugging Face tokenizer (" + hf_side + "), but the model uses the " +
+                tok.kind_name() + " tokenizer: train with --set tokenizer_file=TOKENIZER.json on it");
+  if (tok.kind() == Tokenizer::Kind::Hf) {
+    if (has)
+      throw Error(path + ": written by a char tokenizer (its alphabet is in " + side + "), but the model uses a Hugging "
+                  "Face tokenizer; tokenize the text again with 'looplm data --tokenizer-file'");
+    if (has_hf && read_file_bytes(hf_side) != hf_identity(tok))
+      throw Error(path + ": written by another tokenizer.json than the model's (" + hf_side + " records " +
+                  io::brief(read_file_bytes(hf_side), 120) + "); tokenize the text again with the model's tokenizer");
+  }
   if (tok.kind() == Tokenizer::Kind::Byte && has)
     throw Error(path + ": written by a char tokenizer (its alphabet is in " + side +
                 "), but the model uses the byte tokenizer: train with --set tokenizer=char on it, or make a byte "
@@ -118,6 +138,29 @@ std::vector<int32_t> load_bin(const std::string& path, const Tokenizer& tok) {
   check_tokenizer_sidecar(path, tok);
   const std::string b = read_file_bytes(path);
   const int32_t first = b.size() >= 4 ? read_i32_le(b, 0) : 0;
+  if (b.size() >= 4 && first == kLlmcMagic32) {
+    if (b.size() < kHeaderBytes)
+      throw Error(path + ": truncated llm.c shard: " + std::to_string(b.size()) + " bytes, but the header alone is " +
+                  std::to_string(kHeaderBytes) + " bytes");
+    const int32_t version = read_i32_le(b, 4), count = read_i32_le(b, 8);
+    if (version != kLlmcVersion32)
+      throw Error(path + ": llm.c uint32 shard version " + std::to_string(version) + " is not supported (expected " +
+                  std::to_string(kLlmcVersion32) + ")");
+    if (count < 0) throw Error(path + ": llm.c shard header has a negative token count " + std::to_string(count));
+    const uint64_t expect = kHeaderBytes + 4ull * static_cast<uint64_t>(count);
+    if (b.size() != expect)
+      throw Error(path + ": llm.c shard header says " + std::to_string(count) + " uint32 tokens (" + std::to_string(expect) +
+                  " bytes) but the file has " + std::to_string(b.size()) + " bytes (" +
+                  (b.size() < expect ? "truncated" : "trailing data") + ")");
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t v = read_i32_le(b, kHeaderBytes + 4 * i);
+      if (v < 0) throw Error(path + ": token id " + std::to_string((uint32_t)v) + " at position " + std::to_string(i) + " is out of range");
+      ids[i] = v;
+    }
+    check_vocab(path, ids, tok, "");
+    return ids;
+  }
   if (b.size() >= 4 && first == kLlmcMagic) {
     if (b.size() < kHeaderBytes) {
       throw Error(path + ": truncated llm.c shard: " + std::to_string(b.size()) +
@@ -127,7 +170,8 @@ std::vector<int32_t> load_bin(const std::string& path, const Tokenizer& tok) {
     if (version != kLlmcVersion) {
       throw Error(path + ": llm.c shard version " + std::to_string(version) +
                   " is not supported (expected " + std::to_string(kLlmcVersion) +
-                  ": uint16 tokens)" + (version == 2 ? "; version 2 (uint32 tokens) is not read" : ""));
+                  ": uint16 tokens)" + (version == 2 ? "; version 2 (uint32 tokens) is not read (llm.c writes uint32 "
+                                                       "shards with magic " + std::to_string(kLlmcMagic32) + ", read here)" : ""));
     }
     const int32_t count = read_i32_le(b, 8);
     if (count < 0) {
@@ -220,20 +264,26 @@ void write_llmc_shard(const std::string& path, const std::vector<int32_t>& token
     throw Error("cannot write '" + path + "': " + std::to_string(tokens.size()) +
                 " tokens do not fit the llm.c header's int32 count");
   }
-  std::string b(kHeaderBytes + 2 * tokens.size(), '\0');
-  put_i32_le(b, 0, kLlmcMagic);
-  put_i32_le(b, 4, kLlmcVersion);
-  put_i32_le(b, 8, static_cast<int32_t>(tokens.size()));
+  bool wide = false;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const int32_t id = tokens[i];
-    if (id < 0 || id > 0xFFFF) {
-      throw Error("cannot write '" + path + "': token id " + std::to_string(id) + " at position " +
-                  std::to_string(i) + " does not fit uint16 (llm.c shards hold ids 0..65535)");
-    }
-    b[kHeaderBytes + 2 * i] = static_cast<char>(id & 0xFF);
-    b[kHeaderBytes + 2 * i + 1] = static_cast<char>(id >> 8);
+    if (tokens[i] < 0)
+      throw Error("cannot write '" + path + "': token id " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                  " is negative");
+    wide = wide || tokens[i] > 0xFFFF;
   }
+  const size_t width = wide ? 4 : 2;
+  std::string b(kHeaderBytes + width * tokens.size(), '\0');
+  put_i32_le(b, 0, wide ? kLlmcMagic32 : kLlmcMagic);
+  put_i32_le(b, 4, wide ? kLlmcVersion32 : kLlmcVersion);
+  put_i32_le(b, 8, static_cast<int32_t>(tokens.size()));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    for (size_t k = 0; k < width; ++k) b[kHeaderBytes + width * i + k] = static_cast<char>((tokens[i] >> (8 * k)) & 0xFF);
   write_file_atomic(path, b);
+}
+
+void write_tokenizer_sidecar(const std::string& shard_path, const Tokenizer& tok) {
+  LOOPLM_ASSERT(tok.kind() == Tokenizer::Kind::Hf, "write_tokenizer_sidecar: an hf tokenizer only");
+  write_file_atomic(shard_path + ".tokenizer", hf_identity(tok));
 }
 
 DataFormat detect_format(const std::string& path) {
@@ -246,7 +296,7 @@ DataFormat detect_format(const std::string& path) {
   std::fclose(f);
   const int32_t first = static_cast<int32_t>(h[0] | (h[1] << 8) | (h[2] << 16) |
                                              (static_cast<uint32_t>(h[3]) << 24));
-  return n == 4 && first == kLlmcMagic ? DataFormat::LlmcShard : DataFormat::NanoGptBin;
+  return n == 4 && (first == kLlmcMagic || first == kLlmcMagic32) ? DataFormat::LlmcShard : DataFormat::NanoGptBin;
 }
 
 std::string load_text(const std::string& path) {

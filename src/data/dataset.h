@@ -12,7 +12,7 @@
 namespace looplm {
 
 enum class DataFormat {
-  LlmcShard,  // .bin, first int32 == kLlmcMagic: 256 x int32 header, then uint16 tokens
+  LlmcShard,  // .bin, first int32 == kLlmcMagic (uint16 tokens) or kLlmcMagic32 (uint32): 256 x int32 header, then tokens
   NanoGptBin, // .bin otherwise: headerless little-endian uint16 tokens
   Jsonl,      // .jsonl: one {"text": "..."} object per non-empty line
   Text,       // anything else: raw UTF-8 (or, for the byte tokenizer, any bytes)
@@ -20,6 +20,9 @@ enum class DataFormat {
 
 inline constexpr int32_t kLlmcMagic = 20240520;
 inline constexpr int32_t kLlmcVersion = 1;
+// llm.c's shards for vocabularies beyond 65,536 ids (its Llama 3 data): uint32 tokens.
+inline constexpr int32_t kLlmcMagic32 = 20240801;
+inline constexpr int32_t kLlmcVersion32 = 7;
 inline constexpr int kLlmcHeaderInts = 256;
 // Separator placed between JSONL documents (there is no end-of-text id in byte/char vocabularies).
 inline constexpr std::string_view kDocSeparator = "\n\n";
@@ -54,8 +57,12 @@ std::string read_file_bytes(const std::string& path);
 // Thin wrappers over io/atomic_file.h (read: Error with path + strerror; write: temp file in the
 // same directory, fsync, rename, fsync the directory).
 void write_file_atomic(const std::string& path, std::string_view bytes);
-// llm.c shard (version 1, uint16 tokens), written atomically. Error if an id does not fit uint16.
+// llm.c shard, written atomically: version 1 (uint16 tokens) when every id fits, else llm.c's
+// uint32 layout (kLlmcMagic32, version 7). Error on a negative id.
 void write_llmc_shard(const std::string& path, const std::vector<int32_t>& tokens);
+// The sidecar that names an hf shard's tokenizer (PATH.tokenizer, docs/data.md): written beside a
+// shard `looplm data` encodes with a Hugging Face tokenizer, checked when the shard is loaded.
+void write_tokenizer_sidecar(const std::string& shard_path, const Tokenizer& tok);
 
 // Counter-based random numbers: the value for (seed, counter) is a pure function, so any draw can
 // be recomputed without replaying the ones before it. SplitMix64 (Steele et al. 2014) evaluated at

@@ -141,9 +141,26 @@ void BpeModel::build_cuts() {
       prev = c;
     }
   }
+  join_bits_.assign((kJoinSlots * kJoinSlots + 63) / 64, 0);
+  auto cp_of = [](int slot) { return slot < 0x250 ? static_cast<char32_t>(slot) : char32_t{0x2581}; };
+  for (int x = 0; x < kJoinSlots; ++x)
+    for (int y = 0; y < kJoinSlots; ++y)
+      if (joinable_slow(cp_of(x), cp_of(y))) {
+        const size_t bit = static_cast<size_t>(x) * kJoinSlots + y;
+        join_bits_[bit >> 6] |= uint64_t{1} << (bit & 63);
+      }
 }
 
 bool BpeModel::joinable(char32_t a, char32_t b) const {
+  const int sa = join_slot(a), sb = join_slot(b);
+  if (sa >= 0 && sb >= 0) {
+    const size_t bit = static_cast<size_t>(sa) * kJoinSlots + sb;
+    return (join_bits_[bit >> 6] >> (bit & 63)) & 1;
+  }
+  return joinable_slow(a, b);
+}
+
+bool BpeModel::joinable_slow(char32_t a, char32_t b) const {
   const uint64_t k = (static_cast<uint64_t>(a) << 32) | b;
   for (uint64_t h = (k * 0x9E3779B97F4A7C15ull) & pairs_mask_;; h = (h + 1) & pairs_mask_) {
     if (pairs_[h] == k) return true;

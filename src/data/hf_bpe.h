@@ -94,6 +94,11 @@ class BpeModel {
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, WordCache* cache) const;
   void build_cuts();
   bool joinable(char32_t a, char32_t b) const;
+  bool joinable_slow(char32_t a, char32_t b) const;
+  // joinable() for the common characters, precomputed: Latin and IPA (below U+0250) and
+  // SentencePiece's U+2581, which stands between every two words.
+  static constexpr int kJoinSlots = 0x251;
+  static int join_slot(char32_t c) { return c < 0x250 ? static_cast<int>(c) : c == 0x2581 ? 0x250 : -1; }
   void initial_symbols(std::string_view word, std::vector<int32_t>& syms) const;
   void merge(std::vector<int32_t>& syms) const;
   void merge_long(std::vector<int32_t>& syms) const;
@@ -112,6 +117,7 @@ class BpeModel {
   bool cuts_ = false;
   std::vector<uint64_t> pairs_;
   uint64_t pairs_mask_ = 0;
+  std::vector<uint64_t> join_bits_;  // kJoinSlots x kJoinSlots bits
 };
 
 }  // namespace looplm::hf

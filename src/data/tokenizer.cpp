@@ -177,6 +177,11 @@ Tokenizer Tokenizer::from_checkpoint(Config cfg, const std::map<std::string, std
   }
 }
 
+const std::string& Tokenizer::hf_json() const {
+  static const std::string none;
+  return hf_ ? hf_->json() : none;
+}
+
 int Tokenizer::vocab_size() const {
   return kind_ == Kind::Byte ? 256 : kind_ == Kind::Char ? static_cast<int>(cps_.size()) : hf_->vocab_size();
 }

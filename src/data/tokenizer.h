@@ -53,8 +53,9 @@ class Tokenizer {
   Kind kind() const { return kind_; }
   const char* kind_name() const { return kind_ == Kind::Byte ? "byte" : kind_ == Kind::Char ? "char" : "hf"; }
   int vocab_size() const;
-  // The Hugging Face tokenizer (nullptr unless hf).
+  // The Hugging Face tokenizer (nullptr unless hf), and its tokenizer.json text ("" unless hf).
   const HfTokenizer* hf() const { return hf_.get(); }
+  const std::string& hf_json() const;
   // The char alphabet as UTF-8 (empty for byte level).
   const std::string& alphabet() const { return alphabet_; }
 

@@ -15,6 +15,13 @@
 
 namespace looplm {
 
+namespace {
+// An hf tokenizer's tokenizer.json travels in the metadata (docs/format.md), not in the config.
+void add_tokenizer(const Config& c, std::map<std::string, std::string>& meta) {
+  if (c.tokenizer != "hf") return;
+  meta[kTokenizerMetadataKey] = c.tokenizer_json.empty() ? Tokenizer::from_config(c).hf_json() : c.tokenizer_json;
+}
+}  // namespace
 
 io::WrittenFile save_model(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra) {
   std::vector<io::TensorRef> t;
@@ -24,6 +31,7 @@ io::WrittenFile save_model(const std::string& path, const Model& m, const std::m
     t.push_back({p.name, io::DType::F32, p.shape, ps.value((int)i)});
   }
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"config", m.config().to_json_text()}, {"looplm_version", kVersion}};
+  add_tokenizer(m.config(), meta);
   for (auto& [k, v] : extra) meta[k] = v;
   return io::write_safetensors(path, t, meta);
 }
@@ -51,6 +59,7 @@ void save_model_packed(const std::string& path, const Model& m, const std::map<s
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"config", m.config().to_json_text()},
                                              {"looplm_version", kVersion}, {"weights", f->name},
                                              {"layout", f->layout}, {"packed", packed.dump()}};
+  add_tokenizer(m.config(), meta);
   for (auto& [k, v] : extra) meta[k] = v;
   io::write_safetensors(path, t, meta);
 }
@@ -132,7 +141,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
   try {
     c = Config::from_json_text(it->second, path + " (metadata 'config')");
     layout = Model::layout(c);  // validates; allocates no parameters
-    Tokenizer::from_config(c);  // the config's tokenizer fits its vocabulary
+    c.tokenizer_json = Tokenizer::from_checkpoint(c, f.metadata(), path).hf() ? f.metadata().at(kTokenizerMetadataKey) : "";
   } catch (const UsageError& e) {  // a bad file is a runtime error, not a usage error
     throw Error(e.what());
   }

@@ -112,7 +112,10 @@ Config config_of(const std::string& model_path) {
   auto it = f.metadata().find("config");
   if (it == f.metadata().end()) throw Error(model_path + ": no 'config' in the metadata");
   try {
-    return Config::from_json_text(it->second, model_path + " (metadata 'config')");
+    Config c = Config::from_json_text(it->second, model_path + " (metadata 'config')");
+    if (auto t = f.metadata().find(kTokenizerMetadataKey); c.tokenizer == "hf" && t != f.metadata().end())
+      c.tokenizer_json = t->second;
+    return c;
   } catch (const UsageError& e) {  // a damaged file is a runtime error
     throw Error(e.what());
   }
@@ -245,8 +248,13 @@ RunLock::~RunLock() = default;
 namespace {
 
 Config with_absolute_data_paths(Config c) {
-  for (std::string* p : {&c.data_train, &c.data_val})
+  for (std::string* p : {&c.data_train, &c.data_val, &c.tokenizer_file})
     if (!p->empty()) *p = std::filesystem::absolute(*p).lexically_normal().string();
+  // A tokenizer.json selects the hf tokenizer (over the default byte; a char config is a conflict).
+  if (!c.tokenizer_file.empty() && c.tokenizer == "byte") c.tokenizer = "hf";
+  if (!c.tokenizer_file.empty() && c.tokenizer != "hf")
+    throw UsageError("tokenizer_file " + c.tokenizer_file + " is a Hugging Face tokenizer, but the config says tokenizer " +
+                     c.tokenizer + "; leave one of them out");
   return c;
 }
 
@@ -337,10 +345,23 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       lo.for_training = true;
       init = load_model(path, lo);
       const Config& from = init->config();
-      if (c.tokenizer != from.tokenizer || (!c.tokenizer_chars.empty() && c.tokenizer_chars != from.tokenizer_chars))
+      if (c.tokenizer == "hf" && c.tokenizer_json.empty() && !c.tokenizer_file.empty())
+        c.tokenizer_json = Tokenizer::hf_from_file(c.tokenizer_file).hf_json();
+      if (c.tokenizer != from.tokenizer || (!c.tokenizer_chars.empty() && c.tokenizer_chars != from.tokenizer_chars) ||
+          (!c.tokenizer_json.empty() && c.tokenizer_json != from.tokenizer_json))
         throw UsageError("--init-from " + path + ": its tokenizer (" + from.tokenizer + ") differs from the run's (" +
-                         c.tokenizer + "); the weights are tied to their token ids");
+                         c.tokenizer + (c.tokenizer == from.tokenizer ? ", another " + c.tokenizer + " vocabulary" : std::string()) +
+                         "); the weights are tied to their token ids");
       c.tokenizer_chars = from.tokenizer_chars;
+      c.tokenizer_json = from.tokenizer_json;
+      if (c.tokenizer_file.empty()) c.tokenizer_file = from.tokenizer_file;
+    }
+    if (c.tokenizer == "hf" && c.tokenizer_json.empty()) {
+      // The file is read once, here; from now on the run carries its text (docs/format.md).
+      if (c.tokenizer_file.empty())
+        throw UsageError("tokenizer hf needs its tokenizer.json: --set tokenizer_file=FILE (e.g. one 'looplm data "
+                         "--tokenizer-train bpe' wrote)");
+      Tokenizer::hf_from_file(c.tokenizer_file).to_config(c);
     }
     if (c.tokenizer == "char" && c.tokenizer_chars.empty()) {
       // The alphabet: from a shard's sidecar (looplm data --tokenizer char), or built from the text.
