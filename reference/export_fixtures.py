@@ -102,6 +102,12 @@ FIXTURES = {
     # the learned exit gate (gate.{r}: its lambda at every exit)
     "ouro": dict(n_core=2, R=3, d_ff=28, block="peri_norm", norm="rmsnorm", mlp="swiglu", pos="rope",
                  rope_base=1e6, bias=False, tie_embeddings=False, loop_norm=True, exit_gate=True),
+    # Huginn's layout: prelude, sandwich core looped with the linear injection of [state, h_pre] from
+    # a zero state, coda; the embedding scaled by sqrt(d); norm_f before the coda and after it;
+    # biases on (Huginn's q/k biases: looplm's bias covers every linear)
+    "huginn": dict(n_prelude=1, n_core=2, R=3, n_coda=1, d_ff=28, block="sandwich", norm="rmsnorm", mlp="swiglu",
+                   pos="rope", rope_base=50000.0, bias=True, tie_embeddings=True, loop_rule="inject_linear",
+                   inject_readout_norm=True, emb_scale=18 ** 0.5),
 }
 
 
@@ -229,6 +235,9 @@ def perturb_loop(cfg, name, p, gen):
         else:
             assert name.endswith(".bias"), name
             p.add_(0.3 * rnd())
+    elif cfg["loop_rule"] == "inject_linear":
+        # W_proj N(0, 1/(2d)): the core's input O(1) from [s, h_pre] (|.|^2 ~ 2d)
+        p.copy_(rnd() / (2 * d) ** 0.5 if name.endswith(".weight") else 0.1 * rnd())
     elif cfg["loop_rule"] == "residual" and name.startswith("loop.exit_gate."):
         # Ouro's gate: w ~ N(0, 1/d) so w . x ~ N(0, 1) on a normed x, bias ~ N(0, 0.3^2): lambda
         # spread over (0, 1) rather than all near 1/2

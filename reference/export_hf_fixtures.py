@@ -13,6 +13,10 @@ family's forward written here on the Hugging Face tensor names (not from looplm_
     nanbeige    NanbeigeForCausalLM, the whole stack looped 3 times, model.norm between loops
     ouro        OuroForCausalLM, sandwich-less "peri" norms, 4 loops with model.norm after each,
                 the learned early-exit gate (Ouro's CDF exit rule at q = 0.5)
+    huginn      RavenForCausalLM (Huginn-0125): prelude 1, core 2 looped 3 times with the linear
+                adapter on [state, embedding] from a zero state, coda 1; sandwich blocks, fused
+                Wqkv and mlp.fc, q/k biases, adjacent-pair RoPE, the embedding scaled by sqrt(d),
+                ln_f before and after the coda, a tied head, a freqs_cis buffer
 
 tests/fixtures/hf/<name>/expected.safetensors holds (float32, computed in float64):
     input.ids [T] I32         token ids
@@ -128,12 +132,63 @@ def ouro_layer(W, i, x, cfg):
     return x + rms(m, W[p + "post_attention_layernorm_2.weight"], eps)
 
 
+def rope_pairs(x, theta):
+    """Huginn's "complex-like" RoPE on [heads, T, hd]: channels (2i, 2i+1) rotate together."""
+    hd = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.arange(x.shape[1], dtype=torch.float64)[:, None] * inv[None, :]
+    c, s = ang.cos(), ang.sin()
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = a * c - b * s
+    out[..., 1::2] = a * s + b * c
+    return out
+
+
+def huginn_block(W, p, x, cfg):
+    """SandwichBlock: x = norm_2(attn(norm_1 x) + x); x = norm_4(mlp(norm_3 x) + x)."""
+    d, H, eps = cfg["n_embd"], cfg["n_heads"], cfg["norm_eps"]
+    hd, Tn = d // H, x.shape[0]
+    y = rms(x, W[p + "norm_1.weight"], eps)
+    q, k, v = (y @ W[p + "attn.Wqkv.weight"].t()).split(d, dim=-1)
+    q, k, v = (z.reshape(Tn, H, hd) for z in (q, k, v))
+    q = q + W[p + "attn.qk_bias"][0, 0]
+    k = k + W[p + "attn.qk_bias"][1, 0]
+    q, k, v = (z.transpose(0, 1) for z in (q, k, v))
+    q, k = rope_pairs(q, cfg["rope_base"]), rope_pairs(k, cfg["rope_base"])
+    s = q @ k.transpose(1, 2) / math.sqrt(hd)
+    s = s.masked_fill(torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), 1), float("-inf"))
+    a = (s.softmax(-1) @ v).transpose(0, 1).reshape(Tn, d) @ W[p + "attn.proj.weight"].t()
+    x = rms(a + x, W[p + "norm_2.weight"], eps)
+    g, u = (rms(x, W[p + "norm_3.weight"], eps) @ W[p + "mlp.fc.weight"].t()).chunk(2, dim=-1)
+    m = (torch.nn.functional.silu(g) * u) @ W[p + "mlp.proj.weight"].t()
+    return rms(m + x, W[p + "norm_4.weight"], eps)
+
+
+def huginn_forward(W, cfg, ids):
+    x = W["transformer.wte.weight"][ids] * cfg["init_values"]["embed_scale"]
+    for i in range(cfg["n_layers_in_prelude"]):
+        x = huginn_block(W, f"transformer.prelude.{i}.", x, cfg)
+    e, s = x, torch.zeros_like(x)  # the state from zero (Huginn's init_scale = 0)
+    for _ in range(cfg["mean_recurrence"]):
+        s = torch.cat([s, e], -1) @ W["transformer.adapter.weight"].t()
+        for i in range(cfg["n_layers_in_recurrent_block"]):
+            s = huginn_block(W, f"transformer.core_block.{i}.", s, cfg)
+    x = rms(s, W["transformer.ln_f.weight"], cfg["norm_eps"])
+    for i in range(cfg["n_layers_in_coda"]):
+        x = huginn_block(W, f"transformer.coda.{i}.", x, cfg)
+    x = rms(x, W["transformer.ln_f.weight"], cfg["norm_eps"])
+    return x @ W["transformer.wte.weight"].t()
+
+
 def head(W, x, cfg):
     return x @ (W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]).t()
 
 
 def forward(W, cfg, ids):
     """Logits [T, V] (and for Ouro the per-loop normed states and gates)."""
+    if cfg["architectures"][0] == "RavenForCausalLM":
+        return huginn_forward(W, cfg, ids), None, None
     x = W["model.embed_tokens.weight"][ids]
     L, eps = cfg["num_hidden_layers"], cfg["rms_norm_eps"]
     arch = cfg["architectures"][0]
@@ -176,9 +231,37 @@ def ouro_exits(states, gates, q, W, cfg):
 
 # ----------------------------------------------------------------------------- the checkpoints
 
+def huginn_weights(cfg, gen):
+    d, f, V = cfg["n_embd"], cfg["intermediate_size"], cfg["padded_vocab_size"]
+    H = cfg["n_heads"]
+    rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)
+    W = {"transformer.wte.weight": rnd(V, d) / d ** 0.5}  # x sqrt(d) at the input: O(1)
+    sections = [("prelude", cfg["n_layers_in_prelude"]), ("core_block", cfg["n_layers_in_recurrent_block"]),
+                ("coda", cfg["n_layers_in_coda"])]
+    for sec, n in sections:
+        for i in range(n):
+            p = f"transformer.{sec}.{i}."
+            for k in ("norm_1", "norm_2", "norm_3", "norm_4"):
+                W[p + k + ".weight"] = 1 + 0.1 * rnd(d)
+            W[p + "attn.Wqkv.weight"] = rnd(3 * d, d) / d ** 0.5
+            W[p + "attn.qk_bias"] = 0.3 * rnd(2, 1, H, d // H)
+            W[p + "attn.proj.weight"] = rnd(d, d) / d ** 0.5
+            W[p + "mlp.fc.weight"] = rnd(2 * f, d) / d ** 0.5
+            W[p + "mlp.proj.weight"] = rnd(d, f) / f ** 0.5
+    W["transformer.adapter.weight"] = rnd(d, 2 * d) / (2 * d) ** 0.5
+    W["transformer.ln_f.weight"] = 1 + 0.1 * rnd(d)
+    W = {k: v.to(torch.bfloat16).to(torch.float64) for k, v in W.items()}
+    hd = d // H  # a float32 RoPE table the model keeps as a buffer: dropped on import
+    ang = torch.arange(cfg["block_size"], dtype=torch.float64)[:, None] / cfg["rope_base"] ** (torch.arange(0, hd, 2) / hd)
+    W["freqs_cis"] = torch.stack([ang.cos(), ang.sin()], -1)
+    return W
+
+
 def weights(cfg, gen):
     """Random weights under the family's names: matrices N(0, 1/in) (activations O(1) through the
     layers), norm gains 1 + N(0, 0.1), biases N(0, 0.1), the embedding N(0, 1)."""
+    if cfg["architectures"][0] == "RavenForCausalLM":
+        return huginn_weights(cfg, gen)
     d, f, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     kvd = d // H * KV
@@ -225,6 +308,12 @@ FIXTURES = {
     "ouro": dict(COMMON, architectures=["OuroForCausalLM"], model_type="ouro", num_key_value_heads=4,
                  rope_theta=1000000.0, tie_word_embeddings=False, total_ut_steps=4, early_exit_threshold=1.0,
                  layer_types=["full_attention", "full_attention"]),
+    "huginn": dict(architectures=["RavenForCausalLM"], model_type="huginn_raven", n_embd=32, n_heads=4, n_layers=4,
+                   n_layers_in_prelude=1, n_layers_in_recurrent_block=2, n_layers_in_coda=1, intermediate_size=64,
+                   vocab_size=272, padded_vocab_size=272, block_size=64, rope_base=50000.0, norm_eps=1e-6, qk_bias=True,
+                   bias=False, tie_embeddings=True, injection_type="linear", state_init="like-init", mean_recurrence=3,
+                   mean_backprop_depth=2, init_values={"embed_scale": 32 ** 0.5}, norm_class_name="RMSNorm_llama",
+                   mlp_class_name="GatedMLP", nonlin_name="SiLU", block_class_name="SandwichBlock", torch_dtype="bfloat16"),
 }
 SHARDED = {"llama_gqa"}
 
@@ -244,14 +333,14 @@ def make(name, seed):
     tok = tokenizer_json()
     with open(os.path.join(d, "tokenizer.json"), "w") as f:
         json.dump(tok, f, ensure_ascii=False)
-    bf = {k: v.to(torch.bfloat16) for k, v in W.items()}
+    bf = {k: v.to(torch.float32 if k == "freqs_cis" else torch.bfloat16) for k, v in W.items()}
     if name in SHARDED:  # two shards and the index, as large checkpoints come
         names = list(bf)
         half = len(names) // 2
         shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
         for fname, keys in shards.items():
             save_file({k: bf[k] for k in keys}, os.path.join(d, fname), {"format": "pt"})
-        index = {"metadata": {"total_size": sum(v.numel() * 2 for v in bf.values())},
+        index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in bf.values())},
                  "weight_map": {k: fname for fname, keys in shards.items() for k in keys}}
         with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
             json.dump(index, f, indent=2)

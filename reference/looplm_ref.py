@@ -29,7 +29,7 @@ DEFAULTS = dict(
     d_ff=0, n_prelude=0, n_coda=0, R=1,
     block="pre_norm", norm="rmsnorm", mlp="gelu", pos="rope", rope_base=10000.0,
     bias=False, tie_embeddings=True, loop_rule="residual", deeploop_p=0.0,
-    init_std=0.02, norm_eps=1e-5,
+    init_std=0.02, norm_eps=1e-5, emb_scale=1.0,
 )
 
 # Keys of each loop rule and their defaults. A resolved config holds the keys of its own rule only
@@ -37,6 +37,7 @@ DEFAULTS = dict(
 RULE_DEFAULTS = {
     "residual": dict(loop_norm=False, exit_gate=False),
     "gated": dict(gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0, gate_bias_init=4.0),
+    "inject_linear": dict(inject_readout_norm=False),
     "hyper": dict(hyper_streams=4, hyper_res="diag", sinkhorn_iters=20),
 }
 
@@ -111,6 +112,9 @@ def resolve_config(cfg):
         _number(out, "gate_sigma_g", lambda v: v >= 0, "a number >= 0")
         _number(out, "gate_tau", lambda v: v > 0, "a number > 0")
         _number(out, "gate_bias_init", lambda v: True, "a finite number")
+    elif rule == "inject_linear":
+        if not isinstance(out["inject_readout_norm"], bool):
+            raise ValueError(f"config key 'inject_readout_norm' must be true or false, got {out['inject_readout_norm']!r}")
     elif rule == "residual":
         for k in ("loop_norm", "exit_gate"):
             if not isinstance(out[k], bool):
@@ -575,6 +579,34 @@ class ResidualLoop(nn.Module):
                 self.exit_gate.bias.zero_()
 
 
+class InjectLinearLoop(nn.Module):
+    """inject_linear (docs/systems.md, Huginn): s^(0) = 0, s^(r) = core(W_proj [s^(r-1), h_pre])
+    (+ b_proj with biases); with inject_readout_norm the exit reads norm_f(s) (norm_f's weights,
+    set by the model as final_norm: a bound method, not a submodule)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d = cfg["d_model"]
+        self.proj = nn.Linear(2 * d, d, bias=cfg["bias"])
+        self.readout_norm = bool(cfg.get("inject_readout_norm", False))
+        self.final_norm = None
+
+    def init_state(self, h_pre):
+        return torch.zeros_like(h_pre)
+
+    def readout(self, s):
+        return self.final_norm(s) if self.readout_norm else s
+
+    def step(self, s, h_pre, core, r):
+        return core(self.proj(torch.cat([s, h_pre], dim=-1)))
+
+    def reset_parameters(self, cfg):
+        with torch.no_grad():
+            self.proj.weight.normal_(0.0, cfg["init_std"])
+            if self.proj.bias is not None:
+                self.proj.bias.zero_()
+
+
 class GateMLP(nn.Module):
     """f_g: Linear(2d -> d) -> SiLU -> Linear(d -> d), both with bias."""
 
@@ -762,7 +794,7 @@ class HyperLoop(nn.Module):
         self.emb.weight.normal_(0.0, cfg["init_std"])
 
 
-LOOP_RULES = {"residual": ResidualLoop, "gated": GatedLoop, "hyper": HyperLoop}
+LOOP_RULES = {"residual": ResidualLoop, "gated": GatedLoop, "hyper": HyperLoop, "inject_linear": InjectLinearLoop}
 
 
 # ----------------------------------------------------------------------------- the model
@@ -782,7 +814,7 @@ class LoopLM(nn.Module):
         self.coda = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_coda"]))
         self.loop = LOOP_RULES[cfg["loop_rule"]](cfg)  # parameters "loop.*" (none for residual)
         self.norm_f = Norm(d, cfg["norm"], cfg["norm_eps"])
-        if isinstance(self.loop, ResidualLoop):
+        if isinstance(self.loop, (ResidualLoop, InjectLinearLoop)):
             # a bound method, not a closure: copy.deepcopy (and .double()) then rebind it to the copy's norm_f
             self.loop.final_norm = self.norm_f.__call__
         if not cfg["tie_embeddings"]:
@@ -823,6 +855,8 @@ class LoopLM(nn.Module):
         h = self.tok_emb(tokens)
         if self.cfg["pos"] == "learned":
             h = h + self.pos_emb.weight[: tokens.shape[1]]
+        if self.cfg["emb_scale"] != 1.0:  # Huginn: sqrt(d)
+            h = h * self.cfg["emb_scale"]
         for blk in self.prelude:
             h = blk(h)
         return h  # h_pre = h^(0)

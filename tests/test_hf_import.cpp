@@ -3,8 +3,9 @@
 // and sharding (tests/fixtures/hf/, reference/export_hf_fixtures.py), converted with `looplm
 // convert --from DIR`, must compute what an independent PyTorch port of each family computes:
 // Llama with grouped-query attention, Qwen2 with q/k/v biases and a tied head, Nanbeige4.2's
-// looped stack with the norm between loops, and Ouro with its peri-norm blocks, its loops and its
-// learned exit gate (Ouro's CDF exit rule). Broken directories are refused and leave nothing.
+// looped stack with the norm between loops, Ouro with its peri-norm blocks, its loops and its
+// learned exit gate (Ouro's CDF exit rule), and Huginn-0125 (prelude, injected core, coda, fused
+// tensors, adjacent-pair RoPE). Broken directories are refused and leave nothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +45,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(HfImport, EachFamilyComputesWhatItsPortComputes) {
   TempDir d("hf_import");
-  for (const char* name : {"llama_gqa", "qwen2", "nanbeige", "ouro"}) {
+  for (const char* name : {"llama_gqa", "qwen2", "nanbeige", "ouro", "huginn"}) {
     const std::string run = convert(d, name);
     const auto exp = io::SafetensorsFile::open(kFix + name + "/expected.safetensors");
     const std::vector<int32_t> ids = exp.read_i32("input.ids");
@@ -74,6 +75,15 @@ TEST(HfImport, NanbeigeAndOuroLayouts) {
   EXPECT_TRUE(ou.get_bool("loop_norm"));
   EXPECT_TRUE(ou.get_bool("exit_gate"));
   EXPECT_EQ(ou.rope_base, 1e6);
+  const Config hu = LanguageModel::load(convert(d, "huginn")).config();
+  EXPECT_EQ(hu.n_prelude, 1);
+  EXPECT_EQ(hu.n_core, 2);
+  EXPECT_EQ(hu.n_coda, 1);
+  EXPECT_EQ(hu.R, 3);
+  EXPECT_EQ(hu.block, "sandwich");
+  EXPECT_EQ(hu.loop_rule, "inject_linear");
+  EXPECT_TRUE(hu.get_bool("inject_readout_norm"));
+  EXPECT_NEAR(hu.emb_scale, std::sqrt(32.0), 1e-12);
   const Config qw = LanguageModel::load(convert(d, "qwen2")).config();
   EXPECT_TRUE(qw.bias);
   EXPECT_TRUE(qw.tie_embeddings);

@@ -234,3 +234,4 @@ TEST(Reference, CemPreconditioned) { check_fixture("cem_precond"); }
 TEST(Reference, CemOneStepNoDiagonal) { check_fixture("cem_nodiag"); }
 TEST(Reference, ResidualWithLoopNorm) { check_fixture("loop_norm"); }  // Nanbeige4.2's layout
 TEST(Reference, Ouro) { check_fixture("ouro"); }  // peri_norm blocks, loop_norm and the exit gate
+TEST(Reference, Huginn) { check_fixture("huginn"); }  // inject_linear, emb_scale, norm_f before the coda

@@ -31,6 +31,7 @@ struct Config {
   std::string mlp = "gelu";            // gelu | swiglu
   std::string pos = "rope";            // rope | learned | none
   double rope_base = 10000.0;
+  double emb_scale = 1.0;              // the token embedding times this before the prelude (Huginn: √d)
   bool bias = false;                   // biases in attention / MLP linears (and untied lm_head)
   bool tie_embeddings = true;
   std::string loop_rule = "residual";  // a registered loop rule

@@ -17,6 +17,7 @@
 #include "io/atomic_file.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
+#include "interchange/gguf_layout.h"
 #include "looplm/error.h"
 #include "model/model_io.h"
 
@@ -113,7 +114,7 @@ struct HfConfig {
   }
 };
 
-enum class Family { llama, nanbeige, ouro };
+enum class Family { llama, nanbeige, ouro, huginn };
 
 struct Layout {
   Family family;
@@ -168,14 +169,59 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     l.family = Family::nanbeige;
   } else if (arch == "OuroForCausalLM" || model_type == "ouro") {
     l.family = Family::ouro;
+  } else if (arch == "RavenForCausalLM" || model_type == "huginn_raven") {
+    l.family = Family::huginn;
   } else {
     throw UsageError(h.path + ": architecture '" + (arch.empty() ? model_type : arch) +
-                     "' (looplm converts LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, NanbeigeForCausalLM and "
-                     "OuroForCausalLM)");
+                     "' (looplm converts LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, NanbeigeForCausalLM, "
+                     "OuroForCausalLM and RavenForCausalLM, Huginn-0125)");
   }
   l.arch = arch.empty() ? model_type : arch;
+  HfImportReport rep;
+  rep.arch = l.arch;
 
   Config c;
+  if (l.family == Family::huginn) {
+    // Huginn-0125 (docs/interchange.md): prelude, a sandwich core looped mean_recurrence times
+    // with the linear injection of [state, embedding], coda; norm_f before and after the coda.
+    c.d_model = (int)h.integer("n_embd", 1, 65536);
+    c.n_heads = (int)h.integer("n_heads", 1, 65536);
+    l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
+    if (l.kv_heads != c.n_heads) throw UsageError(h.path + ": grouped-query attention in a Huginn model is not supported");
+    if (c.d_model % c.n_heads) throw UsageError(h.path + ": n_embd is not a multiple of n_heads");
+    if (h.has("head_dim") && h.integer("head_dim", 1, 1 << 16) * c.n_heads != c.d_model)
+      throw UsageError(h.path + ": head_dim is not n_embd / n_heads");
+    const std::string inj = h.text("injection_type", "linear");
+    if (inj != "linear") throw UsageError(h.path + ": injection_type '" + inj + "' (looplm's inject_linear rule is Huginn's \"linear\")");
+    for (const char* k : {"norm_class_name", "mlp_class_name", "nonlin_name", "block_class_name"}) {
+      const std::string v = h.text(k, "");
+      static const std::set<std::string> ok = {"", "RMSNorm_llama", "RMSNorm", "GatedMLP", "SiLU", "SandwichBlock"};
+      if (!ok.count(v)) throw UsageError(h.path + ": \"" + k + "\" = '" + v + "' is not Huginn-0125's (looplm converts its sandwich block, RMSNorm and SiLU-gated MLP)");
+    }
+    if (h.flag("bias", false)) throw UsageError(h.path + ": \"bias\" true (Huginn-0125 has q/k biases only) is not supported");
+    c.n_prelude = (int)h.integer("n_layers_in_prelude", 0, 1024);
+    c.n_core = (int)h.integer("n_layers_in_recurrent_block", 1, 1024);
+    c.n_coda = (int)h.integer("n_layers_in_coda", 0, 1024);
+    c.R = (int)h.integer("mean_recurrence", 1, 4096);
+    c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
+    c.vocab_size = (int)(h.has("padded_vocab_size") ? h.integer("padded_vocab_size", 1, 1 << 24) : h.integer("vocab_size", 1, 1 << 24));
+    c.context = (int)std::min<int64_t>(h.integer("block_size", 1, INT64_MAX, 4096), 1 << 20);
+    c.rope_base = h.number("rope_base", 50000.0);
+    c.norm_eps = h.number("norm_eps", 1e-6);
+    c.tie_embeddings = h.flag("tie_embeddings", true);
+    c.block = "sandwich", c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "inject_linear";
+    c.set("inject_readout_norm", "true");
+    l.qkv_bias = h.flag("qk_bias", false);
+    c.bias = l.qkv_bias;  // q/k biases; every other bias looplm's key adds is zero
+    // The embedding scale: init_values.embed_scale when the file names it, else √n_embd (Huginn-0125's).
+    c.emb_scale = std::sqrt((double)c.d_model);
+    if (h.has("init_values") && h.j["init_values"].is_object() && h.j["init_values"].contains("embed_scale") &&
+        h.j["init_values"]["embed_scale"].is_number())
+      c.emb_scale = h.j["init_values"]["embed_scale"].get<double>();
+    if (h.text("state_init", "zero") != "zero")
+      rep.notes.push_back("the recurrent state starts at zero (Huginn draws it at random, state_init '" + h.text("state_init", "") +
+                          "'): every run of a prompt gives the same logits, as the authors advise for comparisons");
+  } else {
   c.d_model = (int)h.integer("hidden_size", 1, 65536);
   c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);
   l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
@@ -202,8 +248,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     c.set("loop_norm", "true");
     c.set("exit_gate", "true");
   }
-  HfImportReport rep;
-  rep.arch = l.arch;
+  }  // the Llama-style families
   if (l.kv_heads != c.n_heads)
     rep.notes.push_back("grouped-query attention (" + std::to_string(l.kv_heads) + " key/value heads for " + std::to_string(c.n_heads) +
                         " query heads) is expanded to one key/value head per query head: the same model, with larger k / v "
@@ -224,18 +269,67 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
   }
 
   const HfTensors t(dir);
-  // looplm param -> the file's tensor name (and how to read it).
+  // looplm param -> the file's tensor and how to read it: whole, or `count` values from element
+  // `offset` of a fused tensor (Huginn's Wqkv, mlp.fc, qk_bias), with each key/value head's rows
+  // repeated for its query heads (grouped-query attention), or with q / k rows reordered from
+  // adjacent-pair RoPE to rotate-half (Huginn).
   struct Source {
     std::string name;
-    bool expand_kv = false;  // GQA: each key/value head's rows repeated for its query heads
+    std::vector<int64_t> file_shape;  // the tensor's shape in the file
+    int64_t offset = 0;
+    bool expand_kv = false, pair_rope = false;
   };
   std::map<std::string, Source> source;
   std::set<std::string> used;
-  auto bind = [&](const std::string& ln, const std::string& hn, bool expand = false) {
+  const std::vector<ParamInfo> layout = Model::layout(c);
+  std::map<std::string, const ParamInfo*> info_of;
+  for (const ParamInfo& p : layout) info_of[p.name] = &p;
+  const int64_t group = c.n_heads / l.kv_heads;
+  auto bind_slice = [&](const std::string& ln, const std::string& hn, std::vector<int64_t> file_shape, int64_t offset, bool pair_rope) {
     if (!t.has(hn)) throw Error(dir + ": tensor '" + hn + "' is missing");
-    source[ln] = {hn, expand && l.kv_heads != c.n_heads};
+    LOOPLM_ASSERT(info_of.count(ln), "hf import: a looplm param the layout lacks");
+    source[ln] = {hn, std::move(file_shape), offset, false, pair_rope};
     used.insert(hn);
   };
+  auto bind = [&](const std::string& ln, const std::string& hn, bool expand = false) {
+    if (!t.has(hn)) throw Error(dir + ": tensor '" + hn + "' is missing");
+    LOOPLM_ASSERT(info_of.count(ln), "hf import: a looplm param the layout lacks");
+    std::vector<int64_t> shape = info_of.at(ln)->shape;
+    const bool e = expand && group > 1;
+    if (e) shape[0] /= group;
+    source[ln] = {hn, shape, 0, e, false};
+    used.insert(hn);
+  };
+  if (l.family == Family::huginn) {
+    const int64_t d = c.d_model, f = c.ff_dim(), H = c.n_heads, hd = c.head_dim();
+    bind("tok_emb.weight", "transformer.wte.weight");
+    auto section = [&](const std::string& ls, const std::string& hs, int n) {
+      for (int i = 0; i < n; ++i) {
+        const std::string p = ls + "." + std::to_string(i) + ".", q = "transformer." + hs + "." + std::to_string(i) + ".";
+        bind(p + "attn_norm.weight", q + "norm_1.weight");
+        bind(p + "attn_post_norm.weight", q + "norm_2.weight");
+        bind(p + "mlp_norm.weight", q + "norm_3.weight");
+        bind(p + "mlp_post_norm.weight", q + "norm_4.weight");
+        bind_slice(p + "attn.q.weight", q + "attn.Wqkv.weight", {3 * d, d}, 0, true);  // rows Q | K | V
+        bind_slice(p + "attn.k.weight", q + "attn.Wqkv.weight", {3 * d, d}, d * d, true);
+        bind_slice(p + "attn.v.weight", q + "attn.Wqkv.weight", {3 * d, d}, 2 * d * d, false);
+        if (l.qkv_bias) {  // qk_bias [2, 1, H, hd]: q's, then k's (no v bias)
+          bind_slice(p + "attn.q.bias", q + "attn.qk_bias", {2, 1, H, hd}, 0, true);
+          bind_slice(p + "attn.k.bias", q + "attn.qk_bias", {2, 1, H, hd}, d, true);
+        }
+        bind(p + "attn.o.weight", q + "attn.proj.weight");
+        bind_slice(p + "mlp.gate.weight", q + "mlp.fc.weight", {2 * f, d}, 0, false);  // rows gate | up
+        bind_slice(p + "mlp.up.weight", q + "mlp.fc.weight", {2 * f, d}, f * d, false);
+        bind(p + "mlp.down.weight", q + "mlp.proj.weight");
+      }
+    };
+    section("prelude", "prelude", c.n_prelude);
+    section("core", "core_block", c.n_core);
+    section("coda", "coda", c.n_coda);
+    bind("loop.proj.weight", "transformer.adapter.weight");
+    bind("norm_f.weight", "transformer.ln_f.weight");
+    if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
+  } else {
   bind("tok_emb.weight", "model.embed_tokens.weight");
   for (int i = 0; i < c.n_core; ++i) {
     const std::string p = "core." + std::to_string(i) + ".", q = "model.layers." + std::to_string(i) + ".";
@@ -257,6 +351,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     bind("loop.exit_gate.weight", "model.early_exit_gate.weight");
     bind("loop.exit_gate.bias", "model.early_exit_gate.bias");
   }
+  }  // the Llama-style families
   for (const std::string& n : t.names()) {
     if (used.count(n)) continue;
     if (n == "lm_head.weight" && c.tie_embeddings) {  // a tied head stored anyway: the embedding is used
@@ -264,45 +359,49 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
       continue;
     }
     if (n.size() > 15 && n.compare(n.size() - 15, 15, "rotary_emb.inv_freq") == 0) continue;  // a buffer, recomputed
+    if (n == "freqs_cis") continue;  // Huginn's RoPE table: a buffer, recomputed
     throw Error(dir + ": tensor '" + n + "' has no place in the " + l.arch + " layout looplm converts");
   }
 
   // Shapes against the layout before anything is allocated (the config decides the model's size).
-  const int64_t hd = c.head_dim(), group = c.n_heads / l.kv_heads;
-  for (const ParamInfo& info : Model::layout(c)) {
-    auto it = source.find(info.name);
-    if (it == source.end()) continue;  // a bias the file lacks: zero
-    std::vector<int64_t> want = info.shape;
-    if (it->second.expand_kv) want[0] /= group;
-    const std::vector<int64_t> got = t.shape(it->second.name);
-    if (got != want) throw Error(dir + ": tensor '" + it->second.name + "' has shape " + io::shape_str(got) + ", expected " + io::shape_str(want));
+  for (const auto& [ln, src] : source) {
+    const std::vector<int64_t> got = t.shape(src.name);
+    if (got != src.file_shape)
+      throw Error(dir + ": tensor '" + src.name + "' has shape " + io::shape_str(got) + ", expected " + io::shape_str(src.file_shape));
   }
 
   ParamStorage storage;
   storage.grads = false;
   Model m(c, storage);
   ParamStore& ps = m.params();
+  const int64_t hd = c.head_dim();
+  std::string cached_name;  // a fused tensor is read once for the params it holds
+  std::vector<float> cached;
   for (size_t p = 0; p < ps.infos().size(); ++p) {
     const ParamInfo& info = ps.infos()[p];
     float* dst = ps.value((int)p);
     auto it = source.find(info.name);
     if (it == source.end()) {
-      std::memset(dst, 0, info.numel * sizeof(float));  // o / MLP / head biases of a q/k/v-bias model
+      std::memset(dst, 0, info.numel * sizeof(float));  // a bias the file lacks (q/k/v-bias models): zero
       continue;
     }
-    if (!it->second.expand_kv) {
-      t.file(it->second.name).read_f32(it->second.name, info.shape, dst);
-    } else {
-      // HF's repeat_kv: key/value head j serves query heads j·g .. j·g + g − 1.
-      std::vector<int64_t> shape = info.shape;
-      shape[0] /= group;
-      const std::vector<float> src = t.read(it->second.name, shape);
-      const int64_t cols = info.shape.size() > 1 ? info.shape[1] : 1;
+    const Source& src = it->second;
+    if (src.name != cached_name) {
+      cached = t.read(src.name, src.file_shape);
+      cached_name = src.name;
+    }
+    const int64_t cols = info.shape.size() > 1 ? info.shape[1] : 1, rows = info.shape[0];
+    if (src.expand_kv) {  // HF's repeat_kv: key/value head j serves query heads j·g .. j·g + g − 1
       for (int64_t head = 0; head < c.n_heads; ++head)
-        std::memcpy(dst + head * hd * cols, src.data() + (head / group) * hd * cols, hd * cols * sizeof(float));
+        std::memcpy(dst + head * hd * cols, cached.data() + (head / group) * hd * cols, hd * cols * sizeof(float));
+    } else if (src.pair_rope) {  // looplm's row r (rotate-half) is the file's row rope_target_row(r)
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + r * cols, cached.data() + src.offset + gguf_layout::rope_target_row(r, hd) * cols, cols * sizeof(float));
+    } else {
+      std::memcpy(dst, cached.data() + src.offset, info.numel * sizeof(float));
     }
     for (int64_t i = 0; i < (int64_t)info.numel; ++i)
-      if (!std::isfinite(dst[i])) throw Error(dir + ": tensor '" + it->second.name + "' holds NaN or Inf");
+      if (!std::isfinite(dst[i])) throw Error(dir + ": tensor '" + src.name + "' holds NaN or Inf");
   }
   save_model(out_file, m, {{"converted_from", dir}});  // the tokenizer goes into the metadata with the config
   rep.tensors = (int)used.size();

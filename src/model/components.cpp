@@ -8,6 +8,7 @@ void register_builtins(Registries& r) {
   register_cem_block(r);
   register_residual_rule(r);
   register_gated_rule(r);
+  register_inject_rule(r);
   register_hyper_rule(r);
 }
 

@@ -23,6 +23,7 @@ void register_energy_block(Registries& r);     // block_energy.cpp: energy (NRGP
 void register_cem_block(Registries& r);        // block_cem.cpp: cem (causal energy minimisation)
 void register_residual_rule(Registries& r);    // loop_residual.cpp: residual
 void register_gated_rule(Registries& r);       // loop_gated.cpp: gated (RecurrentGPT)
+void register_inject_rule(Registries& r);      // loop_inject.cpp: inject_linear (Huginn)
 void register_hyper_rule(Registries& r);       // loop_hyper.cpp: hyper (Hyperloop, mHC)
 
 }  // namespace looplm

@@ -67,6 +67,7 @@ const std::vector<Field>& fields() {
       {"mlp", &Config::mlp, "model", {}, "MLP: gelu (exact erf, d -> d_ff -> d) or swiglu", mlp_names},
       {"pos", &Config::pos, "model", {}, "positions: rope (base rope_base), learned, or none", pos_names},
       {"rope_base", &Config::rope_base, "model", {1, kInf, true}, "RoPE base θ"},
+      {"emb_scale", &Config::emb_scale, "model", kPositive, "the token embedding is multiplied by this before the prelude (Huginn: sqrt(d_model))"},
       {"bias", &Config::bias, "model", {}, "biases in attention / MLP linears (and an untied head)"},
       {"tie_embeddings", &Config::tie_embeddings, "model", {}, "lm_head = tok_emb"},
       {"loop_rule", &Config::loop_rule, "model", {}, "how the state moves around the core", loop_rule_names},

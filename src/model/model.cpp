@@ -105,7 +105,10 @@ LoopCtx loop_ctx(const Config& c, const RunOptions& o) {
 }  // namespace
 
 Node* Model::embed(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const {
-  return run_blocks(g, prelude_, 0, 0, op::embedding(g, tokens, B * T, E_, P_, T, o.place), B, T, o);
+  Node* x = op::embedding(g, tokens, B * T, E_, P_, T, o.place);
+  // emb_scale · x as (s − 1)·x + x: the axpby op, whose backward sums both paths into x
+  if (cfg_.emb_scale != 1.0) x = op::axpby(g, (float)(cfg_.emb_scale - 1.0), x, x);
+  return run_blocks(g, prelude_, 0, 0, x, B, T, o);
 }
 
 Node* Model::init_state(Graph& g, Node* h_pre, const RunOptions& o) const {
