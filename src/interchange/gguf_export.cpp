@@ -22,6 +22,8 @@ std::string gguf_export_refusal(const Config& c) {
   if (c.pos != "rope") return "pos '" + c.pos + "' (the Llama block uses rope)" + why;
   if (c.bias) return "bias true (llama.cpp's llama and nanbeige have no biases)" + why;
   if (c.deeploop_p != 0) return "deeploop_p " + std::to_string(c.deeploop_p) + " (residual scaling)" + why;
+  if (c.emb_scale != 1) return "emb_scale " + std::to_string(c.emb_scale) + " (a scaled embedding)" + why;
+  if (c.loop_rule == "residual" && c.get_bool("exit_gate")) return "a learned exit gate (exit_gate)" + why;
   if (c.head_dim() % 2) return "an odd head dimension (" + std::to_string(c.head_dim()) + ") cannot be rotated by RoPE pairs";
   if (c.d_model % 32 || c.ff_dim() % 32)
     return "d_model " + std::to_string(c.d_model) + " and d_ff " + std::to_string(c.ff_dim()) + " must be multiples of 32 (GGUF's quantized blocks)";
