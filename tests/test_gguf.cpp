@@ -78,7 +78,10 @@ double mean_nll(const float* logits, const std::vector<int32_t>& x, int V) {
 
 std::string ids_csv(const std::vector<int32_t>& x) {
   std::string s;
-  for (size_t i = 0; i < x.size(); ++i) s += (i ? "," : "") + std::to_string(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(x[i]);
+  }
   return s;
 }
 
@@ -107,8 +110,10 @@ TEST(Gguf, ExportConvertRoundTrips) {
       const io::GgufFile g = io::GgufFile::open(gguf);
       EXPECT_EQ(g.get_string("general.architecture"), R == 1 ? "llama" : "nanbeige");
       EXPECT_EQ(g.find("output.weight") == nullptr, tied);
-      if (R > 1) EXPECT_EQ(g.get_uint("nanbeige.num_loops"), (uint64_t)R);
-      if (R > 1) EXPECT_EQ(g.get_bool("nanbeige.skip_loop_final_norm"), !loop_norm);
+      if (R > 1) {
+        EXPECT_EQ(g.get_uint("nanbeige.num_loops"), (uint64_t)R);
+        EXPECT_EQ(g.get_bool("nanbeige.skip_loop_final_norm"), !loop_norm);
+      }
       EXPECT_EQ(g.get_float("llama.rope.freq_base", g.get_float("nanbeige.rope.freq_base", 0)), 5000.0);
       LanguageModel lm = LanguageModel::load(back);
       EXPECT_EQ(lm.config().R, R);

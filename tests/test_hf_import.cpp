@@ -58,7 +58,10 @@ TEST(HfImport, EachFamilyComputesWhatItsPortComputes) {
     const auto t = run_shell(kBin + " tokenize --tokenizer " + kFix + name + "/tokenizer.json -p 'the sand and the sea'");
     ASSERT_EQ(t.code, 0) << t.out;
     std::string ids_text;
-    for (int32_t id : lm.encode("the sand and the sea")) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : lm.encode("the sand and the sea")) {
+      if (!ids_text.empty()) ids_text += ',';
+      ids_text += std::to_string(id);
+    }
     EXPECT_EQ(t.out, "[" + ids_text + "]\n") << name;
   }
 }

@@ -336,6 +336,22 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
 
+  // Decoding one token reads every weight matrix it multiplies (a core or loop matrix once per loop
+  // step): its bytes in a format over the machine's read rate bound the tokens/s memory allows.
+  auto weight_bytes_per_token = [&](const std::string& fmt) {
+    const WeightFormat* f = find_weight_format(fmt);
+    double bytes = 0;
+    for (const WeightMatrix& w : m.params().matrices()) {
+      const std::string& pn = m.params().infos()[w.first].name;
+      const bool per_step = pn.rfind("core.", 0) == 0 || pn.rfind("loop.", 0) == 0;
+      bytes += (double)f->packed_bytes(w.node->rows, w.node->cols) * (per_step ? c.R : 1);
+    }
+    return bytes;
+  };
+  const double read_gbps = gen_tokens > 0 ? measure_read_gbps() : 0;
+  auto bound_fraction = [&](const std::string& fmt) {
+    return read_gbps > 0 ? get(idle, "decode_" + sfx_of(fmt) + "tokens_per_s").mean * weight_bytes_per_token(fmt) / (read_gbps * 1e9) : 0.0;
+  };
   const double train_tps = get(idle, "train_tokens_per_s").mean;
   const double train_gflops = 3.0 * m.flops_per_token(c.R) * train_tps / 1e9;  // fwd + bwd ≈ 3 × fwd
   if (as_json) {
@@ -354,6 +370,13 @@ int cmd_bench(int argc, char** argv) {
       j[mt.key] = get(idle, mt.key).mean;  // 0 when not measured (--gen-tokens 0)
       j[std::string(mt.key) + "_stddev"] = get(idle, mt.key).sd;
     }
+    if (read_gbps > 0) {
+      j["read_gbps"] = read_gbps;
+      for (const std::string& f : formats) {
+        j["weight_bytes_per_token_" + f] = weight_bytes_per_token(f);
+        j["decode_" + sfx_of(f) + "bandwidth_fraction"] = bound_fraction(f);
+      }
+    }
     std::printf("%s\n", j.dump().c_str());
   } else if (as_csv) {
     std::printf("metric,mean,stddev\n");
@@ -369,6 +392,15 @@ int cmd_bench(int argc, char** argv) {
     for (const Metric& mt : metrics)
       if (idle.count(mt.key))
         std::printf("| %s | %.0f ± %.0f |\n", mt.label.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
+    if (read_gbps > 0) {
+      std::printf("\nmemory reads at %.1f GB/s here (%d thread%s); batch-1 generation reads per token, and the fraction of "
+                  "that rate its tokens/s use:",
+                  read_gbps, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+      for (const std::string& f : formats)
+        std::printf("%s %s %.1f MB %.0f%%", f == formats.front() ? "" : ",", f.c_str(), weight_bytes_per_token(f) / 1e6,
+                    100 * bound_fraction(f));
+      std::printf("\n(a model whose weights fit in the caches reads faster than memory: above 100%%)\n");
+    }
   }
   return 0;
 }
