@@ -220,3 +220,19 @@ TEST(HfImport, BrokenDirectoriesAreNamedAndLeaveNothing) {
       EXPECT_EQ(e.path().filename().string().find("out.tmp"), std::string::npos) << k.what << ": a partial directory was left";
   }
 }
+
+// The same through the library (include/looplm/looplm.h): convert_model and export_model.
+TEST(HfImport, LibraryEntryPoints) {
+  TempDir d("hf_library");
+  const ConvertResult r = convert_model(kFix + "llama_gqa", d / "lib");
+  EXPECT_EQ(r.format, "huggingface");
+  EXPECT_EQ(r.arch, "LlamaForCausalLM");
+  EXPECT_EQ(r.files, 2);
+  EXPECT_EQ(r.config.n_core, 2);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes[0].find("grouped-query"), std::string::npos);
+  EXPECT_THROW(convert_model(kFix + "llama_gqa", d / "lib"), UsageError);  // it exists now
+  // A Hugging Face tokenizer has no GGUF form here: export says so.
+  EXPECT_THROW(export_model(d / "lib", d / "x.gguf"), UsageError);
+  EXPECT_FALSE(std::filesystem::exists(d / "x.gguf"));
+}

@@ -1,51 +1,33 @@
 // `looplm export`: a checkpoint to llama.cpp's GGUF (docs/interchange.md), so llama.cpp and ollama
-// run a looplm model: arch llama for a dense stack, nanbeige for a looped one.
-#include <sys/stat.h>
-
+// run a looplm model: arch llama for a dense stack, nanbeige for a looped one. The library's
+// export_model does the work.
 #include <cstdio>
 
 #include "cli.h"
 #include "cli_common.h"
-#include "interchange/gguf_model.h"
-#include "model/model_io.h"
+#include "looplm/looplm.h"
 
 namespace looplm::cli {
 
 int cmd_export(int argc, char** argv) {
   CLI::App app{"Write a checkpoint as a GGUF file for llama.cpp / ollama (Llama blocks, dense or looped).", "looplm export"};
-  std::string in, out, format = "gguf", type, name = "looplm";
+  std::string in, out;
+  ExportOptions o;
   app.add_option("--checkpoint", in, "model.safetensors (or its run directory)")->required()->type_name("FILE");
-  app.add_option("--format", format, "the file format: gguf")->check(CLI::IsMember({"gguf"}));
-  app.add_option("--type", type,
+  app.add_option("--format", o.format, "the file format: gguf")->check(CLI::IsMember({"gguf"}));
+  app.add_option("--type", o.type,
                  "GGUF type of the weight matrices: f32, f16, q8_0 or q4_0 (norms stay f32). Default: the "
                  "checkpoint's own (f32 for fp32; a q8_0 / q4_0 checkpoint is copied code for code)")
       ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
-  app.add_option("--name", name, "general.name in the file (default looplm)");
+  app.add_option("--name", o.name, "general.name in the file (default looplm)");
   app.add_option("--out", out, "the .gguf file to write")->required()->type_name("FILE");
   if (!parse(app, argc, argv, "export")) return 0;
-  struct stat st;
-  if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) in += "/model.safetensors";
-  if (::stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw UsageError("export: --out " + out + " is a directory; name the file to write (e.g. " + out + "/model.gguf)");
-  // Refuse an unsupported layout before the weights are read.
-  {
-    auto sk = io::SafetensorsFile::open(in);
-    auto it = sk.metadata().find("config");
-    if (it != sk.metadata().end()) {
-      const Config c = Config::from_json_text(it->second, in);
-      if (std::string why = gguf_export_refusal(c); !why.empty()) throw UsageError("export: cannot write " + in + " as GGUF: " + why);
-    }
-  }
-  std::unique_ptr<Model> m = load_model(in);
-  GgufExportOptions o;
-  o.type = type;
-  o.name = name;
-  const GgufExportReport r = export_gguf(*m, out, o);
+  const ExportResult r = export_model(in, out, o);
   std::printf("%s: GGUF arch %s, %d tensors, weight matrices %s%s, %.2f MB\n", out.c_str(), r.arch.c_str(), r.tensors,
               r.type.c_str(), r.exact_codes ? " (the checkpoint's codes, copied)" : "", r.bytes / 1e6);
   if (r.arch == "nanbeige")
     std::printf("looped: llama.cpp runs its %d block(s) %d times (nanbeige.num_loops), every token to the full depth\n",
-                m->config().n_core, m->config().R);
+                r.config.n_core, r.config.R);
   return 0;
 }
 

@@ -249,4 +249,36 @@ class LanguageModel {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---------------------------------------------------------------- interchange (docs/interchange.md)
+struct ConvertResult {
+  std::string format;               // "gguf" or "huggingface"
+  std::string arch;                 // the source's architecture (GGUF arch, or architectures[0])
+  std::string weights;              // the checkpoint's format: fp32, q8_0, q4_0
+  int tensors = 0, files = 1;       // tensors read, in how many files
+  Config config;                    // the converted model's
+  std::vector<std::string> notes;   // what a user should know (grouped-query expansion, a zero state, ...)
+};
+// A GGUF file (arch llama or nanbeige) or a Hugging Face model directory (Llama, Mistral, Qwen2,
+// Nanbeige4.2, Ouro, Huginn-0125) into a new run directory `out_dir` (model.safetensors and
+// convert.json), which appears whole or not at all (written under a temporary name, renamed).
+// UsageError for an existing out_dir, an architecture or config key looplm does not compute;
+// Error naming the file for a missing shard or tensor, a wrong shape, a truncated file.
+ConvertResult convert_model(const std::string& from, const std::string& out_dir);
+
+struct ExportOptions {
+  std::string format = "gguf";  // the only one
+  std::string type;             // f32 | f16 | q8_0 | q4_0; "" = the checkpoint's own (fp32 -> f32)
+  std::string name = "looplm";  // general.name
+};
+struct ExportResult {
+  std::string arch, type;       // GGUF arch: llama (dense) or nanbeige (looped)
+  int tensors = 0;
+  uint64_t bytes = 0;
+  bool exact_codes = false;     // a q8_0 / q4_0 checkpoint's codes copied, not quantized again
+  Config config;
+};
+// A checkpoint (model.safetensors or its run directory) as llama.cpp's GGUF at `out_file`, written
+// atomically. UsageError for a layout no llama.cpp architecture computes, saying why.
+ExportResult export_model(const std::string& checkpoint, const std::string& out_file, const ExportOptions& o = {});
+
 }  // namespace looplm
