@@ -41,8 +41,10 @@ BpeModel BpeModel::from_json(const nlohmann::json& m, const std::string& where) 
   if (!vocab || !vocab->is_object()) bad(where + ".vocab", "expected an object of token -> id");
   b.vocab_.reserve(vocab->size());
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= (int64_t{1} << 30))
-      bad(where + ".vocab", "token '" + io::brief(it.key()) + "' has id " + io::brief_json(*it) + ", expected an integer in [0, 2^30)");
+    // Ids index tables of the vocabulary's size: bounded as a model's vocab_size is (2^24).
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= (int64_t{1} << 24))
+      bad(where + ".vocab", "token '" + io::brief(it.key()) + "' has id " + io::brief_json(*it) +
+                                ", expected an integer in [0, 16777216)");
     b.vocab_.put(it.key(), static_cast<int32_t>(it->get<int64_t>()));
   }
   b.prefix_ = str_member(m, "continuing_subword_prefix", where, "");

@@ -159,7 +159,7 @@ std::shared_ptr<const HfTokenizer> HfTokenizer::from_json(const std::string& tex
       const std::string at = origin + ": added_tokens[" + std::to_string(i) + "]";
       const nlohmann::json& e = (*list)[i];
       AddedToken a;
-      a.id = static_cast<int32_t>(int_member(e, "id", at, -1, 0, (int64_t{1} << 30) - 1));
+      a.id = static_cast<int32_t>(int_member(e, "id", at, -1, 0, (int64_t{1} << 24) - 1));
       if (a.id < 0) bad(at, "no \"id\"");
       a.content = str_member(e, "content", at);
       if (a.content.empty()) bad(at + ".content", "an added token cannot be empty");
