@@ -166,7 +166,15 @@ int cmd_generate(int argc, char** argv) {
       for (size_t k = 0; k < n; ++k) {
         const size_t i = i0 + k;
         const std::string& text = texts[text_of[i]];
-        const std::string completion = lm.decode(outs[k]);
+        std::string completion = lm.decode(outs[k]);
+        if (lm.config().tokenizer == "hf") {
+          // What the completion adds to the prompt's text: a Hugging Face decoder reads a token with
+          // its neighbours (a SentencePiece one strips the first token's space).
+          std::vector<int32_t> all = chunk[k];
+          all.insert(all.end(), outs[k].begin(), outs[k].end());
+          const std::string base = lm.decode(chunk[k]), full = lm.decode(all);
+          if (full.compare(0, base.size(), base) == 0) completion = full.substr(base.size());
+        }
         if (jsonl) {
           // completion: the bytes as text (invalid UTF-8 becomes U+FFFD); tokens: the ids, lossless
           nlohmann::json j = {{"prompt", text}, {"completion", completion}, {"tokens", outs[k]}, {"seed", seed0 + i}};
