@@ -294,6 +294,18 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheProblem) {
   j["model"]["merges"] = {"a c"};
   e = error_of(j);
   EXPECT_NE(e.find("bad_tokenizer.json: model.merges[0]: token 'c' is not in the vocabulary"), std::string::npos) << e;
+  j["model"]["merges"] = json::array({json::array({"a"})});
+  e = error_of(j);
+  EXPECT_NE(e.find("bad_tokenizer.json: model.merges[0]:"), std::string::npos) << e;
+  j["model"]["merges"] = json::array({"a b", 7});
+  e = error_of(j);
+  EXPECT_NE(e.find("bad_tokenizer.json: model.merges[1]: a number"), std::string::npos) << e;
+  j["model"]["merges"] = {"a b"};
+  j["model"]["vocab"]["c"] = "3";
+  e = error_of(j);
+  EXPECT_NE(e.find("bad_tokenizer.json: model.vocab: token 'c' has id"), std::string::npos) << e;
+  j["model"]["vocab"]["c"] = 1 << 24;
+  EXPECT_NE(error_of(j).find("expected an integer in [0, 16777216)"), std::string::npos);
   e.clear();
   try {
     HfTokenizer::from_json("{\"model\": ", "broken.json");

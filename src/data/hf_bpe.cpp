@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "data/hf_json.h"
+#include "data/hf_json_reader.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_unicode.h"
 
@@ -26,7 +27,7 @@ void BpeModel::Merges::put(int32_t a, int32_t b, uint32_t rank, int32_t id) {
   slots[i] = Slot{k, rank, id};  // a pair listed twice keeps its last rank, as the Rust library's map does
 }
 
-BpeModel BpeModel::from_json(const nlohmann::json& m, const std::string& where) {
+BpeModel BpeModel::from_json(const nlohmann::json& m, const std::string& where, TokenizerJson* pre) {
   if (!m.is_object()) bad(where, "expected a JSON object");
   const std::string type = str_member(m, "type", where, "BPE");
   if (type != "BPE")
@@ -37,15 +38,19 @@ BpeModel BpeModel::from_json(const nlohmann::json& m, const std::string& where) 
       bad(where + ".dropout", io::brief_json(*d) + ": BPE dropout (random merges) is for training a model, not supported here");
   }
   BpeModel b;
-  const nlohmann::json* vocab = member(m, "vocab", where);
-  if (!vocab || !vocab->is_object()) bad(where + ".vocab", "expected an object of token -> id");
-  b.vocab_.reserve(vocab->size());
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    // Ids index tables of the vocabulary's size: bounded as a model's vocab_size is (2^24).
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= (int64_t{1} << 24))
-      bad(where + ".vocab", "token '" + io::brief(it.key()) + "' has id " + io::brief_json(*it) +
-                                ", expected an integer in [0, 16777216)");
-    b.vocab_.put(it.key(), static_cast<int32_t>(it->get<int64_t>()));
+  if (pre && pre->has_vocab) {
+    b.vocab_ = std::move(pre->vocab);
+  } else {
+    const nlohmann::json* vocab = member(m, "vocab", where);
+    if (!vocab || !vocab->is_object()) bad(where + ".vocab", "expected an object of token -> id");
+    b.vocab_.reserve(vocab->size());
+    for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+      // Ids index tables of the vocabulary's size: bounded as a model's vocab_size is (2^24).
+      if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= (int64_t{1} << 24))
+        bad(where + ".vocab", "token '" + io::brief(it.key()) + "' has id " + io::brief_json(*it) +
+                                  ", expected an integer in [0, 16777216)");
+      b.vocab_.put(it.key(), static_cast<int32_t>(it->get<int64_t>()));
+    }
   }
   b.prefix_ = str_member(m, "continuing_subword_prefix", where, "");
   b.suffix_ = str_member(m, "end_of_word_suffix", where, "");
@@ -75,17 +80,24 @@ BpeModel BpeModel::from_json(const nlohmann::json& m, const std::string& where) 
     b.byte_ids_[c] = -1;
   }
 
-  const auto& merges = array_member(m, "merges", where);
-  b.merges_.reserve(merges.size());
-  b.merge_count_ = merges.size();
+  const bool flat = pre && pre->has_merges;
+  static const nlohmann::json no_merges = nlohmann::json::array();
+  const auto& merges = flat ? no_merges : array_member(m, "merges", where);
+  const size_t count = flat ? pre->merges.size() / 2 : merges.size();
+  b.merges_.reserve(count);
+  b.merge_count_ = count;
   auto id_of = [&](std::string_view t, size_t rank) {
     const int32_t* id = b.vocab_.find(t);
     if (!id) bad(where + ".merges[" + std::to_string(rank) + "]", "token '" + io::brief(t) + "' is not in the vocabulary");
     return *id;
   };
-  std::string_view left, right;
-  std::string merged;
-  for (size_t r = 0; r < merges.size(); ++r) {
+  // Merge r's two tokens: from the flat list, or from the DOM ("a b" or ["a", "b"]).
+  auto pair_of = [&](size_t r, std::string_view& left, std::string_view& right) {
+    if (flat) {
+      left = pre->merges[2 * r];
+      right = pre->merges[2 * r + 1];
+      return;
+    }
     const nlohmann::json& e = merges[r];
     if (e.is_string()) {  // "a b": the format before tokens could hold spaces
       const std::string& s = e.get_ref<const std::string&>();
@@ -100,6 +112,11 @@ BpeModel BpeModel::from_json(const nlohmann::json& m, const std::string& where) 
     } else {
       bad(where + ".merges[" + std::to_string(r) + "]", "expected \"a b\" or [\"a\", \"b\"], got " + io::brief_json(e));
     }
+  };
+  std::string_view left, right;
+  std::string merged;
+  for (size_t r = 0; r < count; ++r) {
+    pair_of(r, left, right);
     const int32_t a = id_of(left, r), c = id_of(right, r);
     // With a continuing-subword prefix the right part carries it; the merged token does not.
     merged.assign(left);

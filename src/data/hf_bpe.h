@@ -23,6 +23,8 @@
 
 namespace looplm::hf {
 
+struct TokenizerJson;  // data/hf_json_reader.h
+
 using TokenMap = StringMap<int32_t>;
 
 // Words already encoded during one encode call: word -> its ids.
@@ -50,7 +52,8 @@ class BpeModel {
  public:
   // `model` is the tokenizer.json's "model" object; Error naming `where` when it is malformed, a
   // merge names a token outside the vocabulary, or the type is not BPE.
-  static BpeModel from_json(const nlohmann::json& model, const std::string& where);
+  // `pre`: the vocabulary and merges read_tokenizer_json took out of the DOM (they are moved).
+  static BpeModel from_json(const nlohmann::json& model, const std::string& where, TokenizerJson* pre = nullptr);
 
   // Raw-byte mode: words arrive as bytes and byte b stands for the token of GPT-2's character for
   // b. Possible when all 256 are in the vocabulary and there is no prefix or suffix; returns

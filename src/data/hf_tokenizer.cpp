@@ -11,6 +11,7 @@
 #include "data/hf_bpe.h"
 #include "data/hf_decoder.h"
 #include "data/hf_json.h"
+#include "data/hf_json_reader.h"
 #include "data/hf_normalizer.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_unicode.h"
@@ -122,20 +123,14 @@ std::shared_ptr<const HfTokenizer> HfTokenizer::from_json(const std::string& tex
   Impl& m = *t->impl_;
   m.json_text = text;
   m.origin = origin;
-  // Nesting is bounded first (io::parse_json's guard); its duplicate-key check is left out: it
-  // doubles the time of a 30 MB file, and the Rust library keeps the last of a repeated key too.
-  if (io::json_depth(text, io::kMaxJsonDepth) > io::kMaxJsonDepth)
-    bad(origin, "nests JSON deeper than " + std::to_string(io::kMaxJsonDepth) + " levels");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    bad(origin, "not valid JSON (" + io::brief(plain_message(e), 200) + ")");
-  }
+  // Nesting is bounded (io::parse_json's guard); its duplicate-key check is left out: it doubles
+  // the time of a 30 MB file, and the Rust library keeps the last of a repeated key too.
+  TokenizerJson parsed = read_tokenizer_json(text, origin);
+  const nlohmann::json& j = parsed.doc;
   if (!j.is_object()) bad(origin, "not a tokenizer.json (expected a JSON object)");
   const nlohmann::json* model = member(j, "model", origin);
   if (!model) bad(origin, "not a tokenizer.json (no \"model\")");
-  m.model = BpeModel::from_json(*model, origin + ": model");
+  m.model = BpeModel::from_json(*model, origin + ": model", &parsed);
 
   const nlohmann::json null;
   const nlohmann::json* pre = member(j, "pre_tokenizer", origin);
