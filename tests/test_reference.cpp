@@ -148,9 +148,13 @@ void check_fixture(const std::string& name) {
   // relative to that element's own gradient, not to the tensor's: an element whose gradient is
   // small next to the tensor's largest takes a visibly different step when float noise (another
   // summation order, another CPU's kernels) moves its gradient a little. So each element is held
-  // to 2e-4 of the tensor's scale plus K·lr·(ε / |g|), ε = 1e-5 of the tensor's largest gradient
+  // to 1e-3 of the tensor's scale plus K·lr·(ε / |g|), ε = 1e-5 of the tensor's largest gradient
   // (the float noise level of the gradients, which are checked above), capped at AdamW's largest
-  // movement K·lr·(1/(1−β1) + wd).
+  // movement K·lr·(1/(1−β1) + wd). |g| is the first step's gradient (the only one stored); an
+  // element whose gradient nears zero at step 2 or 3 is as sensitive without showing it, which is
+  // what the 1e-3 base covers: the ASan build (-O1, other summation orders) moved such elements of
+  // the loop_norm fixture's core.1.attn.o by up to 4e-4 of the tensor's scale (the release build
+  // stays under 2e-4). A wrong update is off by ~lr, a quarter of the scale here.
   for (size_t i = 0; i < m.params().infos().size(); ++i) {
     const ParamInfo& p = m.params().infos()[i];
     const std::vector<float> want = f.read_f32("after." + p.name, p.shape), g0 = f.read_f32("grad." + p.name, p.shape);
@@ -164,7 +168,7 @@ void check_fixture(const std::string& name) {
     double worst = 0;  // err / tolerance
     for (size_t e = 0; e < p.numel; ++e) {
       const double noise = K * oc.lr * 1e-5 * gmax / std::max((double)std::fabs(g0[e]), 1e-30);
-      const double tol = std::min(2e-4 * scale + noise, cap);
+      const double tol = std::min(1e-3 * scale + noise, cap);
       worst = std::max(worst, std::fabs(got[e] - want[e]) / tol);
     }
     EXPECT_LT(worst, 1.0) << name << " after." << p.name;
