@@ -3,6 +3,7 @@
 #include "data/hf_json.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_regex.h"
+#include "data/hf_replace.h"
 #include "data/hf_unicode.h"
 
 namespace looplm::hf {
@@ -133,34 +134,9 @@ class Strip final : public Decoder {
 
 class Replace final : public Decoder {
  public:
-  std::string literal;
-  Regex regex;
-  std::string content;
+  ReplaceRule rule;
   void run(std::vector<std::string>& t) const override {
-    for (std::string& s : t) {
-      std::string out;
-      size_t from = 0;
-      if (!regex.valid()) {
-        for (size_t at; (at = s.find(literal, from)) != std::string::npos; from = at + literal.size()) {
-          out.append(s, from, at - from);
-          out += content;
-        }
-      } else {
-        size_t b, e, search = 0;
-        while (search <= s.size() && regex.find(s, search, b, e)) {
-          if (b == e) {
-            if (b >= s.size()) break;
-            search = b + cp_len(static_cast<unsigned char>(s[b]));
-            continue;
-          }
-          out.append(s, from, b - from);
-          out += content;
-          from = search = e;
-        }
-      }
-      out.append(s, from, std::string::npos);
-      s = std::move(out);
-    }
+    for (std::string& s : t) rule.apply(s);
   }
 };
 
@@ -218,19 +194,7 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string
   }
   if (type == "Replace") {
     auto r = std::make_unique<Replace>();
-    r->content = str_member(j, "content", where);
-    const nlohmann::json* pat = member(j, "pattern", where);
-    if (!pat) bad(where, "no \"pattern\"");
-    if (const nlohmann::json* s = member(*pat, "String", where + ".pattern")) {
-      if (!s->is_string() || s->get<std::string>().empty())
-        bad(where + ".pattern.String", "expected a non-empty string, got " + io::brief_json(*s));
-      r->literal = s->get<std::string>();
-    } else if (const nlohmann::json* re = member(*pat, "Regex", where + ".pattern")) {
-      if (!re->is_string()) bad(where + ".pattern.Regex", "expected a string, got " + io::brief_json(*re));
-      r->regex = Regex::compile(re->get<std::string>(), where + ".pattern");
-    } else {
-      bad(where + ".pattern", "expected {\"String\": ...} or {\"Regex\": ...}");
-    }
+    r->rule = ReplaceRule::parse(j, where);
     return r;
   }
   if (type == "BPEDecoder") {

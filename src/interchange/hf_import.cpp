@@ -222,33 +222,33 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
       rep.notes.push_back("the recurrent state starts at zero (Huginn draws it at random, state_init '" + h.text("state_init", "") +
                           "'): every run of a prompt gives the same logits, as the authors advise for comparisons");
   } else {
-  c.d_model = (int)h.integer("hidden_size", 1, 65536);
-  c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);
-  l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
-  if (c.n_heads % l.kv_heads) throw UsageError(h.path + ": num_attention_heads is not a multiple of num_key_value_heads");
-  if (c.d_model % c.n_heads) throw UsageError(h.path + ": hidden_size is not a multiple of num_attention_heads");
-  refuse_unsupported(h, l, c.d_model, c.n_heads);
-  c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
-  c.n_core = (int)h.integer("num_hidden_layers", 1, 1024);
-  c.vocab_size = (int)h.integer("vocab_size", 1, 1 << 24);
-  c.context = (int)std::min<int64_t>(h.integer("max_position_embeddings", 1, INT64_MAX, 2048), 1 << 20);
-  c.rope_base = h.number("rope_theta", 10000.0);
-  c.norm_eps = h.number("rms_norm_eps", 1e-6);
-  c.tie_embeddings = h.flag("tie_word_embeddings", false);  // the default of these families' configs
-  c.block = l.family == Family::ouro ? "peri_norm" : "pre_norm";
-  c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "residual";
-  l.qkv_bias = arch == "Qwen2ForCausalLM" || h.flag("attention_bias", false);
-  c.bias = l.qkv_bias;  // looplm's bias covers every linear: the ones the file lacks are zero
-  c.R = 1;
-  if (l.family == Family::nanbeige) {
-    c.R = (int)h.integer("num_loops", 1, 4096, 1);
-    if (c.R > 1 && !h.flag("skip_loop_final_norm", false)) c.set("loop_norm", "true");
-  } else if (l.family == Family::ouro) {
-    c.R = (int)h.integer("total_ut_steps", 1, 4096, 4);
-    c.set("loop_norm", "true");
-    c.set("exit_gate", "true");
+    c.d_model = (int)h.integer("hidden_size", 1, 65536);
+    c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);
+    l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
+    if (c.n_heads % l.kv_heads) throw UsageError(h.path + ": num_attention_heads is not a multiple of num_key_value_heads");
+    if (c.d_model % c.n_heads) throw UsageError(h.path + ": hidden_size is not a multiple of num_attention_heads");
+    refuse_unsupported(h, l, c.d_model, c.n_heads);
+    c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
+    c.n_core = (int)h.integer("num_hidden_layers", 1, 1024);
+    c.vocab_size = (int)h.integer("vocab_size", 1, 1 << 24);
+    c.context = (int)std::min<int64_t>(h.integer("max_position_embeddings", 1, INT64_MAX, 2048), 1 << 20);
+    c.rope_base = h.number("rope_theta", 10000.0);
+    c.norm_eps = h.number("rms_norm_eps", 1e-6);
+    c.tie_embeddings = h.flag("tie_word_embeddings", false);  // the default of these families' configs
+    c.block = l.family == Family::ouro ? "peri_norm" : "pre_norm";
+    c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "residual";
+    l.qkv_bias = arch == "Qwen2ForCausalLM" || h.flag("attention_bias", false);
+    c.bias = l.qkv_bias;  // looplm's bias covers every linear: the ones the file lacks are zero
+    c.R = 1;
+    if (l.family == Family::nanbeige) {
+      c.R = (int)h.integer("num_loops", 1, 4096, 1);
+      if (c.R > 1 && !h.flag("skip_loop_final_norm", false)) c.set("loop_norm", "true");
+    } else if (l.family == Family::ouro) {
+      c.R = (int)h.integer("total_ut_steps", 1, 4096, 4);
+      c.set("loop_norm", "true");
+      c.set("exit_gate", "true");
+    }
   }
-  }  // the Llama-style families
   if (l.kv_heads != c.n_heads)
     rep.notes.push_back("grouped-query attention (" + std::to_string(l.kv_heads) + " key/value heads for " + std::to_string(c.n_heads) +
                         " query heads) is expanded to one key/value head per query head: the same model, with larger k / v "
@@ -269,7 +269,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
   }
 
   const HfTensors t(dir);
-  // looplm param -> the file's tensor and how to read it: whole, or `count` values from element
+  // looplm param -> the file's tensor and how to read it: whole, or the param's values from element
   // `offset` of a fused tensor (Huginn's Wqkv, mlp.fc, qk_bias), with each key/value head's rows
   // repeated for its query heads (grouped-query attention), or with q / k rows reordered from
   // adjacent-pair RoPE to rotate-half (Huginn).
@@ -330,28 +330,28 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     bind("norm_f.weight", "transformer.ln_f.weight");
     if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
   } else {
-  bind("tok_emb.weight", "model.embed_tokens.weight");
-  for (int i = 0; i < c.n_core; ++i) {
-    const std::string p = "core." + std::to_string(i) + ".", q = "model.layers." + std::to_string(i) + ".";
-    bind(p + "attn_norm.weight", q + "input_layernorm.weight");
-    for (const char* m : {"q", "k", "v", "o"})
-      bind(p + "attn." + m + ".weight", q + "self_attn." + m + "_proj.weight", m[0] == 'k' || m[0] == 'v');
-    if (l.qkv_bias)
-      for (const char* m : {"q", "k", "v"}) bind(p + "attn." + m + ".bias", q + "self_attn." + m + "_proj.bias", m[0] == 'k' || m[0] == 'v');
-    bind(p + "mlp_norm.weight", q + "post_attention_layernorm.weight");
-    for (const char* m : {"gate", "up", "down"}) bind(p + "mlp." + m + ".weight", q + "mlp." + m + "_proj.weight");
+    bind("tok_emb.weight", "model.embed_tokens.weight");
+    for (int i = 0; i < c.n_core; ++i) {
+      const std::string p = "core." + std::to_string(i) + ".", q = "model.layers." + std::to_string(i) + ".";
+      bind(p + "attn_norm.weight", q + "input_layernorm.weight");
+      for (const char* m : {"q", "k", "v", "o"})
+        bind(p + "attn." + m + ".weight", q + "self_attn." + m + "_proj.weight", m[0] == 'k' || m[0] == 'v');
+      if (l.qkv_bias)
+        for (const char* m : {"q", "k", "v"}) bind(p + "attn." + m + ".bias", q + "self_attn." + m + "_proj.bias", m[0] == 'k' || m[0] == 'v');
+      bind(p + "mlp_norm.weight", q + "post_attention_layernorm.weight");
+      for (const char* m : {"gate", "up", "down"}) bind(p + "mlp." + m + ".weight", q + "mlp." + m + "_proj.weight");
+      if (l.family == Family::ouro) {
+        bind(p + "attn_post_norm.weight", q + "input_layernorm_2.weight");
+        bind(p + "mlp_post_norm.weight", q + "post_attention_layernorm_2.weight");
+      }
+    }
+    bind("norm_f.weight", "model.norm.weight");
+    if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
     if (l.family == Family::ouro) {
-      bind(p + "attn_post_norm.weight", q + "input_layernorm_2.weight");
-      bind(p + "mlp_post_norm.weight", q + "post_attention_layernorm_2.weight");
+      bind("loop.exit_gate.weight", "model.early_exit_gate.weight");
+      bind("loop.exit_gate.bias", "model.early_exit_gate.bias");
     }
   }
-  bind("norm_f.weight", "model.norm.weight");
-  if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
-  if (l.family == Family::ouro) {
-    bind("loop.exit_gate.weight", "model.early_exit_gate.weight");
-    bind("loop.exit_gate.bias", "model.early_exit_gate.bias");
-  }
-  }  // the Llama-style families
   for (const std::string& n : t.names()) {
     if (used.count(n)) continue;
     if (n == "lm_head.weight" && c.tie_embeddings) {  // a tied head stored anyway: the embedding is used
