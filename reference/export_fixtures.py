@@ -108,6 +108,11 @@ FIXTURES = {
     "huginn": dict(n_prelude=1, n_core=2, R=3, n_coda=1, d_ff=28, block="sandwich", norm="rmsnorm", mlp="swiglu",
                    pos="rope", rope_base=50000.0, bias=True, tie_embeddings=True, loop_rule="inject_linear",
                    inject_readout_norm=True, emb_scale=18 ** 0.5),
+    # Nanbeige4.2-3B's attention: grouped-query (4 query heads on 2 key/value heads) with a head
+    # dimension that is not d_model / n_heads (4 x 6 = 24 query columns on d_model 18); q/k/v biases
+    # as Qwen2's; looped with the boundary norm
+    "gqa": dict(n_heads=4, n_kv_heads=2, d_head=6, n_core=2, R=2, d_ff=28, block="pre_norm", norm="rmsnorm",
+                mlp="swiglu", pos="rope", rope_base=1e6, bias=True, tie_embeddings=False, loop_norm=True),
 }
 
 

@@ -93,7 +93,7 @@ def rope(x, theta):
 def attention(W, p, x, cfg):
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     d = cfg["hidden_size"]
-    hd = d // H
+    hd = cfg.get("head_dim", d // H)  # Nanbeige4.2 / Qwen3: the heads need not split hidden_size
     Tn = x.shape[0]
 
     def proj(name):
@@ -108,7 +108,7 @@ def attention(W, p, x, cfg):
     k, v = k.repeat_interleave(H // KV, 0), v.repeat_interleave(H // KV, 0)  # repeat_kv
     s = q @ k.transpose(1, 2) / math.sqrt(hd)
     s = s.masked_fill(torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), 1), float("-inf"))
-    o = (s.softmax(-1) @ v).transpose(0, 1).reshape(Tn, d)
+    o = (s.softmax(-1) @ v).transpose(0, 1).reshape(Tn, H * hd)
     return o @ W[p + "self_attn.o_proj.weight"].t()
 
 
@@ -264,21 +264,22 @@ def weights(cfg, gen):
         return huginn_weights(cfg, gen)
     d, f, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    kvd = d // H * KV
+    hd = cfg.get("head_dim", d // H)
+    qd, kvd = H * hd, KV * hd
     arch = cfg["architectures"][0]
     rnd = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)
     W = {"model.embed_tokens.weight": rnd(V, d)}
     for i in range(L):
         p = f"model.layers.{i}."
         W[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(d)
-        W[p + "self_attn.q_proj.weight"] = rnd(d, d) / d ** 0.5
+        W[p + "self_attn.q_proj.weight"] = rnd(qd, d) / d ** 0.5
         W[p + "self_attn.k_proj.weight"] = rnd(kvd, d) / d ** 0.5
         W[p + "self_attn.v_proj.weight"] = rnd(kvd, d) / d ** 0.5
         if arch == "Qwen2ForCausalLM":
-            W[p + "self_attn.q_proj.bias"] = 0.1 * rnd(d)
+            W[p + "self_attn.q_proj.bias"] = 0.1 * rnd(qd)
             W[p + "self_attn.k_proj.bias"] = 0.1 * rnd(kvd)
             W[p + "self_attn.v_proj.bias"] = 0.1 * rnd(kvd)
-        W[p + "self_attn.o_proj.weight"] = rnd(d, d) / d ** 0.5 / 2
+        W[p + "self_attn.o_proj.weight"] = rnd(d, qd) / qd ** 0.5 / 2
         W[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(d)
         W[p + "mlp.gate_proj.weight"] = rnd(f, d) / d ** 0.5
         W[p + "mlp.up_proj.weight"] = rnd(f, d) / d ** 0.5
@@ -303,8 +304,9 @@ FIXTURES = {
                       rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False, rope_scaling=None),
     "qwen2": dict(COMMON, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_key_value_heads=2,
                   rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False),
+    # Nanbeige4.2-3B's attention shape: 4 query heads of 12 (48 columns on hidden 32), 2 key/value heads
     "nanbeige": dict(COMMON, architectures=["NanbeigeForCausalLM"], model_type="nanbeige", num_key_value_heads=2,
-                     rope_theta=70000000.0, tie_word_embeddings=False, num_loops=3, skip_loop_final_norm=False),
+                     head_dim=12, rope_theta=70000000.0, tie_word_embeddings=False, num_loops=3, skip_loop_final_norm=False),
     "ouro": dict(COMMON, architectures=["OuroForCausalLM"], model_type="ouro", num_key_value_heads=4,
                  rope_theta=1000000.0, tie_word_embeddings=False, total_ut_steps=4, early_exit_threshold=1.0,
                  layer_types=["full_attention", "full_attention"]),

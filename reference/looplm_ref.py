@@ -26,7 +26,7 @@ import torch.nn.functional as F
 # Model keys and their defaults. Any other key in a config (lr, batch_size, ...) is ignored here.
 DEFAULTS = dict(
     vocab_size=None, d_model=None, n_heads=None, context=None, n_core=None,
-    d_ff=0, n_prelude=0, n_coda=0, R=1,
+    n_kv_heads=0, d_head=0, d_ff=0, n_prelude=0, n_coda=0, R=1,
     block="pre_norm", norm="rmsnorm", mlp="gelu", pos="rope", rope_base=10000.0,
     bias=False, tie_embeddings=True, loop_rule="residual", deeploop_p=0.0,
     init_std=0.02, norm_eps=1e-5, emb_scale=1.0,
@@ -78,7 +78,8 @@ def resolve_config(cfg):
         out["d_ff"] = 4 * out["d_model"]
     assert out["block"] in ("pre_norm", "parallel", "sandwich", "peri_norm", "energy", "cem"), out["block"]
     if out["block"] != "energy":  # energy heads are full d x d matrices: no head dim
-        assert out["d_model"] % out["n_heads"] == 0
+        assert out["d_head"] or out["d_model"] % out["n_heads"] == 0
+        assert out["n_heads"] % (out["n_kv_heads"] or out["n_heads"]) == 0
     assert out["norm"] in ("rmsnorm", "layernorm") and out["mlp"] in ("gelu", "swiglu")
     assert out["pos"] in ("rope", "learned", "none")
     if out["block"] == "energy":
@@ -166,28 +167,35 @@ def apply_rope(x, cos, sin):
 
 
 class Attention(nn.Module):
+    """Causal attention; n_kv_heads < n_heads is grouped-query attention (query head h reads key/value
+    head h // (n_heads / n_kv_heads), as Hugging Face's repeat_kv), d_head the head dimension."""
+
     def __init__(self, cfg):
         super().__init__()
         d, bias = cfg["d_model"], cfg["bias"]
-        self.n_heads, self.hd = cfg["n_heads"], d // cfg["n_heads"]
+        self.n_heads = cfg["n_heads"]
+        self.n_kv = cfg["n_kv_heads"] or self.n_heads
+        self.hd = cfg["d_head"] or d // self.n_heads
         self.use_rope, self.rope_base = cfg["pos"] == "rope", float(cfg["rope_base"])
-        self.q = nn.Linear(d, d, bias=bias)
-        self.k = nn.Linear(d, d, bias=bias)
-        self.v = nn.Linear(d, d, bias=bias)
-        self.o = nn.Linear(d, d, bias=bias)
+        self.q = nn.Linear(d, self.n_heads * self.hd, bias=bias)
+        self.k = nn.Linear(d, self.n_kv * self.hd, bias=bias)
+        self.v = nn.Linear(d, self.n_kv * self.hd, bias=bias)
+        self.o = nn.Linear(self.n_heads * self.hd, d, bias=bias)
 
     def forward(self, x):
         B, T, d = x.shape
-        heads = lambda t: t.view(B, T, self.n_heads, self.hd).transpose(1, 2)  # [B, H, T, hd]
-        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        heads = lambda t, n: t.view(B, T, n, self.hd).transpose(1, 2)  # [B, n, T, hd]
+        q, k, v = heads(self.q(x), self.n_heads), heads(self.k(x), self.n_kv), heads(self.v(x), self.n_kv)
         if self.use_rope:
             cos, sin = rope_cos_sin(T, self.hd, self.rope_base, x.dtype)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        group = self.n_heads // self.n_kv
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
         y = scores.softmax(dim=-1) @ v  # [B, H, T, hd]
-        return self.o(y.transpose(1, 2).reshape(B, T, d))
+        return self.o(y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd))
 
 
 class MLP(nn.Module):

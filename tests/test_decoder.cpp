@@ -185,6 +185,41 @@ TEST(Decoder, PolicyMemory) {
   EXPECT_DOUBLE_EQ(lm.evaluate(toks, o).kv_bytes_per_token, (1 + 2 * 4 + 1) * slot);
 }
 
+// Grouped-query attention with a head dimension other than d_model / n_heads (Nanbeige4.2's
+// and Qwen3's shape): incremental scoring (per_step) is the full pass, batched generation is each
+// sequence alone, and the cache keeps n_kv_heads · d_head values per position, not d_model.
+TEST(Decoder, GroupedQueryAttentionDecodesAsTheFullPass) {
+  for (int kv_heads : {2, 1})
+    for (const char* kv : {"fp32", "int8"}) {
+      Config c = small("looped");
+      c.n_heads = 4;
+      c.n_kv_heads = kv_heads;
+      c.d_head = 12;  // 4 · 12 = 48 queries' columns for d_model 32
+      c.validate();
+      LanguageModel lm = LanguageModel::from_config(c, 5);
+      const auto toks = some_tokens(2 * c.context + 1);
+      EvalOptions o;
+      const EvalResult full = lm.evaluate(toks, o);
+      o.incremental = true;
+      o.kv_policy = KvPolicy::per_step;
+      o.kv_cache = kv;
+      const EvalResult inc = lm.evaluate(toks, o);
+      EXPECT_EQ(inc.tokens, full.tokens);
+      // int8 keys and values: each within half a step of 127 (as NarrowKvCachesScoreCloseAndKeepLess)
+      EXPECT_NEAR(inc.loss, full.loss, std::string(kv) == "fp32" ? 2e-5 : 1e-2 * full.loss) << kv_heads << " " << kv;
+      const double values = (double)kv_heads * 12;  // per block, position and loop step, for keys and for values
+      const double per_value = std::string(kv) == "fp32" ? 4.0 : 1.0 + 4.0 * kv_heads / values;
+      EXPECT_DOUBLE_EQ(inc.kv_bytes_per_token, (1 + 2 * 4 + 1) * 2 * values * per_value);
+      const std::vector<std::vector<int32_t>> prompts = {some_tokens(3, 1), some_tokens(9, 2), some_tokens(20, 4)};
+      GenerateOptions g;
+      g.max_new = 24;
+      g.temperature = 0;
+      g.kv_cache = kv;
+      const auto batch = lm.generate_batch(prompts, g);
+      for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batch[i], lm.generate(prompts[i], g)) << i;
+    }
+}
+
 // The narrow caches: incremental scoring with a bf16 and an int8 cache stays close to the fp32
 // cache's (each stored key/value within 2^-9 relative of itself, or within half a step of its head
 // vector's 127 steps; a loss moves by far less than 1%), differs from it (the narrow cache is

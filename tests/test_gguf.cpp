@@ -30,11 +30,13 @@ namespace {
 const std::string kBin = LOOPLM_BINARY;
 const std::string kSrc = LOOPLM_SOURCE_DIR;
 
-Config llama_like(int n_core, int R, bool tied, bool loop_norm = false) {
+Config llama_like(int n_core, int R, bool tied, bool loop_norm = false, int kv_heads = 0, int d_head = 0) {
   Config c = load_preset("llama");
   if (loop_norm) c.set("loop_norm", "true");
   c.d_model = 64;
   c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.d_head = d_head;
   c.d_ff = 96;
   c.context = 64;
   c.n_core = n_core;
@@ -94,12 +96,14 @@ std::vector<uint8_t> tensor_bytes(const io::GgufFile& f, const std::string& name
 
 TEST(Gguf, ExportConvertRoundTrips) {
   TempDir d("gguf_roundtrip");
-  for (auto [n_core, R, tied, loop_norm] : {std::tuple{3, 1, true, false}, std::tuple{2, 3, false, false}, std::tuple{2, 2, true, true}}) {
-    const Config c = llama_like(n_core, R, tied, loop_norm);
+  for (auto [n_core, R, tied, loop_norm, kv_heads, d_head] :
+       {std::tuple{3, 1, true, false, 0, 0}, std::tuple{2, 3, false, false, 0, 0}, std::tuple{2, 2, true, true, 0, 0},
+        std::tuple{2, 2, false, true, 1, 24}}) {
+    const Config c = llama_like(n_core, R, tied, loop_norm, kv_heads, d_head);
     const std::string ckpt = make_checkpoint(d, "m", c, 7);
     const auto x = held_out_bytes(40);
     const std::vector<float> want = LanguageModel::load(ckpt).forward_logits(x);
-    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R) + (loop_norm ? "n" : "");
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R) + (loop_norm ? "n" : "") + (kv_heads ? "gqa" : "");
     for (const char* type : {"f32", "f16", "q8_0", "q4_0"}) {
       const std::string gguf = d / (tag + "_" + type + ".gguf"), back = d / (tag + "_" + type);
       auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --type " + type + " --out " + gguf);
@@ -120,6 +124,8 @@ TEST(Gguf, ExportConvertRoundTrips) {
       EXPECT_EQ(lm.config().n_core, n_core);
       EXPECT_EQ(lm.config().tie_embeddings, tied);
       EXPECT_EQ(lm.config().get_bool("loop_norm"), loop_norm);
+      EXPECT_EQ(lm.config().kv_heads(), c.kv_heads());
+      EXPECT_EQ(lm.config().head_dim(), c.head_dim());
       const std::vector<float> got = lm.forward_logits(x);
       ASSERT_EQ(got.size(), want.size());
       if (!std::strcmp(type, "f32")) {
@@ -211,16 +217,16 @@ TEST(Gguf, BrokenFilesAreNamedAndLeaveNothing) {
   r = convert(patched("blk.1.ffn_up.weight", "blk.1.ffn_xx.weight"), "missing.gguf");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("blk.1.ffn_up.weight' is missing"), std::string::npos) << r.out;
-  {
+  for (uint32_t kv_heads : {2u, 3u}) {  // 2: k / v tensors of the wrong shape for it; 3: 4 heads do not split into 3
     std::string s = bytes;
     const std::string key = "llama.attention.head_count_kv";
     const size_t at = s.find(key);
     ASSERT_NE(at, std::string::npos);
-    const uint32_t two = 2;  // the value follows the key and its u32 type
-    std::memcpy(s.data() + at + key.size() + 4, &two, 4);
+    std::memcpy(s.data() + at + key.size() + 4, &kv_heads, 4);  // the value follows the key and its u32 type
     r = convert(s, "gqa.gguf");
     EXPECT_EQ(r.code, 1) << r.out;
-    EXPECT_NE(r.out.find("grouped-query attention"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(kv_heads == 2 ? "blk.0.attn_k.weight' has shape" : "is not a multiple of head_count_kv 3"), std::string::npos)
+        << r.out;
   }
   EXPECT_FALSE(std::filesystem::exists(d / "out"));
   for (const auto& e : std::filesystem::directory_iterator(d.path))
@@ -276,7 +282,7 @@ std::string trained_checkpoint(const TempDir& d, const std::string& tag, const C
     }
   }
   std::string sets;
-  for (const char* k : {"d_model", "n_heads", "d_ff", "context", "n_core", "R", "tie_embeddings", "rope_base", "norm_eps", "loop_norm"}) {
+  for (const char* k : {"d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "context", "n_core", "R", "tie_embeddings", "rope_base", "norm_eps", "loop_norm"}) {
     const nlohmann::json j = nlohmann::json::parse(c.to_json_text());
     sets += std::string(" --set ") + k + "=" + j.at(k).dump();
   }
@@ -318,10 +324,13 @@ TEST(GgufLlamaCpp, ScoresAndDecodesAsLooplm) {
   const auto x = held_out_bytes(64);
   const std::vector<int32_t> prompt(x.begin(), x.begin() + 12);
   // Dense (llama), looped without and with the norm between loops (nanbeige; the second is
-  // Nanbeige4.2's own layout).
-  for (auto [n_core, R, tied, loop_norm] : {std::tuple{3, 1, false, false}, std::tuple{2, 3, true, false}, std::tuple{1, 4, false, true}}) {
-    const Config c = llama_like(n_core, R, tied, loop_norm);
-    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R) + (loop_norm ? "n" : "");
+  // Nanbeige4.2's own layout), and Nanbeige4.2-3B's attention: 4 query heads of 24 on 2 key/value
+  // heads (head_count_kv, key_length).
+  for (auto [n_core, R, tied, loop_norm, kv_heads, d_head] :
+       {std::tuple{3, 1, false, false, 0, 0}, std::tuple{2, 3, true, false, 0, 0}, std::tuple{1, 4, false, true, 0, 0},
+        std::tuple{2, 2, false, true, 2, 24}}) {
+    const Config c = llama_like(n_core, R, tied, loop_norm, kv_heads, d_head);
+    const std::string tag = std::to_string(n_core) + "x" + std::to_string(R) + (loop_norm ? "n" : "") + (kv_heads ? "gqa" : "");
     const std::string ckpt = trained_checkpoint(d, tag, c), gguf = d / (tag + ".gguf");
     ASSERT_EQ(run_shell(kBin + " export --checkpoint " + ckpt + " --out " + gguf).code, 0);
     LanguageModel lm = LanguageModel::load(ckpt);

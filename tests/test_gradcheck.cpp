@@ -82,25 +82,40 @@ TEST(GradCheck, Rope) {
   fd_check("rope dx", x, dx, L);
 }
 
-void attention_check(bool rope, int B = 2, int T = 7, int H = 3, int hd = 4) {
-  const int d = H * hd;
+// Hkv < H: grouped-query attention (qkv [B*T, (H + 2 Hkv) hd]); the group's dK and dV gather
+// every query head's part, so the accumulate flag (a second call adds) is checked there too.
+void attention_check(bool rope, int B = 2, int T = 7, int H = 3, int hd = 4, int Hkv = 0) {
+  if (Hkv == 0) Hkv = H;
+  const int dq = H * hd, ld = (H + 2 * Hkv) * hd;
   RopeTable rt(T, hd, 10000.0);
   const float* cs = rope ? rt.cos.data() : nullptr;
   const float* sn = rope ? rt.sin.data() : nullptr;
-  Vec qkv = randn(B * T * 3 * d, 17), G = randn(B * T * d, 18), y(B * T * d), lse(B * H * T);
+  Vec qkv = randn(B * T * ld, 17), G = randn(B * T * dq, 18), y(B * T * dq), lse(B * H * T);
   Vec scratch(64 * (2 * T * T + 4 * T * hd));
-  auto L = [&] { k::attention_fwd(qkv.data(), y.data(), lse.data(), B, T, H, hd, cs, sn, scratch.data()); return dotv(G, y); };
+  auto L = [&] {
+    k::attention_fwd(qkv.data(), y.data(), lse.data(), B, T, H, hd, cs, sn, scratch.data(), 0, false, Hkv);
+    return dotv(G, y);
+  };
   L();
   Vec dqkv(qkv.size());
-  k::attention_bwd(qkv.data(), lse.data(), G.data(), dqkv.data(), false, B, T, H, hd, cs, sn, scratch.data());
+  k::attention_bwd(qkv.data(), lse.data(), G.data(), dqkv.data(), false, B, T, H, hd, cs, sn, scratch.data(), 0, false, Hkv);
   fd_check(rope ? "attention+rope dqkv" : "attention dqkv", qkv, dqkv, L);
+  Vec twice = dqkv;
+  k::attention_bwd(qkv.data(), lse.data(), G.data(), twice.data(), true, B, T, H, hd, cs, sn, scratch.data(), 0, false, Hkv);
+  for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_NEAR(twice[i], 2 * dqkv[i], 1e-12 * (1 + std::fabs(dqkv[i]))) << i;
 }
 TEST(GradCheck, Attention) { attention_check(false); }
 TEST(GradCheck, AttentionRope) { attention_check(true); }
+TEST(GradCheck, AttentionGroupedQuery) {
+  attention_check(false, 2, 7, 4, 4, 2);
+  attention_check(true, 2, 7, 4, 6, 2);
+  attention_check(true, 1, 9, 3, 4, 1);  // multi-query: one key/value head for all
+}
 // T past two causal blocks (kAttnBlock = 64), ragged last block.
 TEST(GradCheck, AttentionBlocks) {
   attention_check(false, 1, 2 * k::kAttnBlock + 3, 1, 4);
   attention_check(true, 1, k::kAttnBlock + 5, 2, 2);
+  attention_check(true, 1, k::kAttnBlock + 5, 4, 2, 2);
 }
 
 namespace {

@@ -239,3 +239,4 @@ TEST(Reference, CemOneStepNoDiagonal) { check_fixture("cem_nodiag"); }
 TEST(Reference, ResidualWithLoopNorm) { check_fixture("loop_norm"); }  // Nanbeige4.2's layout
 TEST(Reference, Ouro) { check_fixture("ouro"); }  // peri_norm blocks, loop_norm and the exit gate
 TEST(Reference, Huginn) { check_fixture("huginn"); }  // inject_linear, emb_scale, norm_f before the coda
+TEST(Reference, GroupedQueryAttention) { check_fixture("gqa"); }  // Nanbeige4.2-3B's attention: GQA, d_head != d / H, q/k/v biases

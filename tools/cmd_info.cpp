@@ -135,7 +135,7 @@ int cmd_info(int argc, char** argv) {
   const double infer = skel->flops_per_token(c.R), train = 3 * infer;  // backward ≈ 2 × forward
   const int N = c.n_unrolled();
   // The KV cache keeps keys and values per (block, loop step): 2 · kv_width floats for each
-  // application (d_model; the energy block's keys are n_heads · d_model wide).
+  // application (n_kv_heads · d_head; the energy block's keys are n_heads · d_model wide).
   const double kv_bytes = 2.0 * (double)skel->kv_width() * sizeof(float) * N;
 
   // Activation memory per token, measured: one training forward and backward at batch 1, one
@@ -164,7 +164,7 @@ int cmd_info(int argc, char** argv) {
     nlohmann::json j = {
         {"layout", {{"n_prelude", c.n_prelude}, {"n_core", c.n_core}, {"R", c.R}, {"n_coda", c.n_coda},
                     {"block", c.block}, {"loop_rule", c.loop_rule}, {"d_model", c.d_model}, {"n_heads", c.n_heads},
-                    {"context", c.context}, {"vocab_size", c.vocab_size}}},
+                    {"n_kv_heads", c.kv_heads()}, {"d_head", c.head_dim()}, {"context", c.context}, {"vocab_size", c.vocab_size}}},
         {"params", n.total},
         {"params_non_embedding", n.non_embedding()},
         {"params_embedding", n.embedding},
@@ -194,8 +194,11 @@ int cmd_info(int argc, char** argv) {
   }
 
   const double M = 1e6;
-  std::printf("layout: %d + %d x %d + %d (prelude + core x R + coda); %s blocks, %s loop rule; d %d, %d heads, context %d, vocab %d\n",
-              c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(), c.d_model, c.n_heads,
+  const std::string heads = c.kv_heads() == c.n_heads ? std::to_string(c.n_heads) + " heads of " + std::to_string(c.head_dim())
+                                                       : std::to_string(c.n_heads) + " heads of " + std::to_string(c.head_dim()) + " on " +
+                                                             std::to_string(c.kv_heads()) + " key/value heads";
+  std::printf("layout: %d + %d x %d + %d (prelude + core x R + coda); %s blocks, %s loop rule; d %d, %s, context %d, vocab %d\n",
+              c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(), c.d_model, heads.c_str(),
               c.context, c.vocab_size);
   std::printf("unrolled depth: %d block applications at R = %d\n", N, c.R);
   if (!ckpt.empty()) {

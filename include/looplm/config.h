@@ -20,6 +20,8 @@ struct Config {
   int vocab_size = 256;
   int d_model = 128;
   int n_heads = 4;
+  int n_kv_heads = 0;       // 0 -> n_heads; fewer: grouped-query attention (n_heads a multiple of it)
+  int d_head = 0;           // 0 -> d_model / n_heads
   int context = 64;         // T_max: training window and generation limit
   int d_ff = 0;             // 0 -> 4 * d_model
   int n_prelude = 0;
@@ -80,7 +82,13 @@ struct Config {
   std::string get_string(const std::string& key) const;
 
   int ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
-  int head_dim() const { return d_model / n_heads; }
+  int head_dim() const { return d_head > 0 ? d_head : d_model / n_heads; }
+  int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t q_width() const { return (int64_t)n_heads * head_dim(); }    // the queries' (and attention output's) width
+  int64_t kv_width() const { return (int64_t)kv_heads() * head_dim(); }  // the keys' and values' width
+  // Attention whose queries, keys and output are d_model wide (every block kind computes that;
+  // grouped-query attention and d_head are the Llama-style blocks' generalisation).
+  bool plain_attention() const { return kv_heads() == n_heads && head_dim() * n_heads == d_model; }
   int n_unrolled() const { return n_prelude + n_core * R + n_coda; }  // N of docs/systems.md
 
   // Parse/serialise. Unknown keys and bad values throw UsageError naming the key (and `origin`).

@@ -25,8 +25,9 @@ std::string gguf_export_refusal(const Config& c) {
   if (c.emb_scale != 1) return "emb_scale " + std::to_string(c.emb_scale) + " (a scaled embedding)" + why;
   if (c.loop_rule == "residual" && c.get_bool("exit_gate")) return "a learned exit gate (exit_gate)" + why;
   if (c.head_dim() % 2) return "an odd head dimension (" + std::to_string(c.head_dim()) + ") cannot be rotated by RoPE pairs";
-  if (c.d_model % 32 || c.ff_dim() % 32)
-    return "d_model " + std::to_string(c.d_model) + " and d_ff " + std::to_string(c.ff_dim()) + " must be multiples of 32 (GGUF's quantized blocks)";
+  if (c.d_model % 32 || c.ff_dim() % 32 || c.q_width() % 32)
+    return "d_model " + std::to_string(c.d_model) + ", d_ff " + std::to_string(c.ff_dim()) + " and n_heads · d_head " +
+           std::to_string(c.q_width()) + " must be multiples of 32 (GGUF's quantized blocks)";
   if (c.tokenizer != "byte")
     return "tokenizer '" + c.tokenizer + "': GGUF export writes looplm's byte vocabulary (a char alphabet has no llama.cpp tokenizer)";
   return "";
@@ -110,7 +111,11 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
   w.add_u32(arch + ".block_count", (uint32_t)c.n_core);
   w.add_u32(arch + ".feed_forward_length", (uint32_t)c.ff_dim());
   w.add_u32(arch + ".attention.head_count", (uint32_t)c.n_heads);
-  w.add_u32(arch + ".attention.head_count_kv", (uint32_t)c.n_heads);
+  w.add_u32(arch + ".attention.head_count_kv", (uint32_t)c.kv_heads());
+  if (hd * c.n_heads != d) {  // llama.cpp's default head dimension is embedding_length / head_count
+    w.add_u32(arch + ".attention.key_length", (uint32_t)hd);
+    w.add_u32(arch + ".attention.value_length", (uint32_t)hd);
+  }
   w.add_u32(arch + ".rope.dimension_count", (uint32_t)hd);
   w.add_f32(arch + ".attention.layer_norm_rms_epsilon", (float)c.norm_eps);
   w.add_f32(arch + ".rope.freq_base", (float)c.rope_base);

@@ -61,12 +61,17 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
   c.d_ff = need_int(k + "feed_forward_length", 1, 1 << 20);
   c.n_heads = need_int(k + "attention.head_count", 1, 65536);
   const int kv_heads = f.has(k + "attention.head_count_kv") ? need_int(k + "attention.head_count_kv", 1, 65536) : c.n_heads;
-  if (kv_heads != c.n_heads)
-    throw Error(path + ": grouped-query attention (" + std::to_string(kv_heads) + " key/value heads for " + std::to_string(c.n_heads) +
-                " query heads): looplm's attention has one key/value head per query head");
-  if (c.d_model % c.n_heads) throw Error(path + ": embedding_length " + std::to_string(c.d_model) + " is not a multiple of head_count");
-  if (f.has(k + "attention.key_length") && (int)f.get_uint(k + "attention.key_length") != c.head_dim())
-    throw Error(path + ": a head dimension other than embedding_length / head_count is not supported");
+  if (c.n_heads % kv_heads)
+    throw Error(path + ": head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " + std::to_string(kv_heads));
+  if (kv_heads != c.n_heads) c.n_kv_heads = kv_heads;  // grouped-query attention
+  if (f.has(k + "attention.key_length")) {  // llama.cpp's default is embedding_length / head_count
+    const int kl = need_int(k + "attention.key_length", 1, 1024);
+    if (f.has(k + "attention.value_length") && need_int(k + "attention.value_length", 1, 1024) != kl)
+      throw Error(path + ": attention.value_length differs from attention.key_length (looplm's keys and values share the head dimension)");
+    if (kl * c.n_heads != c.d_model) c.d_head = kl;
+  }
+  if (c.d_head == 0 && c.d_model % c.n_heads)
+    throw Error(path + ": embedding_length " + std::to_string(c.d_model) + " is not a multiple of head_count, and no attention.key_length");
   if (f.has(k + "rope.dimension_count") && (int)f.get_uint(k + "rope.dimension_count") != c.head_dim())
     throw Error(path + ": RoPE on part of each head (rope.dimension_count " + std::to_string(f.get_uint(k + "rope.dimension_count")) +
                 " of " + std::to_string(c.head_dim()) + "): looplm rotates whole heads");

@@ -125,7 +125,7 @@ struct Layout {
 
 // The keys a family's files carry whose non-default values looplm does not compute: refused with
 // exit 2 (a silently different model would be worse).
-void refuse_unsupported(const HfConfig& h, const Layout& l, int64_t d, int64_t heads) {
+void refuse_unsupported(const HfConfig& h, const Layout& l) {
   const std::string act = h.text("hidden_act", "silu");
   if (act != "silu") throw UsageError(h.path + ": hidden_act '" + act + "' (looplm's Llama MLP is SwiGLU: silu)");
   if (h.has("rope_scaling")) {
@@ -133,9 +133,6 @@ void refuse_unsupported(const HfConfig& h, const Layout& l, int64_t d, int64_t h
     const std::string type = rs.is_object() ? rs.value("rope_type", rs.value("type", std::string("?"))) : "?";
     if (type != "default") throw UsageError(h.path + ": rope_scaling '" + type + "' is not supported (looplm's RoPE has no scaling)");
   }
-  if (h.has("head_dim") && h.integer("head_dim", 1, 1 << 16) * heads != d)
-    throw UsageError(h.path + ": head_dim " + std::to_string(h.integer("head_dim", 1, 1 << 16)) + " with " + std::to_string(heads) +
-                     " heads is not hidden_size " + std::to_string(d) + " (looplm's heads split the residual width)");
   if (h.flag("use_sliding_window", false)) throw UsageError(h.path + ": sliding-window attention is not supported");
   if (h.flag("mlp_bias", false)) throw UsageError(h.path + ": mlp_bias true is not supported");
   if (h.has("partial_rotary_factor") && h.number("partial_rotary_factor", 1.0) != 1.0)
@@ -226,8 +223,12 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);
     l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
     if (c.n_heads % l.kv_heads) throw UsageError(h.path + ": num_attention_heads is not a multiple of num_key_value_heads");
-    if (c.d_model % c.n_heads) throw UsageError(h.path + ": hidden_size is not a multiple of num_attention_heads");
-    refuse_unsupported(h, l, c.d_model, c.n_heads);
+    if (l.kv_heads != c.n_heads) c.n_kv_heads = l.kv_heads;
+    // head_dim (Nanbeige4.2, Qwen3, Mistral): the heads need not split hidden_size
+    if (h.has("head_dim") && h.integer("head_dim", 1, 1024) * c.n_heads != c.d_model) c.d_head = (int)h.integer("head_dim", 1, 1024);
+    if (c.d_head == 0 && c.d_model % c.n_heads)
+      throw UsageError(h.path + ": hidden_size is not a multiple of num_attention_heads, and no head_dim");
+    refuse_unsupported(h, l);
     c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
     c.n_core = (int)h.integer("num_hidden_layers", 1, 1024);
     c.vocab_size = (int)h.integer("vocab_size", 1, 1 << 24);
@@ -249,10 +250,6 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
       c.set("exit_gate", "true");
     }
   }
-  if (l.kv_heads != c.n_heads)
-    rep.notes.push_back("grouped-query attention (" + std::to_string(l.kv_heads) + " key/value heads for " + std::to_string(c.n_heads) +
-                        " query heads) is expanded to one key/value head per query head: the same model, with larger k / v "
-                        "matrices and KV cache (looplm has no grouped-query attention yet)");
 
   // The tokenizer travels in the checkpoint (docs/format.md).
   const std::string tok_path = dir + "/tokenizer.json";
@@ -270,34 +267,29 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
 
   const HfTensors t(dir);
   // looplm param -> the file's tensor and how to read it: whole, or the param's values from element
-  // `offset` of a fused tensor (Huginn's Wqkv, mlp.fc, qk_bias), with each key/value head's rows
-  // repeated for its query heads (grouped-query attention), or with q / k rows reordered from
+  // `offset` of a fused tensor (Huginn's Wqkv, mlp.fc, qk_bias), or with q / k rows reordered from
   // adjacent-pair RoPE to rotate-half (Huginn).
   struct Source {
     std::string name;
     std::vector<int64_t> file_shape;  // the tensor's shape in the file
     int64_t offset = 0;
-    bool expand_kv = false, pair_rope = false;
+    bool pair_rope = false;
   };
   std::map<std::string, Source> source;
   std::set<std::string> used;
   const std::vector<ParamInfo> layout = Model::layout(c);
   std::map<std::string, const ParamInfo*> info_of;
   for (const ParamInfo& p : layout) info_of[p.name] = &p;
-  const int64_t group = c.n_heads / l.kv_heads;
   auto bind_slice = [&](const std::string& ln, const std::string& hn, std::vector<int64_t> file_shape, int64_t offset, bool pair_rope) {
     if (!t.has(hn)) throw Error(dir + ": tensor '" + hn + "' is missing");
     LOOPLM_ASSERT(info_of.count(ln), "hf import: a looplm param the layout lacks");
-    source[ln] = {hn, std::move(file_shape), offset, false, pair_rope};
+    source[ln] = {hn, std::move(file_shape), offset, pair_rope};
     used.insert(hn);
   };
-  auto bind = [&](const std::string& ln, const std::string& hn, bool expand = false) {
+  auto bind = [&](const std::string& ln, const std::string& hn) {
     if (!t.has(hn)) throw Error(dir + ": tensor '" + hn + "' is missing");
     LOOPLM_ASSERT(info_of.count(ln), "hf import: a looplm param the layout lacks");
-    std::vector<int64_t> shape = info_of.at(ln)->shape;
-    const bool e = expand && group > 1;
-    if (e) shape[0] /= group;
-    source[ln] = {hn, shape, 0, e, false};
+    source[ln] = {hn, info_of.at(ln)->shape, 0, false};
     used.insert(hn);
   };
   if (l.family == Family::huginn) {
@@ -335,9 +327,9 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
       const std::string p = "core." + std::to_string(i) + ".", q = "model.layers." + std::to_string(i) + ".";
       bind(p + "attn_norm.weight", q + "input_layernorm.weight");
       for (const char* m : {"q", "k", "v", "o"})
-        bind(p + "attn." + m + ".weight", q + "self_attn." + m + "_proj.weight", m[0] == 'k' || m[0] == 'v');
+        bind(p + "attn." + m + ".weight", q + "self_attn." + m + "_proj.weight");
       if (l.qkv_bias)
-        for (const char* m : {"q", "k", "v"}) bind(p + "attn." + m + ".bias", q + "self_attn." + m + "_proj.bias", m[0] == 'k' || m[0] == 'v');
+        for (const char* m : {"q", "k", "v"}) bind(p + "attn." + m + ".bias", q + "self_attn." + m + "_proj.bias");
       bind(p + "mlp_norm.weight", q + "post_attention_layernorm.weight");
       for (const char* m : {"gate", "up", "down"}) bind(p + "mlp." + m + ".weight", q + "mlp." + m + "_proj.weight");
       if (l.family == Family::ouro) {
@@ -391,10 +383,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
       cached_name = src.name;
     }
     const int64_t cols = info.shape.size() > 1 ? info.shape[1] : 1, rows = info.shape[0];
-    if (src.expand_kv) {  // HF's repeat_kv: key/value head j serves query heads j·g .. j·g + g − 1
-      for (int64_t head = 0; head < c.n_heads; ++head)
-        std::memcpy(dst + head * hd * cols, cached.data() + (head / group) * hd * cols, hd * cols * sizeof(float));
-    } else if (src.pair_rope) {  // looplm's row r (rotate-half) is the file's row rope_target_row(r)
+    if (src.pair_rope) {  // looplm's row r (rotate-half) is the file's row rope_target_row(r)
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(dst + r * cols, cached.data() + src.offset + gguf_layout::rope_target_row(r, hd) * cols, cols * sizeof(float));
     } else {

@@ -19,8 +19,8 @@ class Block {
   // Forward FLOPs of one application per token with T tokens of context (matrix products and
   // attention at its causal average, T/2 keys per query; norms and pointwise work not counted).
   virtual double flops_per_token(int T) const = 0;
-  // Floats per position of its KV cache (keys; values the same): d_model unless its attention is wider.
-  virtual int64_t kv_width(const Config& c) const { return c.d_model; }
+  // Floats per position of its KV cache (keys; values the same): n_kv_heads · d_head unless its attention is wider.
+  virtual int64_t kv_width(const Config& c) const { return c.kv_width(); }
   // It reports a diagnostic of its input state (NRGPT's energy): the state after the last loop step
   // is diagnosed by one more application, which evaluation runs and discards.
   virtual bool diagnoses_input() const { return false; }

@@ -195,6 +195,9 @@ void register_cem_block(Registries& r) {
            throw UsageError("block = cem with cem_diag: d_model + head dim must be at most 1024 (the diagonal term widens each head by d)");
          if (c.get_int("cem_precond_rank") > c.d_model) throw UsageError("cem_precond_rank must be at most d_model");
          if (c.deeploop_p != 0) throw UsageError("block = cem: deeploop_p applies to sandwich blocks; set it to 0");
+         if (!c.plain_attention())
+           throw UsageError("block = cem: tied W_V = W_K and W_O = W_Qᵀ need every head its own key and d_model = n_heads · d_head; "
+                            "leave n_kv_heads and d_head at 0");
        }});
 }
 

@@ -172,6 +172,8 @@ void register_energy_block(Registries& r) {
            throw UsageError("block = energy does not use RoPE (docs/systems.md, NRGPT): set pos to learned or none");
          if (c.deeploop_p != 0) throw UsageError("block = energy: deeploop_p applies to sandwich blocks; set it to 0");
          if (c.d_model > 1024) throw UsageError("block = energy: d_model must be at most 1024 (its head dim is d_model)");
+         if (c.n_kv_heads != 0 || c.d_head != 0)
+           throw UsageError("block = energy: its heads are d_model wide and each its own; leave n_kv_heads and d_head at 0");
        }});
 }
 

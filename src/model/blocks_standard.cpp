@@ -9,7 +9,7 @@ namespace looplm {
 class AttnMlpBlock : public Block {
  protected:
   AttnMlpBlock(ParamStore& ps, const std::string& p, const Config& c)
-      : d_(c.d_model), f_(c.ff_dim()), swiglu_(c.mlp == "swiglu"), attn_norm(ps, p + ".attn_norm", c), attn(ps, p + ".attn", c) {
+      : d_(c.d_model), f_(c.ff_dim()), dq_((double)c.q_width()), dkv_((double)c.kv_width()), swiglu_(c.mlp == "swiglu"), attn_norm(ps, p + ".attn_norm", c), attn(ps, p + ".attn", c) {
     mlp_norm = Norm(ps, p + ".mlp_norm", c);
     mlp = Mlp(ps, p + ".mlp", c);
   }
@@ -19,12 +19,13 @@ class AttnMlpBlock : public Block {
     mlp_norm.bind(ps);
     mlp.bind(ps);
   }
-  // q, k, v, o (4d²) and the MLP (2·d·f, swiglu 3·d·f) multiply-adds, and QKᵀ plus PV over T/2 keys.
+  // q, o (d·dq each), k, v (d·dkv each; 4d² for plain attention) and the MLP (2·d·f, swiglu 3·d·f)
+  // multiply-adds, and QKᵀ plus PV over T/2 keys for each of the dq query columns.
   double flops_per_token(int T) const override {
     const double d = d_, f = f_;
-    return 2 * (4 * d * d + (swiglu_ ? 3 : 2) * d * f) + 2.0 * T * d;
+    return 2 * (2 * d * dq_ + 2 * d * dkv_ + (swiglu_ ? 3 : 2) * d * f) + 2.0 * T * dq_;
   }
-  double d_, f_;
+  double d_, f_, dq_, dkv_;
   bool swiglu_;
   Norm attn_norm;
   Attention attn;

@@ -55,7 +55,10 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
       {"vocab_size", &Config::vocab_size, "model", ints(1, 1 << 24), "V (byte tokenizer: 256)"},
       {"d_model", &Config::d_model, "model", ints(1, 65536), "d, the width of the residual stream"},
-      {"n_heads", &Config::n_heads, "model", ints(1, 65536), "attention heads; head dim = d_model / n_heads (at most 1024)"},
+      {"n_heads", &Config::n_heads, "model", ints(1, 65536), "attention (query) heads"},
+      {"n_kv_heads", &Config::n_kv_heads, "model", ints(0, 65536),
+       "key/value heads; 0 means n_heads; fewer is grouped-query attention (n_heads / n_kv_heads query heads share one)"},
+      {"d_head", &Config::d_head, "model", ints(0, 1024), "the head dimension; 0 means d_model / n_heads (at most 1024)"},
       {"context", &Config::context, "model", ints(1, 1 << 20), "training window and generation window (tokens)"},
       {"d_ff", &Config::d_ff, "model", ints(0, 1 << 20), "MLP width; 0 means 4 * d_model"},
       {"n_prelude", &Config::n_prelude, "model", ints(0, 1024), "blocks run once before the loop"},
@@ -412,12 +415,13 @@ void Config::validate() const {
   for (auto& f : fields()) assign(scratch, f, j.at(f.key), "invalid config");
   for (auto& ck : component_keys()) assign(scratch, *ck.key, j.at(ck.key->key), "invalid config");
 
-  need(d_model % n_heads == 0, "d_model (" + std::to_string(d_model) + ") must be divisible by n_heads (" +
-                                   std::to_string(n_heads) + ")");
-  need(head_dim() % 2 == 0 || pos != "rope", "rope needs an even head dimension (d_model / n_heads = " +
+  need(d_head > 0 || d_model % n_heads == 0, "d_model (" + std::to_string(d_model) + ") must be divisible by n_heads (" +
+                                                 std::to_string(n_heads) + "), or d_head set");
+  need(n_heads % kv_heads() == 0, "n_heads (" + std::to_string(n_heads) + ") must be a multiple of n_kv_heads (" +
+                                      std::to_string(kv_heads()) + ")");
+  need(head_dim() % 2 == 0 || pos != "rope", "rope needs an even head dimension (it is " +
                                                  std::to_string(head_dim()) + ")");
-  need(head_dim() <= 1024, "the head dimension d_model / n_heads must be at most 1024 (it is " +
-                               std::to_string(head_dim()) + ")");
+  need(head_dim() <= 1024, "the head dimension must be at most 1024 (it is " + std::to_string(head_dim()) + ")");
   const Registries& r = registries();
   if (auto& v = r.blocks.get(block, "block").validate) v(*this);
   if (auto& v = r.loop_rules.get(loop_rule, "loop_rule").validate) v(*this);

@@ -15,14 +15,14 @@ KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_
     : n_prelude_(c.n_prelude),
       n_core_(c.n_core),
       n_coda_(c.n_coda),
-      n_heads_(c.n_heads),
+      n_heads_(c.kv_heads()),
       rows_(rows),
       capacity_(capacity),
       core_steps_(averaged ? 1 : std::max(core_steps, 1)),
       coda_steps_(averaged ? 1 : std::max(coda_steps, 1)),
       averaged_(averaged),
       elem_(elem),
-      width_(width > 0 ? width : c.d_model) {
+      width_(width > 0 ? width : c.kv_width()) {
   LOOPLM_ASSERT(n_heads_ >= 1 && width_ % n_heads_ == 0, "KV cache: the width must split into the heads");
   slots_per_position_ = (size_t)n_prelude_ + (size_t)n_core_ * core_steps_ + (size_t)n_coda_ * coda_steps_;
   const size_t values = (size_t)rows * capacity * width_;  // per slot, for keys and for values

@@ -21,7 +21,7 @@ namespace looplm {
 class KVCache {
  public:
   // `rows` sequences of up to `capacity` positions; `width` values per position for keys and for
-  // values (0: d_model; Model::kv_width for blocks with wider attention), as `elem` (cache_ref.h).
+  // values (0: Config::kv_width; Model::kv_width for blocks with wider attention), split into Config::kv_heads heads, as `elem` (cache_ref.h).
   KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width = 0, int coda_steps = 1,
           bool averaged = false, op::KvElem elem = op::KvElem::f32);
   // block: index over prelude, core, coda in order; step: 0-based loop step for core blocks, exit

@@ -47,32 +47,36 @@ Node* Norm::operator()(Graph& g, Node* x) const {
 }
 
 // ---------------------------------------------------------------- Attention
-Attention::Attention(ParamStore& ps, const std::string& p, const Config& c) : d_(c.d_model), H_(c.n_heads) {
+Attention::Attention(ParamStore& ps, const std::string& p, const Config& c)
+    : d_(c.d_model), H_(c.n_heads), Hkv_(c.kv_heads()), dq_((int)c.q_width()), dkv_((int)c.kv_width()) {
   const int64_t d = d_;
-  q_w = ps.add(p + ".q.weight", {d, d}, matrix_init(c));  // q|k|v adjacent: one GEMM makes [N, 3d]
-  ps.add(p + ".k.weight", {d, d}, matrix_init(c));
-  v_w = ps.add(p + ".v.weight", {d, d}, value_init(c));
+  // q|k|v adjacent: one GEMM makes [N, dq + 2 dkv] (dq = n_heads·d_head, dkv = n_kv_heads·d_head)
+  q_w = ps.add(p + ".q.weight", {dq_, d}, matrix_init(c));
+  ps.add(p + ".k.weight", {dkv_, d}, matrix_init(c));
+  v_w = ps.add(p + ".v.weight", {dkv_, d}, value_init(c));
   if (c.bias) {
-    q_b = ps.add(p + ".q.bias", {d}, Init::zeros());
-    ps.add(p + ".k.bias", {d}, Init::zeros());
-    v_b = ps.add(p + ".v.bias", {d}, Init::zeros());
+    q_b = ps.add(p + ".q.bias", {dq_}, Init::zeros());
+    ps.add(p + ".k.bias", {dkv_}, Init::zeros());
+    v_b = ps.add(p + ".v.bias", {dkv_}, Init::zeros());
   }
-  o_w = ps.add(p + ".o.weight", {d, d}, output_init(c));
+  o_w = ps.add(p + ".o.weight", {d, dq_}, output_init(c));
   if (c.bias) o_b = ps.add(p + ".o.bias", {d}, Init::zeros());
 }
 
 void Attention::bind(ParamStore& ps) {
-  Wqkv = ps.matrix(q_w, v_w, 3 * d_, d_);
-  bqkv = q_b >= 0 ? ps.view(q_b, v_b, 1, 3 * d_) : nullptr;
+  Wqkv = ps.matrix(q_w, v_w, dq_ + 2 * dkv_, d_);
+  bqkv = q_b >= 0 ? ps.view(q_b, v_b, 1, dq_ + 2 * dkv_) : nullptr;
   Wo = ps.matrix(o_w);
   bo = o_b >= 0 ? ps.view(o_b) : nullptr;
 }
 
 Node* Attention::operator()(Graph& g, Node* x, const BlockCtx& c) const {
   g.tap("attn.in", x);
-  Node* qkv = linear(g, x, *Wqkv, bqkv);  // [B*T, 3d]
-  Node* y = c.cache ? op::attention_cached(g, qkv, c.B, c.T, H_, c.rope, c.cache, c.place)
-                 : op::attention(g, qkv, c.B, c.T, H_, c.rope);
+  Node* qkv = linear(g, x, *Wqkv, bqkv);  // [B*T, dq + 2 dkv]
+  op::AttnOptions ao;
+  ao.kv_heads = Hkv_;
+  Node* y = c.cache ? op::attention_cached(g, qkv, c.B, c.T, H_, c.rope, c.cache, c.place, ao)
+                 : op::attention(g, qkv, c.B, c.T, H_, c.rope, ao);
   g.tap("attn.o.in", y);
   return linear(g, y, *Wo, bo);
 }

@@ -57,7 +57,7 @@ class Attention {
   // Taps "attn.in" (the input of q|k|v) and "attn.o.in".
   Node* operator()(Graph& g, Node* x, const BlockCtx& ctx) const;
  private:
-  int d_ = 0, H_ = 0;
+  int d_ = 0, H_ = 0, Hkv_ = 0, dq_ = 0, dkv_ = 0;
   int q_w = -1, v_w = -1, o_w = -1, q_b = -1, v_b = -1, o_b = -1;
   WeightMatrix *Wqkv = nullptr, *Wo = nullptr;
   Node *bqkv = nullptr, *bo = nullptr;

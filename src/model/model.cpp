@@ -195,7 +195,7 @@ Model::FlopParts Model::flop_parts() const {
 }
 
 int64_t Model::kv_width() const {
-  int64_t w = cfg_.d_model;
+  int64_t w = 0;
   for (auto* sec : {&prelude_, &core_, &coda_})
     for (auto& b : *sec) w = std::max(w, b->kv_width(cfg_));
   return w;

@@ -233,14 +233,16 @@ void rope_bwd(const T* dy, int ldy, T* dx, int ldx, const float* cos_t, const fl
 }
 
 // ---------------------------------------------------------------- causal self-attention
-// qkv [B*T, 3d] rows = [q | k | v], head h in columns h*hd..; y [B*T, d]; lse [B, H, T] saved.
+// qkv [B*T, (H + 2 Hkv) hd] rows = [q (H heads) | k (Hkv heads) | v (Hkv heads)], head h in
+// columns h*hd.. of its part; y [B*T, H hd]; lse [B, H, T] saved. Hkv < H is grouped-query
+// attention: query head h reads key/value head h / (H / Hkv) (Hugging Face's repeat_kv order).
 // With rope tables, q and k are rotated (in per-head scratch) before the scores.
 // Probabilities are not stored: backward recomputes them from the saved log-sum-exp.
 // Causal blocking: query rows go in blocks of kAttnBlock and a block only multiplies against the
 // keys it can see (0..end of block), so the masked upper triangle is never computed; entries of a
 // block's rows past the diagonal are set to 0 so the GEMMs over the block's key range stay exact.
 // scale: of the scores (0: 1/√hd). strict: query i sees keys j < i only (NRGPT's option), and a
-// row with no key (i = 0) gives 0 with log-sum-exp 0.
+// row with no key (i = 0) gives 0 with log-sum-exp 0. Hkv 0: H.
 // scratch: per thread (2*T*T + 4*T*hd) elements.
 inline constexpr int kAttnBlock = 64;
 
@@ -266,8 +268,9 @@ void softmax_bwd_row(T* p, T* g, int n, T lse) {
 
 template <class T>
 void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, const float* cos_t,
-                   const float* sin_t, T* scratch, double scale_ = 0, bool strict = false) {
-  const int d = H * hd, ld = 3 * d, shift = strict ? 1 : 0;
+                   const float* sin_t, T* scratch, double scale_ = 0, bool strict = false, int Hkv = 0) {
+  if (Hkv <= 0) Hkv = H;
+  const int G = H / Hkv, dq = H * hd, dkv = Hkv * hd, ld = dq + 2 * dkv, shift = strict ? 1 : 0;
   const T scale = scale_ > 0 ? T(scale_) : T(1) / std::sqrt(T(hd));
   const int64_t per_thread = 2 * (int64_t)Tn * Tn + 4 * (int64_t)Tn * hd;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -276,9 +279,10 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
     T* S = scratch + (int64_t)omp_get_thread_num() * per_thread;  // [T, T]
     T* Qr = S + 2 * (int64_t)Tn * Tn;                             // [T, hd]
     T* Kr = Qr + (int64_t)Tn * hd;
-    const T* Q = qkv + (int64_t)b * Tn * ld + h * hd;
-    const T* K = Q + d;
-    const T* V = Q + 2 * d;
+    const T* row = qkv + (int64_t)b * Tn * ld;
+    const T* Q = row + h * hd;
+    const T* K = row + dq + (h / G) * hd;
+    const T* V = K + dkv;
     const T *q = Q, *kk = K;
     int ldq = ld, ldk = ld;
     if (cos_t) {
@@ -287,7 +291,7 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
       q = Qr; kk = Kr; ldq = ldk = hd;
     }
     T* L = lse + (int64_t)bh * Tn;
-    T* Y = y + (int64_t)b * Tn * d + h * hd;
+    T* Y = y + (int64_t)b * Tn * dq + h * hd;
     for (int i0 = 0; i0 < Tn; i0 += kAttnBlock) {
       const int i1 = std::min(Tn, i0 + kAttnBlock), m = i1 - i0;
       gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), S + (int64_t)i0 * Tn, Tn);
@@ -297,74 +301,85 @@ void attention_fwd(const T* qkv, T* y, T* lse, int B, int Tn, int H, int hd, con
         L[i] = n > 0 ? softmax_row(s, n) : T(0);
         std::fill(s + n, s + i1, T(0));
       }
-      gemm(false, false, m, hd, i1, T(1), S + (int64_t)i0 * Tn, Tn, V, ld, T(0), Y + (int64_t)i0 * d, d);
+      gemm(false, false, m, hd, i1, T(1), S + (int64_t)i0 * Tn, Tn, V, ld, T(0), Y + (int64_t)i0 * dq, dq);
     }
   }
 }
 
 // dP = dO V^T; dS = P ∘ (dP − rowsum(dP∘P)); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO.
 // Query-indexed products (P, dP, dQ) go by query block over the visible keys; key-indexed ones
-// (dK, dV) by key block over the queries that see them.
+// (dK, dV) by key block over the queries that see them. One task per (sequence, key/value head):
+// the query heads of a group add into the same dK, dV one after another (no two threads write them).
 template <class T>
 void attention_bwd(const T* qkv, const T* lse, const T* dy, T* dqkv, bool acc, int B, int Tn, int H, int hd,
-                   const float* cos_t, const float* sin_t, T* scratch, double scale_ = 0, bool strict = false) {
-  const int d = H * hd, ld = 3 * d, shift = strict ? 1 : 0;
+                   const float* cos_t, const float* sin_t, T* scratch, double scale_ = 0, bool strict = false,
+                   int Hkv = 0) {
+  if (Hkv <= 0) Hkv = H;
+  const int G = H / Hkv, dq = H * hd, dkv = Hkv * hd, ld = dq + 2 * dkv, shift = strict ? 1 : 0;
   const T scale = scale_ > 0 ? T(scale_) : T(1) / std::sqrt(T(hd));
   const int64_t per_thread = 2 * (int64_t)Tn * Tn + 4 * (int64_t)Tn * hd;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int bh = 0; bh < B * H; ++bh) {
-    int b = bh / H, h = bh % H;
+  for (int bk = 0; bk < B * Hkv; ++bk) {
+    const int b = bk / Hkv, kvh = bk % Hkv;
     T* P = scratch + (int64_t)omp_get_thread_num() * per_thread;  // [T, T]
     T* dP = P + (int64_t)Tn * Tn;                                 // [T, T], becomes dS
     T* Qr = dP + (int64_t)Tn * Tn;
     T* Kr = Qr + (int64_t)Tn * hd;
     T* dQr = Kr + (int64_t)Tn * hd;
     T* dKr = dQr + (int64_t)Tn * hd;
-    const T* Q = qkv + (int64_t)b * Tn * ld + h * hd;
-    const T* K = Q + d;
-    const T* V = Q + 2 * d;
-    const T* dO = dy + (int64_t)b * Tn * d + h * hd;
-    T* dQ = dqkv + (int64_t)b * Tn * ld + h * hd;
-    T* dK = dQ + d;
-    T* dV = dQ + 2 * d;
-    const T *q = Q, *kk = K;
-    int ldq = ld, ldk = ld;
+    const T* row = qkv + (int64_t)b * Tn * ld;
+    T* drow = dqkv + (int64_t)b * Tn * ld;
+    const T* K = row + dq + kvh * hd;
+    const T* V = K + dkv;
+    T* dK = drow + dq + kvh * hd;
+    T* dV = dK + dkv;
+    const T* kk = K;
+    int ldk = ld;
     if (cos_t) {
-      rope_fwd(Q, ld, Qr, hd, cos_t, sin_t, Tn, hd);
       rope_fwd(K, ld, Kr, hd, cos_t, sin_t, Tn, hd);
-      q = Qr; kk = Kr; ldq = ldk = hd;
+      kk = Kr; ldk = hd;
     }
     // Where dQ and dK go: rotated scratch (un-rotated below) or straight into dqkv.
-    T* gq = cos_t ? dQr : dQ;
     T* gk = cos_t ? dKr : dK;
     const int ldg = cos_t ? hd : ld;
-    const T beta_g = (cos_t || !acc) ? T(0) : T(1);
-    const T* L = lse + (int64_t)bh * Tn;
-    for (int i0 = 0; i0 < Tn; i0 += kAttnBlock) {
-      const int i1 = std::min(Tn, i0 + kAttnBlock), m = i1 - i0;
-      gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), P + (int64_t)i0 * Tn, Tn);
-      gemm(false, true, m, i1, hd, T(1), dO + (int64_t)i0 * d, d, V, ld, T(0), dP + (int64_t)i0 * Tn, Tn);
-      for (int i = i0; i < i1; ++i) {
-        T* p = P + (int64_t)i * Tn;
-        T* g = dP + (int64_t)i * Tn;
-        const int n = i + 1 - shift;
-        softmax_bwd_row(p, g, n, L[i]);
-        std::fill(p + n, p + i1, T(0));
-        std::fill(g + n, g + i1, T(0));
+    const T beta_first = (cos_t || !acc) ? T(0) : T(1);
+    for (int gi = 0; gi < G; ++gi) {
+      const int h = kvh * G + gi;
+      const T* Q = row + h * hd;
+      const T* dO = dy + (int64_t)b * Tn * dq + h * hd;
+      T* dQ = drow + h * hd;
+      const T* q = Q;
+      int ldq = ld;
+      if (cos_t) {
+        rope_fwd(Q, ld, Qr, hd, cos_t, sin_t, Tn, hd);
+        q = Qr; ldq = hd;
       }
-      gemm(false, false, m, hd, i1, scale, dP + (int64_t)i0 * Tn, Tn, kk, ldk, beta_g, gq + (int64_t)i0 * ldg, ldg);
+      T* gq = cos_t ? dQr : dQ;
+      const T beta_k = gi == 0 ? beta_first : T(1), beta_v = gi == 0 && !acc ? T(0) : T(1);
+      const T* L = lse + ((int64_t)b * H + h) * Tn;
+      for (int i0 = 0; i0 < Tn; i0 += kAttnBlock) {
+        const int i1 = std::min(Tn, i0 + kAttnBlock), m = i1 - i0;
+        gemm(false, true, m, i1, hd, scale, q + (int64_t)i0 * ldq, ldq, kk, ldk, T(0), P + (int64_t)i0 * Tn, Tn);
+        gemm(false, true, m, i1, hd, T(1), dO + (int64_t)i0 * dq, dq, V, ld, T(0), dP + (int64_t)i0 * Tn, Tn);
+        for (int i = i0; i < i1; ++i) {
+          T* p = P + (int64_t)i * Tn;
+          T* g = dP + (int64_t)i * Tn;
+          const int n = i + 1 - shift;
+          softmax_bwd_row(p, g, n, L[i]);
+          std::fill(p + n, p + i1, T(0));
+          std::fill(g + n, g + i1, T(0));
+        }
+        gemm(false, false, m, hd, i1, scale, dP + (int64_t)i0 * Tn, Tn, kk, ldk, beta_first, gq + (int64_t)i0 * ldg, ldg);
+      }
+      for (int j0 = 0; j0 < Tn; j0 += kAttnBlock) {
+        const int j1 = std::min(Tn, j0 + kAttnBlock), n = j1 - j0, rows = Tn - j0;
+        const int64_t at = (int64_t)j0 * Tn + j0;  // block (j0, j0) of P / dS: rows j0..T-1, cols j0..j1-1
+        gemm(true, false, n, hd, rows, T(1), P + at, Tn, dO + (int64_t)j0 * dq, dq, beta_v, dV + (int64_t)j0 * ld, ld);
+        gemm(true, false, n, hd, rows, scale, dP + at, Tn, q + (int64_t)j0 * ldq, ldq, beta_k, gk + (int64_t)j0 * ldg, ldg);
+      }
+      if (cos_t) rope_bwd(dQr, hd, dQ, ld, cos_t, sin_t, Tn, hd, acc);
     }
-    for (int j0 = 0; j0 < Tn; j0 += kAttnBlock) {
-      const int j1 = std::min(Tn, j0 + kAttnBlock), n = j1 - j0, rows = Tn - j0;
-      const int64_t at = (int64_t)j0 * Tn + j0;  // block (j0, j0) of P / dS: rows j0..T-1, cols j0..j1-1
-      gemm(true, false, n, hd, rows, T(1), P + at, Tn, dO + (int64_t)j0 * d, d, acc ? T(1) : T(0),
-           dV + (int64_t)j0 * ld, ld);
-      gemm(true, false, n, hd, rows, scale, dP + at, Tn, q + (int64_t)j0 * ldq, ldq, beta_g, gk + (int64_t)j0 * ldg, ldg);
-    }
-    if (cos_t) {
-      rope_bwd(dQr, hd, dQ, ld, cos_t, sin_t, Tn, hd, acc);
-      rope_bwd(dKr, hd, dK, ld, cos_t, sin_t, Tn, hd, acc);
-    }
+    if (cos_t) rope_bwd(dKr, hd, dK, ld, cos_t, sin_t, Tn, hd, acc);
   }
 }
 

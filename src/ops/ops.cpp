@@ -98,24 +98,25 @@ Node* layernorm(Graph& g, Node* x, Node* w, Node* b, double eps) {
 static size_t attention_scratch(int T, int hd) { return (size_t)n_threads() * (2 * (size_t)T * T + 4 * (size_t)T * hd); }
 
 Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const AttnOptions& ao) {
-  const int d = (int)qkv->cols / 3, hd = d / H;
-  LOOPLM_ASSERT(qkv->rows == (int64_t)B * T && d * 3 == qkv->cols, "attention: qkv must be [B*T, 3d]");
-  Node* y = g.output((int64_t)B * T, d, qkv);
+  const int Hkv = ao.kv_heads > 0 ? ao.kv_heads : H, hd = (int)qkv->cols / (H + 2 * Hkv), dq = H * hd;
+  LOOPLM_ASSERT(qkv->rows == (int64_t)B * T && (int64_t)(H + 2 * Hkv) * hd == qkv->cols && H % Hkv == 0,
+                "attention: qkv must be [B*T, (H + 2 Hkv) hd]");
+  Node* y = g.output((int64_t)B * T, dq, qkv);
   float* lse = g.scratch<float>((size_t)B * H * T);
   LOOPLM_ASSERT(!rope || T <= rope.positions, "attention: positions beyond the RoPE table");
   const float* cs = rope.cos;
   const float* sn = rope.sin;
   const double scale = ao.scale;
   const bool strict = ao.strict;
-  k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)), scale, strict);
+  k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)), scale, strict, Hkv);
   if (ao.lse) *ao.lse = lse;
   if (y->requires_grad)
-    g.record(y, [&g, qkv, y, lse, B, T, H, hd, cs, sn, scale, strict] {
+    g.record(y, [&g, qkv, y, lse, B, T, H, Hkv, hd, cs, sn, scale, strict] {
       bool acc = false;
       float* dqkv = g.grad_of(qkv, acc);
       if (dqkv)
         k::attention_bwd(qkv->v, lse, y->g, dqkv, acc, B, T, H, hd, cs, sn,
-                         g.shared_scratch(attention_scratch(T, hd)), scale, strict);
+                         g.shared_scratch(attention_scratch(T, hd)), scale, strict, Hkv);
     });
   return y;
 }
@@ -160,17 +161,19 @@ inline void attend_row(const float* q, const HeadCache<int8_t>& c, int w, int n,
   k::attend_cached_row(q, c.k, c.k_scale, c.v, c.v_scale, w, n, hd, scale, s, out);
 }
 
-// One (batch row, head) of attention_cached: the T new keys/values into the cache (position p at
-// K + p·w), then each new query against the keys up to its position.
+// One (batch row, key/value head) of attention_cached: the T new keys/values into the cache
+// (position p at K + p·w), then each new query of the group's G query heads against the keys up to
+// its position. X: the row's qkv (rows ld apart: q | k | v, dq and dkv wide); Y: its output (rows dq apart).
 template <class E>
-void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, const HeadCache<E>& c, int w, RopeAngles rope,
-                 const CacheRef& cache, float keep, float take, float scale, int shift, float* s, float* y) {
+void attend_group(const float* X, int T, int ld, int dq, int dkv, int hd, int kvh, int G, int p0, const HeadCache<E>& c,
+                  int w, RopeAngles rope, const CacheRef& cache, float keep, float take, float scale, int shift, float* s,
+                  float* Y) {
   const int half = hd / 2;
   float q[1024];  // head dims are small; checked by Config::validate
   float kr[1024];
   for (int t = 0; t < T && cache.write; ++t) {
-    const float* kn = Q + (int64_t)t * ld + d;
-    const float* vn = kn + d;
+    const float* kn = X + (int64_t)t * ld + dq + (int64_t)kvh * hd;
+    const float* vn = kn + dkv;
     const int p = p0 + t;
     const float* knr = kn;
     if (rope) {
@@ -180,24 +183,30 @@ void attend_head(const float* Q, int T, int ld, int d, int hd, int p0, const Hea
     store(c.k + (int64_t)p * w, c.k_scale ? c.k_scale + p : nullptr, knr, hd, keep, take);
     store(c.v + (int64_t)p * w, c.v_scale ? c.v_scale + p : nullptr, vn, hd, keep, take);
   }
-  for (int t = 0; t < T; ++t) {
-    const int p = p0 + t, n = p + 1 - shift;  // keys 0..p (strict: ..p-1)
-    float* out = y + (int64_t)t * d;
-    if (n == 0) {
-      std::fill(out, out + hd, 0.0f);
-      continue;
+  for (int gi = 0; gi < G; ++gi) {
+    const int h = kvh * G + gi;
+    for (int t = 0; t < T; ++t) {
+      const int p = p0 + t, n = p + 1 - shift;  // keys 0..p (strict: ..p-1)
+      const float* Q = X + (int64_t)t * ld + (int64_t)h * hd;
+      float* out = Y + (int64_t)t * dq + (int64_t)h * hd;
+      if (n == 0) {
+        std::fill(out, out + hd, 0.0f);
+        continue;
+      }
+      if (rope) k::rope_fwd(Q, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
+      else std::memcpy(q, Q, sizeof(float) * hd);
+      attend_row(q, c, w, n, hd, scale, s, out);
     }
-    if (rope) k::rope_fwd(Q + (int64_t)t * ld, ld, q, hd, rope.cos + (size_t)p * half, rope.sin + (size_t)p * half, 1, hd);
-    else std::memcpy(q, Q + (int64_t)t * ld, sizeof(float) * hd);
-    attend_row(q, c, w, n, hd, scale, s, out);
   }
 }
 }  // namespace
 
 Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const CacheRef& cache,
                        const RowPlace& at, const AttnOptions& ao) {
-  const int d = (int)qkv->cols / 3, hd = d / H, ld = 3 * d, w = cache.width, cap = cache.capacity, hw = w / H;
-  LOOPLM_ASSERT(w >= d && w % H == 0, "attention_cached: the cache is narrower than the keys");
+  const int Hkv = ao.kv_heads > 0 ? ao.kv_heads : H, G = H / Hkv, hd = (int)qkv->cols / (H + 2 * Hkv), dq = H * hd,
+            dkv = Hkv * hd, ld = (int)qkv->cols, w = cache.width, cap = cache.capacity, hw = w / Hkv;
+  LOOPLM_ASSERT((int64_t)(H + 2 * Hkv) * hd == qkv->cols && H % Hkv == 0, "attention_cached: qkv must be [B*T, (H + 2 Hkv) hd]");
+  LOOPLM_ASSERT(w >= dkv && w % Hkv == 0, "attention_cached: the cache is narrower than the keys");
   int Tk = 0;  // the most keys any row attends over
   for (int b = 0; b < B; ++b) {
     const int end = at.at(b) + T;
@@ -205,46 +214,47 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
     LOOPLM_ASSERT(!rope || end <= rope.positions, "attention_cached: position beyond the RoPE table");
     Tk = std::max(Tk, end);
   }
-  Node* y = g.node((int64_t)B * T, d, false);
+  Node* y = g.node((int64_t)B * T, dq, false);
   const float scale = ao.scale > 0 ? (float)ao.scale : 1.0f / std::sqrt((float)hd);
   const int shift = ao.strict ? 1 : 0;
   // The mean policy: the new key/value joins its slot as the (mean_step + 1)-th sample.
   const float keep = cache.mean_step > 0 ? (float)cache.mean_step / (cache.mean_step + 1) : 0.0f;
   const float take = 1.0f - keep;
   float* scores = g.shared_scratch((size_t)n_threads() * std::max(Tk, 1));
-  auto head = [&](int bh) {
-    const int b = bh / H, h = bh % H, p0 = at.at(b);
+  auto group = [&](int bk) {
+    const int b = bk / Hkv, h = bk % Hkv, p0 = at.at(b);
     float* s = scores + (size_t)omp_get_thread_num() * Tk;
-    const float* Q = qkv->v + (int64_t)b * T * ld + h * hd;
-    float* out = y->v + (int64_t)b * T * d + h * hd;
+    const float* X = qkv->v + (int64_t)b * T * ld;
+    float* Y = y->v + (int64_t)b * T * dq;
     // Head-major (cache_ref.h): this head's keys one after another, hw apart.
     const int64_t off = (int64_t)at.row(b) * cap * w + (int64_t)h * cap * hw;
     switch (cache.elem) {
       case KvElem::f32:
-        attend_head(Q, T, ld, d, hd, p0, HeadCache<float>{static_cast<float*>(cache.k) + off, static_cast<float*>(cache.v) + off},
-                    hw, rope, cache, keep, take, scale, shift, s, out);
+        attend_group(X, T, ld, dq, dkv, hd, h, G, p0,
+                     HeadCache<float>{static_cast<float*>(cache.k) + off, static_cast<float*>(cache.v) + off}, hw, rope,
+                     cache, keep, take, scale, shift, s, Y);
         break;
       case KvElem::bf16:
-        attend_head(Q, T, ld, d, hd, p0,
-                    HeadCache<uint16_t>{static_cast<uint16_t*>(cache.k) + off, static_cast<uint16_t*>(cache.v) + off}, hw, rope,
-                    cache, keep, take, scale, shift, s, out);
+        attend_group(X, T, ld, dq, dkv, hd, h, G, p0,
+                     HeadCache<uint16_t>{static_cast<uint16_t*>(cache.k) + off, static_cast<uint16_t*>(cache.v) + off}, hw,
+                     rope, cache, keep, take, scale, shift, s, Y);
         break;
       case KvElem::i8: {
         const int64_t soff = off / hw;  // the scales: one per (sequence, head, position)
-        attend_head(Q, T, ld, d, hd, p0,
-                    HeadCache<int8_t>{static_cast<int8_t*>(cache.k) + off, static_cast<int8_t*>(cache.v) + off,
-                                      cache.k_scale + soff, cache.v_scale + soff},
-                    hw, rope, cache, keep, take, scale, shift, s, out);
+        attend_group(X, T, ld, dq, dkv, hd, h, G, p0,
+                     HeadCache<int8_t>{static_cast<int8_t*>(cache.k) + off, static_cast<int8_t*>(cache.v) + off,
+                                       cache.k_scale + soff, cache.v_scale + soff},
+                     hw, rope, cache, keep, take, scale, shift, s, Y);
         break;
       }
     }
   };
   if (!pool_has_threads()) {  // one thread: no OpenMP region at all (backend/cpu/parallel.h)
-    for (int bh = 0; bh < B * H; ++bh) head(bh);
+    for (int bk = 0; bk < B * Hkv; ++bk) group(bk);
     return y;
   }
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int bh = 0; bh < B * H; ++bh) head(bh);
+  for (int bk = 0; bk < B * Hkv; ++bk) group(bk);
   return y;
 }
 

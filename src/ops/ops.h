@@ -33,8 +33,10 @@ struct AttnOptions {
   double scale = 0;        // of the scores; 0: 1/√hd
   bool strict = false;     // query i sees keys j < i (a row with none gives 0; NRGPT's option)
   float** lse = nullptr;   // if set: receives the saved log-sum-exp per (b, head, t), [B, H, T]
+  int kv_heads = 0;        // key/value heads (grouped-query attention); 0: H
 };
-// Causal MHA core on a fused qkv [B*T, 3d] -> [B*T, d], positions 0..T-1.
+// Causal attention core on a fused qkv [B*T, (H + 2 Hkv) hd] -> [B*T, H hd], positions 0..T-1
+// (kernels.h: the layout, and which key head a query head reads).
 Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const AttnOptions& o = {});
 // Forward only (generation): writes batch row b's new keys (rotated) and values, positions
 // at.at(b)..at.at(b)+T-1, into cache row at.row(b) (averaged in under the mean policy) and
