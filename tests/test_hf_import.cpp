@@ -234,7 +234,11 @@ TEST(HfImport, LibraryEntryPoints) {
   EXPECT_EQ(r.config.n_core, 2);
   EXPECT_EQ(r.config.n_kv_heads, 2);  // grouped-query attention kept as it is
   EXPECT_THROW(convert_model(kFix + "llama_gqa", d / "lib"), UsageError);  // it exists now
-  // A Hugging Face tokenizer has no GGUF form here: export says so.
-  EXPECT_THROW(export_model(d / "lib", d / "x.gguf"), UsageError);
-  EXPECT_FALSE(std::filesystem::exists(d / "x.gguf"));
+  // Its byte-level BPE tokenizer goes into the GGUF (gguf_vocab.h), and comes back.
+  const ExportResult e = export_model(d / "lib", d / "x.gguf");
+  EXPECT_EQ(e.arch, "llama");
+  const ConvertResult back = convert_model(d / "x.gguf", d / "back");
+  EXPECT_EQ(back.config.tokenizer, "hf");
+  EXPECT_EQ(back.config.n_kv_heads, 2);
+  EXPECT_EQ(LanguageModel::load(d / "back").encode("the sand and the sea"), LanguageModel::load(d / "lib").encode("the sand and the sea"));
 }

@@ -25,6 +25,7 @@ int cmd_export(int argc, char** argv) {
   const ExportResult r = export_model(in, out, o);
   std::printf("%s: GGUF arch %s, %d tensors, weight matrices %s%s, %.2f MB\n", out.c_str(), r.arch.c_str(), r.tensors,
               r.type.c_str(), r.exact_codes ? " (the checkpoint's codes, copied)" : "", r.bytes / 1e6);
+  for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
   if (r.arch == "nanbeige")
     std::printf("looped: llama.cpp runs its %d block(s) %d times (nanbeige.num_loops), every token to the full depth\n",
                 r.config.n_core, r.config.R);

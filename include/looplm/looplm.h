@@ -256,7 +256,7 @@ struct ConvertResult {
   std::string weights;              // the checkpoint's format: fp32, q8_0, q4_0
   int tensors = 0, files = 1;       // tensors read, in how many files
   Config config;                    // the converted model's
-  std::vector<std::string> notes;   // what a user should know (grouped-query expansion, a zero state, ...)
+  std::vector<std::string> notes;   // what a user should know (Huginn's zero state, ...)
 };
 // A GGUF file (arch llama or nanbeige) or a Hugging Face model directory (Llama, Mistral, Qwen2,
 // Nanbeige4.2, Ouro, Huginn-0125) into a new run directory `out_dir` (model.safetensors and
@@ -276,6 +276,7 @@ struct ExportResult {
   uint64_t bytes = 0;
   bool exact_codes = false;     // a q8_0 / q4_0 checkpoint's codes copied, not quantized again
   Config config;
+  std::vector<std::string> notes;  // what a user should know (a normalizer llama.cpp does not run, ...)
 };
 // A checkpoint (model.safetensors or its run directory) as llama.cpp's GGUF at `out_file`, written
 // atomically. UsageError for a layout no llama.cpp architecture computes, saying why.

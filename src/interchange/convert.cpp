@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/tokenizer.h"
 #include "interchange/gguf_model.h"
 #include "interchange/hf_model.h"
 #include "io/atomic_file.h"
@@ -61,7 +62,9 @@ ExportResult export_model(const std::string& checkpoint, const std::string& out_
     const auto f = io::SafetensorsFile::open(in);
     auto it = f.metadata().find("config");
     if (it != f.metadata().end()) {
-      const Config c = Config::from_json_text(it->second, in);
+      Config c = Config::from_json_text(it->second, in);
+      auto tok = f.metadata().find(kTokenizerMetadataKey);  // an hf tokenizer's text travels beside the config
+      if (c.tokenizer == "hf" && tok != f.metadata().end()) c.tokenizer_json = tok->second;
       if (std::string why = gguf_export_refusal(c); !why.empty()) throw UsageError("export: cannot write " + in + " as GGUF: " + why);
     }
   }
@@ -70,7 +73,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& out_
   go.type = o.type;
   go.name = o.name;
   const GgufExportReport g = export_gguf(*m, out_file, go);
-  return {g.arch, g.type, g.tensors, g.bytes, g.exact_codes, m->config()};
+  return {g.arch, g.type, g.tensors, g.bytes, g.exact_codes, m->config(), g.notes};
 }
 
 }  // namespace looplm

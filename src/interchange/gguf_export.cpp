@@ -6,6 +6,7 @@
 #include "data/tokenizer.h"
 #include "interchange/gguf_layout.h"
 #include "interchange/gguf_model.h"
+#include "interchange/gguf_vocab.h"
 #include "io/gguf.h"
 #include "looplm/error.h"
 
@@ -28,8 +29,14 @@ std::string gguf_export_refusal(const Config& c) {
   if (c.d_model % 32 || c.ff_dim() % 32 || c.q_width() % 32)
     return "d_model " + std::to_string(c.d_model) + ", d_ff " + std::to_string(c.ff_dim()) + " and n_heads · d_head " +
            std::to_string(c.q_width()) + " must be multiples of 32 (GGUF's quantized blocks)";
-  if (c.tokenizer != "byte")
-    return "tokenizer '" + c.tokenizer + "': GGUF export writes looplm's byte vocabulary (a char alphabet has no llama.cpp tokenizer)";
+  if (c.tokenizer == "char") return "tokenizer 'char': a char alphabet has no llama.cpp tokenizer" + why;
+  if (c.tokenizer == "hf") {
+    try {
+      gguf_vocab_of_hf(c.tokenizer_json, c.vocab_size);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+  }
   return "";
 }
 
@@ -125,22 +132,8 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
     // loop_norm: the final norm between loops too, as Nanbeige (docs/systems.md, the residual rule)
     w.add_bool("nanbeige.skip_loop_final_norm", !c.get_bool("loop_norm"));
   }
-  // looplm's byte vocabulary as a byte-level BPE without merges (gguf_layout.h). Ids 256.. of a
-  // larger vocab_size are never produced by the tokenizer; they get placeholder names.
-  std::vector<std::string> tokens = gguf_layout::byte_level_tokens();
-  for (int64_t i = 256; i < V; ++i) tokens.push_back("<looplm_unused_" + std::to_string(i) + ">");
-  tokens.resize(V);
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "default");
-  w.add_strings("tokenizer.ggml.tokens", tokens);
-  w.add_i32s("tokenizer.ggml.token_type", std::vector<int32_t>(V, 1));  // normal
-  w.add_strings("tokenizer.ggml.merges", {});
-  // A byte model has no BOS / EOS; llama.cpp needs ids for them: STX / ETX, bytes text never holds,
-  // and nothing is added to a prompt.
-  w.add_u32("tokenizer.ggml.bos_token_id", 2);
-  w.add_u32("tokenizer.ggml.eos_token_id", 3);
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
-  w.add_bool("tokenizer.ggml.add_eos_token", false);
+  const GgufVocab vocab = c.tokenizer == "hf" ? gguf_vocab_of_hf(c.tokenizer_json, V) : gguf_byte_vocab(V);
+  write_gguf_vocab(w, vocab);
 
   int n_tensors = 0;
   // A param as a GGUF tensor. Vectors are f32 (llama.cpp keeps norms in f32); matrices in `type`,
@@ -198,6 +191,7 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
   rep.tensors = n_tensors;
   rep.bytes = w.file_bytes();
   rep.exact_codes = exact;
+  rep.notes = vocab.notes;
   return rep;
 }
 

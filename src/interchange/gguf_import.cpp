@@ -6,7 +6,9 @@
 #include <set>
 
 #include "backend/cpu/quant.h"
+#include "data/tokenizer.h"
 #include "interchange/gguf_layout.h"
+#include "interchange/gguf_vocab.h"
 #include "interchange/gguf_model.h"
 #include "io/gguf.h"
 #include "looplm/error.h"
@@ -90,18 +92,18 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
     if (c.R > 1 && !f.get_bool("nanbeige.skip_loop_final_norm", false)) c.set("loop_norm", "true");
   }
 
-  // The vocabulary: looplm's byte tokenizer, as export writes it (gguf_layout.h).
-  const std::string tok_model = f.get_string("tokenizer.ggml.model");
-  const io::GgufValue& toks = f.get("tokenizer.ggml.tokens");
-  const std::vector<std::string> bytes = gguf_layout::byte_level_tokens();
-  const bool byte_vocab = tok_model == "gpt2" && toks.strings.size() >= 256 &&
-                          std::equal(bytes.begin(), bytes.end(), toks.strings.begin()) &&
-                          (!f.has("tokenizer.ggml.merges") || f.get("tokenizer.ggml.merges").strings.empty());
-  if (!byte_vocab)
-    throw Error(path + ": the vocabulary (tokenizer.ggml.model '" + tok_model + "', " + std::to_string(toks.strings.size()) +
-                " tokens) is not looplm's byte vocabulary; looplm reads GGUF vocabularies it wrote itself");
-  c.tokenizer = "byte";
-  c.vocab_size = (int)toks.strings.size();
+  // The vocabulary: looplm's byte tokenizer, or a byte-level BPE (gguf_vocab.h), carried in the checkpoint.
+  const ImportedVocab vocab = read_gguf_vocab(f, path);
+  c.tokenizer = vocab.kind;
+  c.tokenizer_json = vocab.tokenizer_json;
+  c.vocab_size = (int)vocab.size;
+  if (vocab.kind == "hf") {
+    try {
+      Tokenizer::hf_from_json(vocab.tokenizer_json, path + " (its vocabulary)");
+    } catch (const Error& e) {
+      throw Error(std::string("the vocabulary does not make a tokenizer: ") + e.what());
+    }
+  }
   c.tie_embeddings = f.find("output.weight") == nullptr;
   try {
     c.validate();

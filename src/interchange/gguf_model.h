@@ -41,6 +41,7 @@ struct GgufExportReport {
   // The weight matrices were copied code for code from the checkpoint's own quantization
   // (q8_0 / q4_0 into the same GGUF type) rather than quantized again.
   bool exact_codes = false;
+  std::vector<std::string> notes;  // e.g. a normalizer llama.cpp does not run
 };
 
 // Writes `m` (loaded for inference; its fp32 values present, i.e. not a lean load) to `path`
