@@ -139,6 +139,35 @@ TEST_F(Cli, EvalJsonHasLossByDepth) {
   EXPECT_GT(j["loss"].get<double>(), 4.0);  // an untrained byte model is near ln 256 = 5.5
 }
 
+// eval --window: windows shorter than the context, and a usage error past it.
+TEST_F(Cli, EvalWindow) {
+  CmdResult r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --window 5 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"].get<int>(), (260 - 1) / 5 * 5);
+  EXPECT_EQ(j["windows"].get<int>(), (260 - 1) / 5);
+  r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt --window 100000");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("window 100000 is outside"), std::string::npos) << r.out;
+}
+
+// bench --decode-only times generation alone (no training keys) in the formats named, here the
+// checkpoint's own and q4_0; with no format it is a usage error.
+TEST_F(Cli, BenchDecodeOnly) {
+  CmdResult r = run("bench --checkpoint " + ckpt() + " --decode-only --weights fp32,q4_0 -r 1 -n 4 -p 8 --gen-batch 2 -t 1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode_q4_0_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode_batch_q4_0_tokens_per_s"].get<double>(), 0);
+  EXPECT_FALSE(j.contains("train_tokens_per_s"));
+  EXPECT_FALSE(j.contains("decode_bf16_tokens_per_s"));  // not named
+  EXPECT_GT(j["decode_q4_0_bandwidth_fraction"].get<double>(), 0);
+  r = run("bench --preset bench-dense --decode-only --weights none -r 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no format to time"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, GenerateGreedyIsDeterministic) {
   CmdResult a = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --quiet");
   CmdResult b = run("generate --checkpoint " + ckpt() + " --prompt hi --max-new 12 --temperature 0 --quiet");

@@ -522,6 +522,30 @@ TEST(Eval, DepthZeroIsTheLossOfHPre) {
   EXPECT_NE(e.loss, e1.loss);
 }
 
+// --window W scores consecutive windows of W tokens (less than the context): the loss of the
+// full passes over those windows, by hand; incremental scoring agrees; beyond the context is a
+// usage error.
+TEST(Eval, WindowShorterThanTheContext) {
+  TempDir d("window");
+  Config c = small_config(d);
+  Model m(c);
+  m.init_weights(4);
+  const int W = c.context / 2 - 3;
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 4 * W + 1; ++i) toks.push_back((i * 37) % 200);
+  const EvalResult e = evaluate_tokens(m, toks, -1, 3, -1, {}, {}, W);
+  EXPECT_EQ(e.windows, 4);
+  EXPECT_EQ(e.tokens, 4 * W);
+  Graph g;
+  Graph::NoGrad ng(g);
+  std::vector<int32_t> x(toks.begin(), toks.begin() + 4 * W), y(toks.begin() + 1, toks.begin() + 4 * W + 1);
+  Node* l = op::cross_entropy(g, m.logits(g, x.data(), 4, W, RunOptions{}), y.data());
+  EXPECT_NEAR(e.loss, l->v[0], 1e-5);
+  const EvalResult inc = evaluate_incremental(m, toks, -1, 3, -1, {}, {}, KvPolicy::per_step, op::KvElem::f32, W);
+  EXPECT_NEAR(inc.loss, e.loss, 2e-5);
+  EXPECT_THROW(evaluate_tokens(m, toks, -1, 3, -1, {}, {}, c.context + 1), UsageError);
+}
+
 TEST(Generate, ContextOfOne) {
   TempDir d("ctx1");
   Config c = small_config(d);

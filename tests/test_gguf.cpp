@@ -438,7 +438,11 @@ TEST(GgufLlamaCpp, ByteLevelBpeTokenizersTravelBothWays) {
       while (first < want.size() && first < theirs.size() && theirs[first] == want[first]) ++first;
       auto around = [&](const std::vector<int32_t>& v) {
         std::string out;
-        for (size_t i = first > 3 ? first - 3 : 0; i < std::min(v.size(), first + 6); ++i) out += "[" + tok.decode({v[i]}) + "]";
+        for (size_t i = first > 3 ? first - 3 : 0; i < std::min(v.size(), first + 6); ++i) {
+          out += '[';
+          out += tok.decode({v[i]});
+          out += ']';
+        }
         return out;
       };
       EXPECT_EQ(first, want.size()) << "llama.cpp differs from token " << first << ": looplm " << around(want) << ", llama.cpp " << around(theirs);

@@ -111,7 +111,7 @@ int cmd_bench(int argc, char** argv) {
   int threads = 0, steps = 6, gen_tokens = 256, reps = 3, pp_tokens = 256, gen_batch = 8;
   std::string kv_cache = "fp32";
   std::string weight_list = "q8_0,q4_0,q4_k", ckpt;
-  bool as_json = false, as_csv = false, contended = false;
+  bool as_json = false, as_csv = false, contended = false, decode_only = false;
   app.add_option("-t,--threads", threads, "threads (default 0: adapt, at most the cores this process may use)")
       ->check(at_least(0));
   app.add_option("-r,--repetitions", reps, "repetitions of every measurement: mean ± standard deviation (default 3)")
@@ -126,8 +126,14 @@ int cmd_bench(int argc, char** argv) {
                  "time generation from this checkpoint (its own format too, e.g. a quantized one) instead of random "
                  "weights; training is timed on its config")
       ->type_name("FILE");
-  app.add_option("--weights", weight_list, "quantized weight formats to time besides fp32 and bf16, comma-separated (default q8_0,q4_0,q4_k; 'none')")
+  app.add_option("--weights", weight_list,
+                 "quantized weight formats to time besides fp32 and bf16, comma-separated (default q8_0,q4_0,q4_k; 'none'); "
+                 "with --decode-only, the formats to time (fp32 and bf16 among them only when named)")
       ->type_name("LIST");
+  app.add_flag("--decode-only", decode_only,
+               "time prompt processing and generation only, in the --weights formats and the checkpoint's own: no "
+               "training, quantization or evaluation (which hold fp32 weights, gradients and AdamW state: a model too "
+               "large to train here, such as a converted Ouro-1.4B)");
   app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
       ->check(at_least(1));
   app.add_option("--kv-cache", kv_cache, "the generation tests' KV cache: fp32, bf16 or int8 (default fp32)")
@@ -158,9 +164,14 @@ int cmd_bench(int argc, char** argv) {
   const int B = c.batch_size, T = c.context, V = c.vocab_size;
   pp_tokens = std::min(pp_tokens, T);
 
-  Model m(c);
-  m.init_weights(c.seed);
-  AdamW opt(m.params());
+  // The training model: fp32 values, gradients and AdamW state (none with --decode-only).
+  std::unique_ptr<Model> train_model;
+  std::unique_ptr<AdamW> opt;
+  if (!decode_only) {
+    train_model = std::make_unique<Model>(c);
+    train_model->init_weights(c.seed);
+    opt = std::make_unique<AdamW>(train_model->params());
+  }
   Rng rng(c.seed, kStreamData);
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   for (auto& t : x) t = (int32_t)rng.below(V);
@@ -168,32 +179,28 @@ int cmd_bench(int argc, char** argv) {
   double train_rss = 0;  // peak RSS after training, before the generation models exist
   size_t act_peak = 0, grad_peak = 0;
   // The generation models, one per weight format (made after the first training measurement).
-  std::vector<std::string> formats = {"fp32", "bf16"};
+  std::vector<std::string> formats;
+  if (!decode_only) formats = {"fp32", "bf16"};
   for (const std::string& f : split_list(weight_list))
     if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
   if (!own.empty() && std::find(formats.begin(), formats.end(), own) == formats.end()) formats.push_back(own);
+  if (formats.empty()) throw UsageError("bench: --decode-only with no format to time: name them with --weights (e.g. fp32,q4_0)");
   std::vector<std::unique_ptr<LanguageModel>> lms;
   auto sfx_of = [](const std::string& f) { return f == "fp32" ? std::string() : f + "_"; };
 
-  std::vector<Metric> metrics = {
-      {"train_tokens_per_s", "train (fwd + bwd + AdamW, " + std::to_string(B) + " x " + std::to_string(T) + " tokens)"},
-      {"prompt_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " fp32"},
-      {"prompt_bf16_tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " bf16"},
-      {"decode_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " fp32"},
-      {"decode_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " bf16"},
-      {"decode_batch_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences fp32"},
-      {"decode_batch_bf16_tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences bf16"},
-      {"generate_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, fp32"},
-      {"generate_bf16_tokens_per_s", "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, bf16"},
-      {"eval_tokens_per_s", "evaluation (loss at depth R, " + std::to_string(B) + " x " + std::to_string(T) + " tokens) fp32"},
-      {"quantize_tokens_per_s", "quantization: GPTQ q4_0 (calibration on " + std::to_string(B * T) +
-                                    " tokens + solve), tokens/s"}};
-  for (size_t i = 2; i < formats.size(); ++i) {  // the quantized formats: prompt, decoding, batched decoding
-    const std::string& f = formats[i];
+  std::vector<Metric> metrics;
+  if (!decode_only)
+    metrics = {{"train_tokens_per_s", "train (fwd + bwd + AdamW, " + std::to_string(B) + " x " + std::to_string(T) + " tokens)"},
+               {"eval_tokens_per_s", "evaluation (loss at depth R, " + std::to_string(B) + " x " + std::to_string(T) + " tokens) fp32"},
+               {"quantize_tokens_per_s", "quantization: GPTQ q4_0 (calibration on " + std::to_string(B * T) + " tokens + solve), tokens/s"}};
+  for (const std::string& f : formats) {  // per weight format: prompt, decoding, batched decoding (and end to end for fp32 / bf16)
     metrics.push_back({"prompt_" + sfx_of(f) + "tokens_per_s", "prompt processing pp" + std::to_string(pp_tokens) + " " + f});
     metrics.push_back({"decode_" + sfx_of(f) + "tokens_per_s", "generation tg" + std::to_string(gen_tokens) + " " + f});
     metrics.push_back({"decode_batch_" + sfx_of(f) + "tokens_per_s",
                        "generation tg" + std::to_string(gen_tokens) + " x " + std::to_string(gen_batch) + " sequences " + f});
+    if (f == "fp32" || f == "bf16")
+      metrics.push_back({"generate_" + sfx_of(f) + "tokens_per_s",
+                         "end to end: 16-token prompt + " + std::to_string(gen_tokens) + " new, " + f});
   }
 
   // One repetition: every metric once.
@@ -202,7 +209,8 @@ int cmd_bench(int argc, char** argv) {
     // Training: fwd + bwd + clip + AdamW on random tokens, median step time after warm-up.
     Graph g;
     std::vector<double> step_s;
-    for (int s = 0; s < steps + 2; ++s) {
+    for (int s = 0; s < (decode_only ? 0 : steps + 2); ++s) {
+      Model& m = *train_model;
       adapt_threads();
       auto t0 = clk::now();
       m.params().zero_grad();
@@ -214,14 +222,14 @@ int cmd_bench(int argc, char** argv) {
       grad_peak = std::max(grad_peak, g.grad_bytes_peak());
       g.reset();
       clip_grad_norm(m.params(), c.grad_clip);
-      opt.step(m.params(), c.lr, c);
+      opt->step(m.params(), c.lr, c);
       if (s >= 2) step_s.push_back(secs(t0, clk::now()));
     }
-    v["train_tokens_per_s"] = B * T / median(step_s);
+    if (!decode_only) v["train_tokens_per_s"] = B * T / median(step_s);
     if (train_rss == 0) train_rss = peak_rss_mib();
     // Quantization: GPTQ to q4_0 of a fresh fp32 copy of the model, calibrated on the B x T
     // training tokens (as `looplm quantize --method gptq` runs it).
-    {
+    if (!decode_only) {
       Model q(c);
       q.init_weights(c.seed);
       GptqOptions qo;
@@ -244,8 +252,14 @@ int cmd_bench(int argc, char** argv) {
         lo.weights = f == own ? "" : f;  // the checkpoint's own packed matrices in place
         lms.push_back(std::make_unique<LanguageModel>(ckpt.empty() ? LanguageModel::from_config(c, c.seed, lo)
                                                                    : LanguageModel::load(ckpt, lo)));
+        // One untimed pass: the first one grows the model's working memory and faults its pages in.
+        GenerateOptions warm;
+        warm.temperature = 0;
+        warm.max_new = 2;
+        warm.kv_cache = kv_cache;
+        lms.back()->generate(std::vector<int32_t>(x.begin(), x.begin() + pp_tokens), warm);
       }
-    {  // Evaluation: the loss of B windows of T tokens at depth R through the fp32 model, as `looplm eval`.
+    if (!decode_only) {  // Evaluation: the loss of B windows of T tokens at depth R through the fp32 model, as `looplm eval`.
       auto t0 = clk::now();
       const EvalResult er = lms[0]->evaluate(x, EvalOptions{});
       v["eval_tokens_per_s"] = (double)er.tokens / secs(t0, clk::now());
@@ -289,7 +303,7 @@ int cmd_bench(int argc, char** argv) {
     return out;
   };
   const auto idle = repeat();
-  const double peak = measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
+  const double peak = decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
   const std::string name = !ckpt.empty() ? ckpt : cfg.file.empty() ? cfg.preset : cfg.file;
   // How idle OpenMP threads wait (tools/wait_policy.cpp sets the spin for a fixed count).
   std::string waiting;
@@ -338,13 +352,30 @@ int cmd_bench(int argc, char** argv) {
 
   // Decoding one token reads every weight matrix it multiplies (a core or loop matrix once per loop
   // step): its bytes in a format over the machine's read rate bound the tokens/s memory allows.
+  // The weight matrices as (name, rows, cols): the training model's, or (--decode-only) every 2-D
+  // parameter of the layout but the position table and an untied embedding (a lookup, not a product).
+  std::vector<std::tuple<std::string, int64_t, int64_t>> mats;
+  int64_t n_params = 0;
+  if (train_model) {
+    n_params = train_model->n_params();
+    for (const WeightMatrix& w : train_model->params().matrices())
+      mats.emplace_back(train_model->params().infos()[w.first].name, w.node->rows, w.node->cols);
+  } else {
+    const std::vector<ParamInfo> layout = Model::layout(c);
+    bool untied_head = false;
+    for (const ParamInfo& p : layout) untied_head |= p.name == "lm_head.weight";
+    for (const ParamInfo& p : layout) {
+      n_params += p.numel;
+      if (p.shape.size() == 2 && p.name != "pos_emb.weight" && !(untied_head && p.name == "tok_emb.weight"))
+        mats.emplace_back(p.name, p.shape[0], p.shape[1]);
+    }
+  }
   auto weight_bytes_per_token = [&](const std::string& fmt) {
     const WeightFormat* f = find_weight_format(fmt);
     double bytes = 0;
-    for (const WeightMatrix& w : m.params().matrices()) {
-      const std::string& pn = m.params().infos()[w.first].name;
+    for (const auto& [pn, rows, cols] : mats) {
       const bool per_step = pn.rfind("core.", 0) == 0 || pn.rfind("loop.", 0) == 0;
-      bytes += (double)f->packed_bytes(w.node->rows, w.node->cols) * (per_step ? c.R : 1);
+      bytes += (double)f->packed_bytes(rows, cols) * (per_step ? c.R : 1);
     }
     return bytes;
   };
@@ -353,16 +384,16 @@ int cmd_bench(int argc, char** argv) {
     return read_gbps > 0 ? get(idle, "decode_" + sfx_of(fmt) + "tokens_per_s").mean * weight_bytes_per_token(fmt) / (read_gbps * 1e9) : 0.0;
   };
   const double train_tps = get(idle, "train_tokens_per_s").mean;
-  const double train_gflops = 3.0 * m.flops_per_token(c.R) * train_tps / 1e9;  // fwd + bwd ≈ 3 × fwd
+  const double train_gflops = train_model ? 3.0 * train_model->flops_per_token(c.R) * train_tps / 1e9 : 0;  // fwd + bwd ≈ 3 × fwd
   if (as_json) {
     nlohmann::json j = {{"preset", name},
                         {"threads", omp_get_max_threads()},
                         {"threads_mode", thread_mode},
                         {"repetitions", reps},
-                        {"params", m.n_params()},
+                        {"params", n_params},
                         {"train_gflops", train_gflops},
                         {"gemm_peak_gflops", peak},
-                        {"peak_fraction", train_gflops / peak},
+                        {"peak_fraction", peak > 0 ? train_gflops / peak : 0.0},
                         {"peak_rss_mib", train_rss},
                         {"activation_mib", act_peak / 1048576.0},
                         {"activation_grad_mib", grad_peak / 1048576.0}};
@@ -384,10 +415,14 @@ int cmd_bench(int argc, char** argv) {
       if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
     std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
   } else {
-    std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the fp32 "
-                "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
-                name.c_str(), m.n_params() / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
-                100 * train_gflops / peak, peak, train_rss);
+    if (decode_only)
+      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; generation only\n\n", name.c_str(), n_params / 1e6,
+                  thread_mode.c_str(), reps, kv_cache.c_str());
+    else
+      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the fp32 "
+                  "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
+                  name.c_str(), n_params / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
+                  100 * train_gflops / peak, peak, train_rss);
     std::printf("| test | tokens/s |\n|---|---|\n");
     for (const Metric& mt : metrics)
       if (idle.count(mt.key))

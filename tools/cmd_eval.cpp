@@ -21,7 +21,7 @@ namespace looplm::cli {
 int cmd_eval(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint: mean token loss at every exit r = 1..depth over consecutive windows.", "looplm eval"};
   std::string ckpt, data;
-  int depth = -1;
+  int depth = -1, window = 0;
   bool as_json = false;
   LoadOptions lo;
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
@@ -29,6 +29,10 @@ int cmd_eval(int argc, char** argv) {
   app.add_option("--depth", depth,
                  "loop steps to run (default: the trained R; more shows the curve beyond R; 0: the loss of h_pre)")
       ->check(at_least(0));
+  app.add_option("--window", window,
+                 "tokens per window (default: the model's context; a converted model's, e.g. Ouro's 32768, needs "
+                 "gigabytes per window: a shorter one scores the same text in less memory)")
+      ->check(at_least(1));
   app.add_option("--weights", lo.weights,
                  "weight format: " + weight_format_names() + " (default: the checkpoint's own; q8_0 / q4_0 / q4_k quantize at load)")
       ->check(weights_check());
@@ -50,6 +54,7 @@ int cmd_eval(int argc, char** argv) {
   if (!parse(app, argc, argv, "eval")) return 0;
   EvalOptions eo;
   eo.depth = depth;
+  eo.window = window;
   eo.exit = ex.exit();
   if (depth == 0 && eo.exit.rule != ExitRule::fixed)
     throw UsageError("eval: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
@@ -71,7 +76,7 @@ int cmd_eval(int argc, char** argv) {
   if (progress == "on" || (progress == "auto" && isatty(STDERR_FILENO))) {
     // windows done, tokens/s and the time left, rewritten in place
     const auto t0 = std::chrono::steady_clock::now();
-    const int64_t T = lm.config().context;
+    const int64_t T = window > 0 ? window : lm.config().context;
     eo.progress = [t0, T](int64_t done, int64_t total) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double rate = done * T / std::max(s, 1e-9);
@@ -101,7 +106,7 @@ int cmd_eval(int argc, char** argv) {
       return 0;
     }
     std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s, kv cache %s)\n", (long long)e.tokens,
-                (long long)e.windows, lm.config().context, ex.policy.c_str(), eo.kv_cache.c_str());
+                (long long)e.windows, window > 0 ? window : lm.config().context, ex.policy.c_str(), eo.kv_cache.c_str());
     std::printf("loss %.4f, accuracy %.4f (at each token's exit: %s", e.loss, e.accuracy, ex.rule.c_str());
     if (eo.exit.rule != ExitRule::fixed) std::printf(eo.exit.rule == ExitRule::gate ? " >= %g" : " < %g", ex.threshold);
     std::printf(", %.3f loop steps per token of %d)\nkv cache: %.0f bytes per token kept by the policy, %.1f KiB allocated\n",
@@ -136,7 +141,7 @@ int cmd_eval(int argc, char** argv) {
                 (long long)e.tokens, e.loss, e.accuracy, at);
   else
     std::printf("%lld tokens in %lld windows of %d\nloss %.4f (%s)\n", (long long)e.tokens, (long long)e.windows,
-                lm.config().context, e.loss, at);
+                window > 0 ? window : lm.config().context, e.loss, at);
   if (ran == 0) return 0;
   print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
   if (e.gate_expected_depth > 0)

@@ -157,6 +157,10 @@ struct EvalOptions {
   std::string kv_cache = "fp32";  // incremental: the cache's precision (GenerateOptions::kv_cache)
   int batch = 8;            // windows per forward pass (incremental: sequences decoded together)
   int64_t max_windows = -1; // the first windows only; -1 = all
+  // Tokens per window: 0 = the model's context. A converted model's context is the length it was
+  // trained to (Ouro: 32,768), where one window's attention scores alone take gigabytes: a shorter
+  // window scores the same text with less memory and less context per token.
+  int window = 0;
   // Called after each batch with (windows done, windows in all), e.g. to show progress.
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -64,19 +64,26 @@ int64_t exact_rows(const Node* logits, const int32_t* targets, int B, int T) {
 // first..first+B-1 as rows of x, y [B, T] (y < 0: no target). exact: accuracy counts items whose
 // every target is predicted (examples) instead of targets.
 using Fill = std::function<void(int64_t first, int B, int32_t* x, int32_t* y)>;
-EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
+EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early);
 
 }  // namespace
 
+int eval_window_length(const Model& m, int window) {
+  const int ctx = m.config().context;
+  if (window < 0 || window > ctx)
+    throw UsageError("evaluate: window " + std::to_string(window) + " is outside 1.." + std::to_string(ctx) + " (the model's context)");
+  return window > 0 ? window : ctx;
+}
+
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
-                           const EarlyExit& early) {
-  const int T = m.config().context;
+                           const EarlyExit& early, int window) {
+  const int T = eval_window_length(m, window);
   int64_t n_win = eval_windows(tokens, T, "evaluation data");
   if (max_windows >= 0) n_win = std::min(n_win, max_windows);
   EvalResult r = evaluate_batches(
-      m, n_win, depth, batch,
+      m, T, n_win, depth, batch,
       [&](int64_t w0, int B, int32_t* x, int32_t* y) {
         for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x + (size_t)b * T, y + (size_t)b * T);
       },
@@ -91,7 +98,7 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
   int64_t n = ex.size();
   if (max_examples >= 0) n = std::min(n, max_examples);
   EvalResult r = evaluate_batches(
-      m, n, depth, batch,
+      m, T, n, depth, batch,
       [&](int64_t i0, int B, int32_t* x, int32_t* y) {
         for (int b = 0; b < B; ++b) fill_example(ex, i0 + b, T, x + (size_t)b * T, y + (size_t)b * T);
       },
@@ -102,10 +109,10 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
 
 namespace {
 
-EvalResult evaluate_batches(const Model& m, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
+EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
   const Config& c = m.config();
-  const int T = c.context, d = c.d_model;
+  const int d = c.d_model;
   if (depth < 0) depth = c.R;
   EvalResult r;
   int64_t rows_seen = 0;

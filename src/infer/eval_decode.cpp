@@ -14,9 +14,9 @@ namespace looplm {
 
 EvalResult evaluate_incremental(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                                 int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
-                                const EarlyExit& early, KvPolicy policy, op::KvElem kv) {
+                                const EarlyExit& early, KvPolicy policy, op::KvElem kv, int window) {
   const Config& c = m.config();
-  const int T = c.context, V = c.vocab_size;
+  const int T = eval_window_length(m, window), V = c.vocab_size;
   if (depth < 0) depth = c.R;
   int64_t n_win = eval_windows(tokens, T, "evaluation data");
   if (max_windows >= 0) n_win = std::min(n_win, max_windows);

@@ -77,8 +77,9 @@ std::string LanguageModel::fallback_symbol() const { return impl_->tok.decode({i
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
   EvalResult e = o.incremental ? evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress,
-                                                      o.exit, o.kv_policy, kv_element(o.kv_cache))
-                               : evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+                                                      o.exit, o.kv_policy, kv_element(o.kv_cache), o.window)
+                               : evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit,
+                                                 o.window);
   io::check_mapped_files();  // numbers from weights overwritten mid-run are not reported
   return e;
 }
@@ -90,6 +91,7 @@ EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, int depth
 EvalResult LanguageModel::evaluate_file(const std::string& data_path, const EvalOptions& o) const {
   if (impl_->model->config().data_mode == "examples") {  // a model trained on examples is evaluated on them
     if (o.incremental) throw UsageError("evaluate: incremental scoring (--kv-policy) is for text models, not examples");
+    if (o.window) throw UsageError("evaluate: --window is for text models; an example is scored whole");
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     const Examples ex = load_examples(data_path, impl_->tok, impl_->model->config().context);
     EvalResult e = evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit);
@@ -103,6 +105,7 @@ EvalResult LanguageModel::evaluate_validation(const EvalOptions& o) const {
   if (!c.data_val.empty()) return evaluate_file(c.data_val, o);
   if (c.data_mode == "examples") {
     if (o.incremental) throw UsageError("evaluate: incremental scoring (--kv-policy) is for text models, not examples");
+    if (o.window) throw UsageError("evaluate: --window is for text models; an example is scored whole");
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     Examples all = load_examples(c.data_train, impl_->tok, c.context);
     const Examples val = hold_out_examples(all, c.val_split);
