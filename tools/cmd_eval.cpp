@@ -95,7 +95,7 @@ int cmd_eval(int argc, char** argv) {
   }
   const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
   if (eo.incremental) {  // one loss (at each token's exit), the steps and the policy's memory
-    const int depth_run = depth < 0 ? R : depth;
+    const int depth_run = lm.config().depth_or_R(depth);
     if (as_json) {
       nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"tokens", e.tokens}, {"windows", e.windows},
                           {"R", R}, {"depth", depth_run}, {"mean_steps", e.mean_steps}, {"exit_fraction", e.exit_fraction},

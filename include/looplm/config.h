@@ -90,6 +90,8 @@ struct Config {
   // grouped-query attention and d_head are the Llama-style blocks' generalisation).
   bool plain_attention() const { return kv_heads() == n_heads && head_dim() * n_heads == d_model; }
   int n_unrolled() const { return n_prelude + n_core * R + n_coda; }  // N of docs/systems.md
+  // A run's loop steps: `depth`, or the trained R when it is negative (the options' "default").
+  int depth_or_R(int depth) const { return depth < 0 ? R : depth; }
 
   // Parse/serialise. Unknown keys and bad values throw UsageError naming the key (and `origin`).
   static Config from_json_text(const std::string& text, const std::string& origin);

@@ -113,7 +113,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
   const Config& c = m.config();
   const int d = c.d_model;
-  if (depth < 0) depth = c.R;
+  depth = c.depth_or_R(depth);
   EvalResult r;
   int64_t rows_seen = 0;
   std::vector<double> loss(depth + 1, 0.0), cosine(depth + 1, 0.0);

@@ -17,7 +17,7 @@ EvalResult evaluate_incremental(const Model& m, const std::vector<int32_t>& toke
                                 const EarlyExit& early, KvPolicy policy, op::KvElem kv, int window) {
   const Config& c = m.config();
   const int T = eval_window_length(m, window), V = c.vocab_size;
-  if (depth < 0) depth = c.R;
+  depth = c.depth_or_R(depth);
   int64_t n_win = eval_windows(tokens, T, "evaluation data");
   if (max_windows >= 0) n_win = std::min(n_win, max_windows);
   EvalResult r;

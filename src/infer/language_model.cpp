@@ -148,9 +148,8 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   const Model& m = *impl_->model;
   const Config& c = m.config();
   const int V = c.vocab_size, ctx = c.context, B = (int)prompts.size();
-  const int depth = opt.depth < 0 ? c.R : opt.depth;
+  const int depth = c.depth_or_R(opt.depth);
   if (B == 0) throw UsageError("generate: no prompts");
-  if (depth < 0) throw UsageError("generate: --depth must be >= 0");
   if (opt.max_new < 0) throw UsageError("generate: max_new must be >= 0");
   size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {

@@ -26,7 +26,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
                                           const std::function<void(int32_t)>& on_token) {
   const Config& c = m.config();
   const int V = c.vocab_size, ctx = c.context, K = opt.speculative;
-  const int depth = opt.depth < 0 ? c.R : opt.depth;
+  const int depth = c.depth_or_R(opt.depth);
   // (the prompt, the depth and max_new are checked by LanguageModel::generate_batch, the caller)
   if (opt.temperature != 0) throw UsageError("generate: speculative decoding is greedy (--temperature 0)");
   if (opt.exit.rule != ExitRule::fixed) throw UsageError("generate: speculative decoding runs every token at the full depth (no --exit-rule)");

@@ -149,9 +149,8 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<TensorR
   }
   // The data section starts 64-byte aligned (the header padded with spaces, as the format allows):
   // a mapped file's tensors are used in place, and a tensor whose rows start mid-cache-line makes
-  // every 64-byte load of the matrix-vector kernels touch two lines (Zen 5, 1 thread, 6 x d384 fp32
-  // decode: 416-428 tokens/s with the tensors 24 bytes past a line, 512-577 aligned). Tensors of
-  // multiples of 64 bytes keep the next one aligned.
+  // every 64-byte load of the matrix-vector kernels touch two lines (decoding was a fifth slower:
+  // bench/README.md, "Kernel decisions"). Tensors of multiples of 64 bytes keep the next one aligned.
   text.append((64 - (8 + text.size()) % 64) % 64, ' ');
 
   uint8_t len[8];

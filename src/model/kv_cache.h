@@ -28,11 +28,6 @@ class KVCache {
   // index for coda blocks, 0 for prelude blocks.
   op::CacheRef slot(int block, int step) const;
   int capacity() const { return capacity_; }
-  int rows() const { return rows_; }
-  int core_steps() const { return core_steps_; }
-  int coda_steps() const { return coda_steps_; }
-  bool averaged() const { return averaged_; }
-  op::KvElem elem() const { return elem_; }
   size_t bytes() const { return data_size_; }
   // Bytes of one stored element (4, 2, 1), and per value with int8's scale shared out (1 + 4 / head width).
   size_t element_bytes() const { return elem_ == op::KvElem::f32 ? 4 : elem_ == op::KvElem::bf16 ? 2 : 1; }

@@ -123,7 +123,7 @@ Node* Model::loop_step(Graph& g, Node* state, Node* h_pre, int r, int B, int T, 
 
 Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o,
                    const std::function<void(int, Node*)>& on_exit) const {
-  const int depth = o.depth < 0 ? cfg_.R : o.depth;
+  const int depth = cfg_.depth_or_R(o.depth);
   const bool no_grad = !g.grad_enabled();
   const int keep = (no_grad || o.grad_steps < 0) ? depth : std::min(o.grad_steps, depth);
 

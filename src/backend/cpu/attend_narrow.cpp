@@ -171,7 +171,7 @@ void attend_cached_row(const float* q, const int8_t* K, const float* k_scale, co
 
 // ISA-cloned: nearbyint is then one instruction (roundss) instead of a libm call per value.
 // The max and the finiteness check run in 16 independent lanes (so they vectorize: the scalar
-// loop's early-out compare per value was 8% of a batched bench-dense decode on Zen 5); a max does
+// loop's early-out compare per value was a visible share of a batched decode); a max does
 // not depend on the order, so the codes and scale are the same.
 LOOPLM_ISA_CLONES void quantize_kv_row(const float* x, int n, int8_t* codes, float* scale) {
   float lane_max[16] = {};

@@ -120,11 +120,10 @@ LOOPLM_AVX512 void span_f32_avx512_by(const float* W, int ldw, const float* x, i
     if (j < n) span_f32_avx512_by<1>(W + (int64_t)j * ldw, ldw, x, K, y + j, n - j, acc);
 }
 
-// One row after another reads a row-major matrix as one sequential stream: on a Zen 4 core four
-// rows side by side read memory at less than half that bandwidth (9-10 against 20-23 GB/s on the
-// decode shapes). A Zen 5 core prefers four rows a little (1 thread, 6 x d384 fp32 decode from
-// 64-byte aligned weights: 555-606 against 512-577 tokens/s, interleaved). Other CPUs keep the
-// sequential stream, the choice measured first.
+// One row after another reads a row-major matrix as one sequential stream; some cores read four
+// rows side by side at far less than the stream's bandwidth, others a little faster. Zen 5 and
+// later take four rows, other CPUs the sequential stream, the choice measured first (the
+// measurements: bench/README.md, "Kernel decisions").
 bool f32_rows_side_by_side() {
   static const bool yes = [] {
     unsigned a, b, c, d;
@@ -245,7 +244,7 @@ LOOPLM_AVX512 void block_f32_rows(const float* w, int ldw, const float* X, int l
 
 // One weight row per sweep against up to 8 input rows (8 accumulators): one pass over the weights
 // serves the whole batch; the last pass over a row (in L1 by then) fetches the next row. It takes the rows
-// past a multiple of four in span_f32_rows4 (it once took every batched product on Zen 4, slower:
+// past a multiple of four in span_f32_rows4 (it once took every batched product, slower:
 // span_f32_rows4's comment).
 LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
                                  int lo, int n) {
@@ -269,11 +268,9 @@ LOOPLM_AVX512 void span_f32_rows(int M, const float* W, int ldw, const float* X,
 // per 16 FMAs where one row against 8 inputs needs 9 per 8, the second pass over the block from L1.
 // The passes share out the next block's rows and fetch them into L2 as they go (T0 from the last
 // pass alone left the weights' stream waiting on memory between blocks). Every AVX-512 CPU takes
-// this path with more than one input: on Zen 4, where batch 1 keeps one row per sweep
-// (f32_rows_side_by_side), 8 x d1024, 8 sequences, 1 thread, int8 cache, interleaved: one row a
-// sweep 155-171, four rows with the last pass's T0 fetch 186-193, shared T1 fetches 248-261
-// tokens/s (batch 1 65-68). Zen 5 (before the shared fetches): bench-dense 2,219-2,416 ->
-// 2,626-2,951, 8 x d1024 248-263 -> 275-334. The N % 4 last rows go one at a time.
+// this path with more than one input, including those where batch 1 keeps one row per sweep
+// (f32_rows_side_by_side): it was faster on each CPU measured (bench/README.md, "Kernel decisions"). The N % 4 last
+// rows go one at a time.
 LOOPLM_AVX512 void span_f32_rows4(int M, const float* W, int ldw, const float* X, int ldx, int K, float* Y, int ldy,
                                   int lo, int n) {
   int j = lo;
@@ -441,8 +438,7 @@ LOOPLM_AVX512BF16 void span_bf16_dp_rows(int M, const uint16_t* W, const uint16_
   for (; j + 4 <= lo + n; j += 4) {
     const uint16_t* w = W + (int64_t)j * K;
     // The passes share out the next block's fetches into L2 (as span_f32_rows4; T0 from the last
-    // pass alone before). Zen 4, 8 x d1024, 8 sequences, int8 cache: 1 thread 279-287 -> 380-389
-    // tokens/s (batch 1 117), 2 threads 478-494 -> 534-567 (interleaved).
+    // pass alone was slower: bench/README.md, "Kernel decisions").
     const uint16_t* next = j + 8 <= lo + n ? w + 4 * (int64_t)K : nullptr;
     const int passes = M / 4 + M % 4;
     int m = 0, p = 0;

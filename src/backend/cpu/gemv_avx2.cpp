@@ -1,6 +1,6 @@
 // bf16 matrix-vector kernels for CPUs with AVX2 + FMA but no AVX-512 (e.g. AMD Zen 2, Intel
 // before Skylake-X). GCC's auto-vectorised span_bf16_portable widens bf16 through unpack/shuffle
-// sequences and was compute-bound on a Zen 2 core (~10 GB/s of weights against fp32's 16 GB/s);
+// sequences and was compute-bound (it read its weights well below fp32's stream: bench/README.md, "Kernel decisions");
 // here, as in gemv.cpp's AVX-512 kernel, one 32-byte load holds 16 weights of a row, `w << 16` is
 // its even columns as fp32 and `w & 0xffff0000` its odd ones (both exact), and x comes
 // de-interleaved (xe = x[0::2], xo = x[1::2], zero-padded), so 16 weights cost one load, two
@@ -44,9 +44,9 @@ LOOPLM_AVX2 inline __m256 odd(__m256i w) {
 //
 // One accumulator per (row, input), so that the few-rows kernel holds 2 rows × 4 inputs in
 // registers (16 FMAs per 10 loads; one row against 4 inputs with even / odd accumulators took 18
-// loads per 16 FMAs). On this project's Zen 2 VM both kernels run at the core's FMA rate when the
-// weights are in cache (~40-50 GFLOP/s, where a register-only FMA loop measures 21-36), so what
-// batching gains there is bounded by that rate against the memory stream's (README, batched decoding).
+// loads per 16 FMAs). Both kernels run at the core's FMA rate when the weights are in cache, so
+// what batching gains on such a CPU is bounded by that rate against the memory stream's (README,
+// batched decoding; bench/README.md, "Kernel decisions").
 // (A product, an FMA and an add per 16 columns, to shorten the dependency chain, measured the same.)
 template <int RB, int MG>
 LOOPLM_AVX2 inline void chunk_step(__m256 (&a)[RB][MG], const uint16_t* const* seg, const float* const* xe, int half,
@@ -70,9 +70,8 @@ LOOPLM_AVX2 inline void chunk_step(__m256 (&a)[RB][MG], const uint16_t* const* s
 
 // The weights stream is prefetched 1 KB (512 values) ahead of the chunk being read, up to the end of
 // the span. The bf16 kernel does twice fp32's work per byte, so fewer cache lines fit in the core's
-// out-of-order window and the hardware prefetcher alone leaves it behind fp32's stream (Zen 2, 1
-// thread, 256 MB of 1024-wide rows: no prefetch 12.3 GB/s; the next 4-row block's chunk, as before,
-// 13.8; 1 KB ahead 15.2; 0.5 / 2 / 4 KB ahead 14.4 / 12.9 / 13.9; fp32's kernel 16–17).
+// out-of-order window and the hardware prefetcher alone leaves it behind fp32's stream; 1 KB ahead
+// was the best distance measured (bench/README.md, "Kernel decisions").
 constexpr int64_t kPrefetchAhead = 512;
 
 // Rows r0 .. r0 + RB - 1 (of a block; r0 = 0 for a plain row); outputs Y[g·ldy + r].

@@ -150,7 +150,7 @@ LOOPLM_VNNI_Q static void quantize_blocks_avx512(const float* x, int K, int bloc
     quantize_blocks(x + (int64_t)full * kQBlock, K - full * kQBlock, blocks - full, q + (size_t)full * kQBlock, dd + full,
                     sum + full);
 }
-// The same with AVX2 (4% of a batch-1 q4_0 decode on Zen 2 went to the scalar loop): eight lanes
+// The same with AVX2 (the scalar loop was a visible share of a batch-1 q4_0 decode): eight lanes
 // of max|x|, vcvtps2dq's nearest-even rounding, and the codes packed down with saturation (they
 // are within ±127 already).
 LOOPLM_AVX2_Q static void quantize_blocks_avx2(const float* x, int K, int blocks, int8_t* q, float* dd, int32_t* sum) {
@@ -259,7 +259,7 @@ void dequant_block(const uint8_t* u, float d, float* v) {
     for (int c = 0; c < kBytes; ++c) v[kBytes + c] = d * (float)((u[c] >> 4) - kOffset);
 }
 #ifdef LOOPLM_QUANT_X86
-// The same with AVX2, written out: g++ -O3 left the q4_0 loops above scalar (0.7 ns per weight).
+// The same with AVX2, written out: g++ -O3 left the q4_0 loops above scalar.
 LOOPLM_AVX2_Q inline void dequant8_avx2(__m128i u8, int offset, __m256 d, float* v) {
   const __m256i i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(u8), _mm256_set1_epi32(offset));
   _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(i), d));
@@ -283,7 +283,7 @@ LOOPLM_AVX2_Q void dequant_block_avx2(const uint8_t* u, float d, float* v) {
 
 // Block by block: a row's bytes of a block gathered first (they lie in 4-byte runs 64 bytes
 // apart), then converted. The many-rows path (long prompts, evaluation) dequantizes 64-row panels
-// with it: 0.3 ns per weight with AVX2 on Zen 2 (q4_0 took 1.0 with the gather byte by byte).
+// with it (a third of the time the gather byte by byte took: bench/README.md, "Kernel decisions").
 template <class Block, int kOffset>
 void unpack_tiles(const void* p, int64_t R, int64_t C, float* dst) {
   constexpr int kBytes = kOffset == 8 ? kQBlock / 2 : kQBlock;  // a row's bytes per block
@@ -350,17 +350,15 @@ LOOPLM_AVX2_Q inline void tile_step_avx2_q8(__m256i A, __m256i S, const int8_t* 
 // q4's steps (tile_step_avx2_q4, pin_sums): quant_q4_block.h.
 
 // The two block halves (rows 0–7, 8–15) in one pass over the blocks for up to 2 inputs, in two
-// passes for more (the accumulators of one half then fit in the 16 registers). Measured on Zen 2, one
-// 1536 × 384 q4_0 product through WeightFormat::gemm, 1 thread: 4+ inputs 47 → 65 GMAC/s (q8_0
-// 35 → 40); 1 input is faster in one pass (58 against 54 GMAC/s in a standalone copy).
+// passes for more (the accumulators of one half then fit in the 16 registers); 1 input is faster
+// in one pass (bench/README.md, "Kernel decisions").
 //
 // At one input (batch-1 decoding) a matrix larger than the caches is a DRAM stream, and the q4
 // kernel's work per byte (two nibble products per code byte) leaves too few cache lines in the
 // out-of-order window for the hardware prefetcher alone to keep up, as in gemv_avx2.cpp's bf16
 // kernel. Each block prefetches the bytes 1 KB ahead: the rest of the tile, then the next tile's
-// (contiguous; past the last tile the hints touch nothing). Zen 2, 1 thread, 8 x d1024 llama
-// decode, 3 interleaved runs: q4_0 118–135 → 156–172 tokens/s, q8_0 72–81 → 78–86 (0.75 / 1.25 KB
-// ahead no better).
+// (contiguous; past the last tile the hints touch nothing); 1 KB was the best distance measured
+// (bench/README.md, "Kernel decisions").
 constexpr int kTilePrefetchAhead = 1024;
 constexpr int kBatchPrefetchAhead = 4096;  // tile_vnni, 2+ inputs
 template <int NX, bool Q4>
@@ -428,14 +426,10 @@ LOOPLM_AVX2_Q void group_q4_avx2(const uint8_t* g, int, const QuantizedRow* cons
 // Batched (2+ inputs) the kernel reads a matrix larger than the caches at a fraction of the DRAM
 // rate, yet the hardware prefetcher, which stops at each 4 KB page, left it waiting on the weight
 // loads (perf: the hot instructions were the loads at each block's start). Each block then
-// prefetches its bytes 4 KB ahead, a page past the one being read. Zen 5, 1 thread, 8 × d1024
-// llama, 8 sequences, int8 cache, 4 interleaved runs each (-n 100): q4_0 1,200–1,288 → 1,302–1,698
-// tokens/s, q8_0 805–859 → 1,274–1,383; 1 / 2 KB ahead gave less (q4_0 ~1,340 / ~1,520 at -n 64),
-// 8 KB the same; bench-dense (weights in L2 / L3) unchanged. One input, where the kernel runs at
-// the DRAM rate, was no faster with it. Into L2 (T1) rather than L1: Zen 4, the same runs, 4
-// interleaved: q8_0 661-745 -> 924-995 tokens/s, q4_0 1,010-1,083 -> 1,061-1,122 (batch 1: q8_0
-// 227-243, q4_0 294-506 on a noisy VM; 8 KB ahead the same within the noise). The accumulators start at −offset · Σ qx (the same integer
-// sum; one subtraction fewer per block and input: ~5% at 8 inputs with the weights in L3).
+// prefetches its bytes 4 KB ahead, a page past the one being read, into L2 (T1) rather than L1.
+// One input, where the kernel runs near the DRAM rate, was no faster with it (the distances and
+// hints measured: bench/README.md, "Kernel decisions"). The accumulators start at −offset · Σ qx (the same integer sum; one
+// subtraction fewer per block and input).
 template <int NX, bool Q4>
 LOOPLM_VNNI_Q void tile_vnni(const uint8_t* g, const QuantizedRow* const* x, float* out) {
   using Block = std::conditional_t<Q4, BlockQ4_0x16, BlockQ8_0x16>;
@@ -657,11 +651,11 @@ void pack_on_grids(const float* w, const float* scales, int64_t R, int64_t C, vo
 
 extern const WeightFormat kQ8_0 = {
     "q8_0", "int8 blocks of 32 with an fp16 scale (8.5 bits per weight; activations int8 per block in the products)",
-    kQTile, kQBlock, q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
+    q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
     kQBlock, 1, q8_choose_grid, q8_snap, pack_on_grids<BlockQ8_0x16, false>, "tiles16", 128};
 extern const WeightFormat kQ4_0 = {
     "q4_0", "4-bit blocks of 32 with an fp16 scale (4.5 bits per weight; activations int8 per block in the products)",
-    kQTile, kQBlock, q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
+    q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
     kQBlock, 1, q4_choose_grid, q4_snap, pack_on_grids<BlockQ4_0x16, true>, "tiles16", 128};
 
 }  // namespace looplm

@@ -72,13 +72,10 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
 // per block and dequantized: both paths compute one function (up to fp32 summation order), so a
 // loss or a logit does not depend on how many rows a product had. The crossover is the format's
 // (WeightFormat::integer_rows), where the integer kernel's rate falls below the fp32 GEMM's once
-// the dequantization is paid. Measured on Zen 2 AVX2 at 1 thread: one 1024 × 384 product crosses at
-// ~256 rows for q4_0, ~56 for q8_0, ~24 for q4_k; a whole 6 × d384 model's warm 128-token prefill
-// in q8_0 ran at the same speed either way (1,722 ± 32 against 1,729 ± 367 tokens/s), and the
-// integer path skips oneDNN's one-time JIT (~17 ms) in a process's first prompt. Hence 128 rows
-// for every format (q4_k took kFewRows while its kernel was 4-row groups; in 16-row tiles, Zen 4,
-// 1 thread, 6 x d384 llama, `looplm bench -p 128`: 1,805 -> 5,582 tokens/s warm, a cold 128-token
-// prompt 1,232-1,246 -> 4,841-4,968).
+// the dequantization is paid. The measured crossovers lie between a few dozen and a few hundred
+// rows, a whole model's prefill ran at the same speed either way near them, and the integer path
+// skips oneDNN's one-time JIT in a process's first prompt: hence 128 rows for every format (the
+// measurements: bench/README.md, "Kernel decisions").
 void quant_gemm(int N, int R, int C, const void* W, size_t group_bytes, const float* x, float* y, float* scratch,
                 GroupKernel f, UnpackFn unpack, int max_integer_rows);
 size_t quant_scratch(int64_t R, int64_t C);

@@ -26,7 +26,7 @@ void f32_gemm(int N, int rows, int cols, const void* p, const float* x, float* y
 }
 size_t no_scratch(int64_t, int64_t) { return 0; }
 
-const WeightFormat kF32 = {"fp32", "fp32 weights used in place (exact)", 1, 1, f32_bytes, nullptr, f32_unpack,
+const WeightFormat kF32 = {"fp32", "fp32 weights used in place (exact)", f32_bytes, nullptr, f32_unpack,
                            f32_gemv, f32_gemm, no_scratch, gemv_kernels_available};
 
 // ---------------------------------------------------------------- bf16: the decode layout of bf16.h
@@ -77,7 +77,7 @@ size_t bf16_scratch(int64_t, int64_t c) { return (size_t)omp_get_max_threads() *
 
 const WeightFormat kBF16 = {"bf16",
                             "bf16 copy (round to nearest even) in a 4-row x 32-column layout: half the bytes, logits within ~1e-2",
-                            kBf16Rows, kBf16Cols, bf16_bytes, bf16_pack, bf16_unpack, bf16_gemv, bf16_gemm, bf16_scratch,
+                            bf16_bytes, bf16_pack, bf16_unpack, bf16_gemv, bf16_gemm, bf16_scratch,
                             gemv_kernels_available};
 
 }  // namespace

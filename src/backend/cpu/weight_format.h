@@ -23,7 +23,6 @@ constexpr int kFewRows = 16;
 struct WeightFormat {
   const char* name;     // "fp32", "bf16": the --weights value
   const char* summary;  // one line for --help and errors
-  int block_rows, block_cols;  // packing unit: a matrix is stored in blocks of this shape (1 × 1: row-major)
   // Bytes of a packed [rows, cols] matrix.
   size_t (*packed_bytes)(int64_t rows, int64_t cols);
   // fp32 row-major -> packed. Null for fp32: the matrix is used in place (no copy).
