@@ -228,6 +228,19 @@ TEST_F(Hostile, MemoryIsCheckedUpFrontWithTheFigure) {
   EXPECT_NE(r.out.find("--batch"), std::string::npos) << r.out.substr(0, 2000);
   r = run("eval --checkpoint " + ckpt() + " --data " + dir + "/val.txt", "LOOPLM_MEMORY_LIMIT=lots ");
   EXPECT_EQ(r.code, 2) << r.out;
+  // A long context (as converted models have): its windows' attention scores, and --window.
+  Config c;
+  c.d_model = 16, c.n_heads = 2, c.n_core = 1, c.context = 4096;
+  Model m(c);
+  m.init_weights(1);
+  save_model(dir + "/long.safetensors", m);
+  io::write_file_atomic(dir + "/long.txt", std::string(5000, 'a'));
+  r = run("eval --checkpoint " + dir + "/long.safetensors --data " + dir + "/long.txt -t 1", "LOOPLM_MEMORY_LIMIT=64M ");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("scoring windows of 4096 tokens (their attention scores) needs about"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--window"), std::string::npos) << r.out;
+  r = run("eval --checkpoint " + dir + "/long.safetensors --data " + dir + "/long.txt -t 1 --window 512", "LOOPLM_MEMORY_LIMIT=64M ");
+  EXPECT_EQ(r.code, 0) << r.out;
 }
 
 // train reads its validation data once: the end-of-run report uses what it holds, so a FIFO (read

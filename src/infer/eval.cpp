@@ -4,7 +4,10 @@
 #include <cmath>
 #include <optional>
 
+#include <omp.h>
+
 #include "backend/cpu/parallel.h"
+#include "core/memory.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "infer/early_exit.h"
@@ -114,6 +117,11 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
   const Config& c = m.config();
   const int d = c.d_model;
   depth = c.depth_or_R(depth);
+  // A window's attention scores (T x T twice per thread, ops.cpp) come first: at a converted
+  // model's context (Ouro: 32,768) they are gigabytes. Refused with the figure, not left to the OOM killer.
+  require_memory((double)omp_get_max_threads() * (2.0 * T * T + 4.0 * T * std::max(c.head_dim(), c.d_model)) * sizeof(float),
+                 "scoring windows of " + std::to_string(T) + " tokens (their attention scores)",
+                 "score shorter windows: --window N");
   EvalResult r;
   int64_t rows_seen = 0;
   std::vector<double> loss(depth + 1, 0.0), cosine(depth + 1, 0.0);

@@ -207,6 +207,7 @@ Node* attention_cached(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope
             dkv = Hkv * hd, ld = (int)qkv->cols, w = cache.width, cap = cache.capacity, hw = w / Hkv;
   LOOPLM_ASSERT((int64_t)(H + 2 * Hkv) * hd == qkv->cols && H % Hkv == 0, "attention_cached: qkv must be [B*T, (H + 2 Hkv) hd]");
   LOOPLM_ASSERT(w >= dkv && w % Hkv == 0, "attention_cached: the cache is narrower than the keys");
+  LOOPLM_ASSERT(hd <= 1024, "attention_cached: a head dimension above 1024 (Config::validate's limit; the per-head buffers hold 1024)");
   int Tk = 0;  // the most keys any row attends over
   for (int b = 0; b < B; ++b) {
     const int end = at.at(b) + T;
