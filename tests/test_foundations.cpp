@@ -158,6 +158,7 @@ TEST(Registry, ComponentConfigKeys) {
   EXPECT_DOUBLE_EQ(c.get_float("test_stream_scale"), 0.5);  // the declared default
   c.set("test_stream_scale", "2.5");
   EXPECT_DOUBLE_EQ(c.get_float("test_stream_scale"), 2.5);
+  c.loop_rule = "test_two_stream";  // a config carries the keys of the components it uses
   Config back = Config::from_json_text(c.to_json_text(), "round trip");
   EXPECT_DOUBLE_EQ(back.get_float("test_stream_scale"), 2.5);
   try {
@@ -474,6 +475,27 @@ TEST(Load, InferenceMapsTheCheckpointAndChecksItFirst) {
 }
 
 // ---------------------------------------------------------------- 8. undefined behaviour and bad input
+// A config (and so every checkpoint) carries the keys of the components its model uses, not every
+// registered component's: renaming another component's key breaks no file. A file that carries
+// every key, as older checkpoints do, still loads to the same config.
+TEST(Config, CarriesTheKeysOfTheComponentsItUses) {
+  Config c = load_preset("looped");  // residual rule, pre_norm blocks
+  nlohmann::json j = nlohmann::json::parse(c.to_json_text());
+  EXPECT_TRUE(j.contains("loop_norm"));  // the residual rule's
+  EXPECT_FALSE(j.contains("gate_tau"));  // the gated rule's
+  EXPECT_FALSE(j.contains("hyper_streams"));
+  EXPECT_FALSE(j.contains("cem_T"));     // the cem block's
+  c.set("loop_rule", "gated");
+  j = nlohmann::json::parse(c.to_json_text());
+  EXPECT_TRUE(j.contains("gate_tau"));
+  EXPECT_FALSE(j.contains("loop_norm"));
+  // Every registered key, with the defaults (an older checkpoint's config), reads back the same.
+  for (const auto& k : Config::documentation())
+    if (!j.contains(k.key)) j[k.key] = nlohmann::json::parse(k.default_value);
+  const Config old = Config::from_json_text(j.dump(), "an older checkpoint");
+  EXPECT_EQ(old.to_json_text(), c.to_json_text());
+}
+
 TEST(Config, IntegersAreRangeCheckedBeforeNarrowing) {
   Config c;
   for (const char* v : {"4294967424", "-1", "0", "65537", "1e12", "12.5"}) {

@@ -74,7 +74,8 @@ struct Config {
   int log_every = 1;
 
   // ---- keys declared by components: key -> JSON text of the value, only for keys that were set
-  // (an absent key reads as its declared default; to_json_text writes every declared key).
+  // (an absent key reads as its declared default; to_json_text writes the keys of the block kind and
+  // loop rule in use).
   std::map<std::string, std::string> component_values;
   double get_float(const std::string& key) const;
   int64_t get_int(const std::string& key) const;

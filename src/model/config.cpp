@@ -162,6 +162,16 @@ std::vector<OwnedKey> component_keys() {
   return out;
 }
 
+// The component keys a config carries: its block kind's and its loop rule's. A checkpoint names
+// only what its model uses, so renaming another component's key breaks no file; older files,
+// which carry every registered key, still load (every key is still known).
+std::vector<OwnedKey> used_component_keys(const Config& c) {
+  std::vector<OwnedKey> out;
+  for (auto& k : component_keys())
+    if (k.owner == "block " + c.block || k.owner == "loop_rule " + c.loop_rule) out.push_back(k);
+  return out;
+}
+
 const Field* find_field(const std::string& key) {
   for (auto& f : fields())
     if (key == f.key) return &f;
@@ -350,7 +360,7 @@ Config Config::from_file(const std::string& path) {
 std::string Config::to_json_text(int indent) const {
   json j = json::object();
   for (auto& f : fields()) std::visit([&](auto m) { j[f.key] = this->*m; }, f.m);
-  for (auto& ck : component_keys()) j[ck.key->key] = component_value(*this, ck.key->key);
+  for (auto& ck : used_component_keys(*this)) j[ck.key->key] = component_value(*this, ck.key->key);
   return j.dump(indent);
 }
 
@@ -413,7 +423,7 @@ void Config::validate() const {
   const json j = json::parse(to_json_text());
   Config scratch;
   for (auto& f : fields()) assign(scratch, f, j.at(f.key), "invalid config");
-  for (auto& ck : component_keys()) assign(scratch, *ck.key, j.at(ck.key->key), "invalid config");
+  for (auto& ck : used_component_keys(*this)) assign(scratch, *ck.key, j.at(ck.key->key), "invalid config");
 
   need(d_head > 0 || d_model % n_heads == 0, "d_model (" + std::to_string(d_model) + ") must be divisible by n_heads (" +
                                                  std::to_string(n_heads) + "), or d_head set");
