@@ -87,8 +87,21 @@ GgufVocab gguf_byte_vocab(int64_t V) {
   return v;
 }
 
+namespace {
+GgufVocab vocab_of_hf_json(const json& j, int64_t V);
+}  // namespace
+
 GgufVocab gguf_vocab_of_hf(const std::string& text, int64_t V) {
-  const json j = io::parse_json(text, "the checkpoint's tokenizer.json");  // checked when the model was loaded
+  try {
+    return vocab_of_hf_json(io::parse_json(text, "the checkpoint's tokenizer.json"), V);
+  } catch (const nlohmann::json::exception& e) {  // a field of another type than the format's
+    throw Error(std::string("the checkpoint's tokenizer.json is malformed: ") + e.what());
+  }
+}
+
+namespace {
+
+GgufVocab vocab_of_hf_json(const json& j, int64_t V) {
   auto refuse = [](const std::string& why) -> void {
     throw UsageError("the Hugging Face tokenizer " + why + ": llama.cpp has no tokenizer that computes it "
                      "(GGUF export writes byte-level BPE tokenizers: GPT-2, Llama 3, Qwen2 / 3 and looplm's own)");
@@ -157,6 +170,8 @@ GgufVocab gguf_vocab_of_hf(const std::string& text, int64_t V) {
     v.notes.push_back("the tokenizer has no end-of-text token; llama.cpp will use its default end-of-generation id");
   return v;
 }
+
+}  // namespace
 
 void write_gguf_vocab(io::GgufWriter& w, const GgufVocab& v) {
   w.add_string("tokenizer.ggml.model", v.model);
@@ -242,7 +257,11 @@ ImportedVocab read_gguf_vocab(const io::GgufFile& f, const std::string& path) {
                      {"ignore_merges", std::string(known->gguf_name) == "llama-bpe"},
                      {"vocab", vocab}, {"merges", merges}}}};
   out.kind = "hf";
-  out.tokenizer_json = tj.dump();
+  try {
+    out.tokenizer_json = tj.dump();
+  } catch (const nlohmann::json::exception&) {  // a token that is not UTF-8
+    throw Error(path + ": tokenizer.ggml.tokens holds a token that is not valid UTF-8");
+  }
   return out;
 }
 
