@@ -407,6 +407,40 @@ std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& toks) 
 // every block kind and loop rule, tied and untied: a matrix the model reads as values without
 // saying so (WeightMatrix::read_as_values) would read zeros here. Packing such a model into
 // another format fills the values first.
+// A component that reads a lean-loaded matrix's fp32 values without marking it read_as_values
+// would read zeros: the matrix's node says its values are unset and any op taking it as an input
+// stops the process with the reason. Packing into another format fills the values and lifts it.
+TEST(QuantDeathTest, ReadingALeanMatrixsUnsetValuesIsLoud) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string q = ::testing::TempDir() + "/lean_loud.safetensors";
+  Config c = load_preset("llama");
+  c.d_model = 32, c.n_heads = 2, c.context = 8, c.n_core = 1;
+  {
+    ParamStorage s;
+    s.grads = false;
+    Model m(c, s);
+    m.init_weights(5);
+    m.prepare_inference(*find_weight_format("q4_0"));
+    save_model_packed(q, m);
+  }
+  LoadModelOptions lean;
+  lean.lean = true;
+  std::unique_ptr<Model> a = load_model(q, lean);
+  const WeightMatrix* unset = nullptr;
+  for (const WeightMatrix& w : a->params().matrices())
+    if (!w.read_as_values) unset = &w;
+  ASSERT_NE(unset, nullptr);
+  ASSERT_TRUE(unset->node->values_unset);
+  Graph g;
+  Graph::NoGrad ng(g);
+  Node* x = g.node(1, unset->node->cols, false);
+  std::fill(x->v, x->v + x->cols, 1.0f);
+  EXPECT_DEATH(op::linear(g, x, unset->node, nullptr), "a lean load left unset");
+  a->prepare_inference(*find_weight_format("bf16"));  // another format: the values are filled first
+  EXPECT_FALSE(unset->node->values_unset);
+  op::linear(g, x, unset->node, nullptr);  // now a real product
+}
+
 TEST(Quant, LeanLoadReadsWhatTheModelReads) {
   const std::string dir = ::testing::TempDir();
   const std::vector<int32_t> prompt = {3, 50, 200, 17, 9, 1, 64};

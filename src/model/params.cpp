@@ -164,6 +164,7 @@ void ParamStore::pack(const WeightFormat& f) {
     for (const WeightMatrix& m : matrices_)
       if (auto it = prepacked_.find(m.first); it != prepacked_.end() && !m.read_as_values)
         prepacked_format_->unpack(it->second, m.node->rows, m.node->cols, m.node->v);
+    for (WeightMatrix& m : matrices_) m.node->values_unset = false;
     prepacked_values_unset_ = false;
   }
   packed_store_.clear();
@@ -200,6 +201,8 @@ void ParamStore::set_prepacked(const WeightFormat& f, std::map<int, const void*>
   prepacked_ = std::move(data);
   prepacked_owner_ = std::move(owner);
   prepacked_values_unset_ = values_unset;
+  for (WeightMatrix& m : matrices_)  // reading these values is a bug: Graph::output refuses it
+    m.node->values_unset = values_unset && prepacked_.count(m.first) && !m.read_as_values;
 }
 void ParamStore::Free::operator()(void* p) const { std::free(p); }
 

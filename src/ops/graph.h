@@ -29,6 +29,9 @@ struct Node {
   int64_t rows = 0, cols = 0;
   bool requires_grad = false;
   bool is_param = false;  // grads are persistent and always accumulate
+  // A weight matrix whose fp32 values a lean load left unset (its products use the packed copy):
+  // an op that takes it as an input would read zeros, so Graph::output refuses it.
+  bool values_unset = false;
   int64_t numel() const { return rows * cols; }
 };
 
@@ -55,6 +58,9 @@ class Graph {
   Node* node(int64_t rows, int64_t cols, bool requires_grad);
   template <class... In>
   Node* output(int64_t rows, int64_t cols, const In*... inputs) {
+    LOOPLM_ASSERT(!(false || ... || (inputs && inputs->values_unset)),
+                  "an op reads the fp32 values of a weight matrix a lean load left unset: the component that reads "
+                  "them must mark the matrix WeightMatrix::read_as_values in bind()");
     bool rg = grad_enabled_ && (false || ... || (inputs && inputs->requires_grad));
     return node(rows, cols, rg);
   }
