@@ -378,10 +378,8 @@ TEST(GgufLlamaCpp, ByteLevelBpeTokenizersTravelBothWays) {
   std::string why;
   const std::string lcpp = llamacpp(&why);
   if (lcpp.empty()) GTEST_SKIP() << why;
-  const char* env = std::getenv("LOOPLM_HF_CACHE");
-  const std::string cache = env ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.cache/looplm-hf-tokenizers";
-  const auto setup = run_shell("LOOPLM_HF_CACHE='" + cache + "' " + kSrc + "/tests/tokenizer_parity/setup.sh");
-  if (setup.code != 0) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << setup.out;
+  const std::string cache = test::hf_tokenizer_cache(kSrc, &why);
+  if (cache.empty()) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << why;
   TempDir d("gguf_vocab");
   std::string kjv = io::read_file(kSrc + "/data/kjv/train.txt");
   if (kjv.size() < (1 << 18)) kjv = test::corpus(4000);

@@ -500,10 +500,9 @@ std::string kjv_train(const TempDir& d) {
 }
 
 TEST(HfParity, MatchesHuggingFaceOnRealTokenizers) {
-  const char* env = std::getenv("LOOPLM_HF_CACHE");
-  const std::string cache = env ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.cache/looplm-hf-tokenizers";
-  const auto setup = run_shell("LOOPLM_HF_CACHE='" + cache + "' " + kSrc + "/tests/tokenizer_parity/setup.sh");
-  if (setup.code != 0) GTEST_SKIP() << "Hugging Face's tokenizers.js is not installed and could not be: " << setup.out;
+  std::string why;
+  const std::string cache = test::hf_tokenizer_cache(kSrc, &why);
+  if (cache.empty()) GTEST_SKIP() << "Hugging Face's tokenizers.js is not installed and could not be: " << why;
 
   TempDir d("hf_parity");
   const std::string kjv = kjv_train(d);

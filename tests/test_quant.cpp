@@ -402,45 +402,21 @@ std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& toks) 
 }
 }  // namespace
 
+// A model of random weights (seed 5) written as a q4_0 checkpoint at `path`.
+static void write_q4_0_checkpoint(const Config& c, const std::string& path) {
+  ParamStorage s;
+  s.grads = false;
+  Model m(c, s);
+  m.init_weights(5);
+  m.prepare_inference(*find_weight_format("q4_0"));
+  save_model_packed(path, m);
+}
+
 // A lean load of a quantized checkpoint (LanguageModel::load's) writes no fp32 values for the
 // matrices that are only multiplied, yet computes what the full load computes, bit for bit, for
 // every block kind and loop rule, tied and untied: a matrix the model reads as values without
 // saying so (WeightMatrix::read_as_values) would read zeros here. Packing such a model into
 // another format fills the values first.
-// A component that reads a lean-loaded matrix's fp32 values without marking it read_as_values
-// would read zeros: the matrix's node says its values are unset and any op taking it as an input
-// stops the process with the reason. Packing into another format fills the values and lifts it.
-TEST(QuantDeathTest, ReadingALeanMatrixsUnsetValuesIsLoud) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string q = ::testing::TempDir() + "/lean_loud.safetensors";
-  Config c = load_preset("llama");
-  c.d_model = 32, c.n_heads = 2, c.context = 8, c.n_core = 1;
-  {
-    ParamStorage s;
-    s.grads = false;
-    Model m(c, s);
-    m.init_weights(5);
-    m.prepare_inference(*find_weight_format("q4_0"));
-    save_model_packed(q, m);
-  }
-  LoadModelOptions lean;
-  lean.lean = true;
-  std::unique_ptr<Model> a = load_model(q, lean);
-  const WeightMatrix* unset = nullptr;
-  for (const WeightMatrix& w : a->params().matrices())
-    if (!w.read_as_values) unset = &w;
-  ASSERT_NE(unset, nullptr);
-  ASSERT_TRUE(unset->node->values_unset);
-  Graph g;
-  Graph::NoGrad ng(g);
-  Node* x = g.node(1, unset->node->cols, false);
-  std::fill(x->v, x->v + x->cols, 1.0f);
-  EXPECT_DEATH(op::linear(g, x, unset->node, nullptr), "a lean load left unset");
-  a->prepare_inference(*find_weight_format("bf16"));  // another format: the values are filled first
-  EXPECT_FALSE(unset->node->values_unset);
-  op::linear(g, x, unset->node, nullptr);  // now a real product
-}
-
 TEST(Quant, LeanLoadReadsWhatTheModelReads) {
   const std::string dir = ::testing::TempDir();
   const std::vector<int32_t> prompt = {3, 50, 200, 17, 9, 1, 64};
@@ -455,14 +431,7 @@ TEST(Quant, LeanLoadReadsWhatTheModelReads) {
       c.tie_embeddings = tie;
       const std::string what = std::string(preset) + (tie ? " tied" : " untied");
       const std::string q = dir + "/lean." + preset + ".safetensors";
-      {
-        ParamStorage s;
-        s.grads = false;
-        Model m(c, s);
-        m.init_weights(5);
-        m.prepare_inference(*find_weight_format("q4_0"));
-        save_model_packed(q, m);
-      }
+      write_q4_0_checkpoint(c, q);
       LoadModelOptions lean;
       lean.lean = true;
       std::unique_ptr<Model> a = load_model(q, lean), b = load_model(q);
@@ -519,6 +488,33 @@ TEST(Quant, LeanLoadReadsWhatTheModelReads) {
     EXPECT_NE(std::string(e.what()).find("packed tensor"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("NaN"), std::string::npos) << e.what();
   }
+}
+
+// A component that reads a lean-loaded matrix's fp32 values without marking it read_as_values
+// would read zeros: the matrix's node says its values are unset and any op taking it as an input
+// stops the process with the reason. Packing into another format fills the values and lifts it.
+TEST(QuantDeathTest, ReadingALeanMatrixsUnsetValuesIsLoud) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string q = ::testing::TempDir() + "/lean_loud.safetensors";
+  Config c = load_preset("llama");
+  c.d_model = 32, c.n_heads = 2, c.context = 8, c.n_core = 1;
+  write_q4_0_checkpoint(c, q);
+  LoadModelOptions lean;
+  lean.lean = true;
+  std::unique_ptr<Model> a = load_model(q, lean);
+  const WeightMatrix* unset = nullptr;
+  for (const WeightMatrix& w : a->params().matrices())
+    if (!w.read_as_values) unset = &w;
+  ASSERT_NE(unset, nullptr);
+  ASSERT_TRUE(unset->node->values_unset);
+  Graph g;
+  Graph::NoGrad ng(g);
+  Node* x = g.node(1, unset->node->cols, false);
+  std::fill(x->v, x->v + x->cols, 1.0f);
+  EXPECT_DEATH(op::linear(g, x, unset->node, nullptr), "a lean load left unset");
+  a->prepare_inference(*find_weight_format("bf16"));  // another format: the values are filled first
+  EXPECT_FALSE(unset->node->values_unset);
+  op::linear(g, x, unset->node, nullptr);  // now a real product
 }
 
 namespace {

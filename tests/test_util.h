@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -42,6 +43,19 @@ inline CmdResult run_shell(const std::string& cmd) {
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1, out};
+}
+
+// The npm cache of Hugging Face's tokenizers.js and the real tokenizer.json files
+// (tests/tokenizer_parity/setup.sh installs them when missing): its directory, or "" with the
+// reason in `why` when they are not there and cannot be installed (npm unreachable).
+inline std::string hf_tokenizer_cache(const std::string& source_dir, std::string* why) {
+  const char* env = std::getenv("LOOPLM_HF_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string cache = env ? env : std::string(home ? home : "/tmp") + "/.cache/looplm-hf-tokenizers";
+  const CmdResult setup = run_shell("LOOPLM_HF_CACHE='" + cache + "' " + source_dir + "/tests/tokenizer_parity/setup.sh");
+  if (setup.code == 0) return cache;
+  *why = setup.out;
+  return "";
 }
 
 }  // namespace looplm::test

@@ -12,7 +12,7 @@
 
 namespace looplm {
 
-std::string gguf_export_refusal(const Config& c) {
+std::string gguf_export_refusal(const Config& c, bool check_tokenizer) {
   const std::string why = ": no llama.cpp architecture computes it (GGUF export takes a stack of Llama blocks, dense or looped)";
   if (c.n_prelude || c.n_coda)
     return "the model has a prelude or coda (n_prelude " + std::to_string(c.n_prelude) + ", n_coda " + std::to_string(c.n_coda) + ")" + why;
@@ -30,7 +30,7 @@ std::string gguf_export_refusal(const Config& c) {
     return "d_model " + std::to_string(c.d_model) + ", d_ff " + std::to_string(c.ff_dim()) + " and n_heads · d_head " +
            std::to_string(c.q_width()) + " must be multiples of 32 (GGUF's quantized blocks)";
   if (c.tokenizer == "char") return "tokenizer 'char': a char alphabet has no llama.cpp tokenizer" + why;
-  if (c.tokenizer == "hf") {
+  if (c.tokenizer == "hf" && check_tokenizer) {
     try {
       gguf_vocab_of_hf(c.tokenizer_json, c.vocab_size);
     } catch (const UsageError& e) {
@@ -84,7 +84,7 @@ void packed_row_to_ggml(const WeightFormat& f, const void* packed, int64_t cols,
 
 GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExportOptions& o) {
   const Config& c = m.config();
-  if (std::string why = gguf_export_refusal(c); !why.empty()) throw UsageError("export: cannot write this model as GGUF: " + why);
+  if (std::string why = gguf_export_refusal(c, false); !why.empty()) throw UsageError("export: cannot write this model as GGUF: " + why);
   ParamStore& ps = m.params();
   const WeightFormat* own = ps.prepacked_format();
   if (own && std::strcmp(own->name, "q8_0") && std::strcmp(own->name, "q4_0") && o.type.empty())
@@ -132,7 +132,12 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
     // loop_norm: the final norm between loops too, as Nanbeige (docs/systems.md, the residual rule)
     w.add_bool("nanbeige.skip_loop_final_norm", !c.get_bool("loop_norm"));
   }
-  const GgufVocab vocab = c.tokenizer == "hf" ? gguf_vocab_of_hf(c.tokenizer_json, V) : gguf_byte_vocab(V);
+  GgufVocab vocab;
+  try {  // built once, here: a tokenizer llama.cpp cannot run is refused saying why
+    vocab = c.tokenizer == "hf" ? gguf_vocab_of_hf(c.tokenizer_json, V) : gguf_byte_vocab(V);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("export: cannot write this model as GGUF: ") + e.what());
+  }
   write_gguf_vocab(w, vocab);
 
   int n_tensors = 0;
