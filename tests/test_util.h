@@ -58,4 +58,18 @@ inline std::string hf_tokenizer_cache(const std::string& source_dir, std::string
   return "";
 }
 
+// The KJV corpus directory (train.txt, val.txt): the checkout's data/kjv when prepared, else a copy
+// prepared into `scratch` by scripts/prepare_kjv.sh (a clean clone has none, and another test may be
+// preparing the checkout's at this moment). "" with the script's output in `why` when that fails.
+inline std::string kjv_dir(const std::string& source_dir, const std::string& scratch, std::string* why) {
+  namespace fs = std::filesystem;
+  if (fs::exists(source_dir + "/data/kjv/kjv.stamp")) return source_dir + "/data/kjv";
+  const std::string dir = scratch + "/kjv";
+  if (fs::exists(dir + "/kjv.stamp")) return dir;
+  const CmdResult p = run_shell(source_dir + "/scripts/prepare_kjv.sh " + dir);
+  if (p.code == 0) return dir;
+  *why = p.out;
+  return "";
+}
+
 }  // namespace looplm::test
