@@ -32,7 +32,7 @@ int cmd_generate(int argc, char** argv) {
   p_opt->excludes(f_opt);
   ps_opt->excludes(p_opt)->excludes(f_opt);
   app.add_option("--batch", batch, "sequences decoded together (default 16)")->check(at_least(1));
-  app.add_option("-n,--max-new", g.max_new, "tokens to generate (default 200)")->check(at_least(0));
+  app.add_option("-n,--max-new,--max-tokens", g.max_new, "tokens to generate (default 200)")->check(at_least(0));
   app.add_option("--num-samples", num_samples, "samples from the same prompt, seeds seed, seed+1, ... (default 1)")
       ->check(at_least(1));
   auto* temp_opt = app.add_option("--temperature", g.temperature, "0 = greedy (default 1.0; with --speculative 0)")->check(at_least(0));
@@ -166,15 +166,7 @@ int cmd_generate(int argc, char** argv) {
       for (size_t k = 0; k < n; ++k) {
         const size_t i = i0 + k;
         const std::string& text = texts[text_of[i]];
-        std::string completion = lm.decode(outs[k]);
-        if (lm.config().tokenizer == "hf") {
-          // What the completion adds to the prompt's text: a Hugging Face decoder reads a token with
-          // its neighbours (a SentencePiece one strips the first token's space).
-          std::vector<int32_t> all = chunk[k];
-          all.insert(all.end(), outs[k].begin(), outs[k].end());
-          const std::string base = lm.decode(chunk[k]), full = lm.decode(all);
-          if (full.compare(0, base.size(), base) == 0) completion = full.substr(base.size());
-        }
+        const std::string completion = lm.decode_continuation(chunk[k], outs[k]);
         if (jsonl) {
           // completion: the bytes as text (invalid UTF-8 becomes U+FFFD); tokens: the ids, lossless
           nlohmann::json j = {{"prompt", text}, {"completion", completion}, {"tokens", outs[k]}, {"seed", seed0 + i}};

@@ -54,6 +54,19 @@ struct EvalResult {
   double kv_cache_bytes = 0;
 };
 // ---------------------------------------------------------------- training
+// One optimizer step, as TrainOptions::on_step sees it (the numbers metrics.jsonl records).
+struct TrainStep {
+  int64_t step = 0;            // steps done, this one included (1-based)
+  int64_t last = 0;            // the step this call runs to (config steps, or stop_after)
+  double loss = 0, lr = 0, grad_norm = 0;
+  int depth = 0;               // loop steps this step ran (the depth sampler's draw)
+  double tokens_per_s = 0, tokens_seen = 0, elapsed_s = 0;
+  // Set when this step validated (every eval_every steps, the last step, a stop): the validation
+  // loss at R and at each exit 1..R; NaN and empty otherwise.
+  double val_loss = 0;
+  std::vector<double> val_loss_by_depth;
+  bool validated = false;
+};
 struct TrainOptions {
   // Run directory: checkpoint.json, model.safetensors, checkpoints/, config.json, metrics.jsonl
   // (docs/format.md). One trainer at a time: a second one is refused (a lock, released at exit).
@@ -75,6 +88,10 @@ struct TrainOptions {
   // Set by the caller (e.g. from a signal-handling thread) to end the run after the current step,
   // with a checkpoint; --resume continues it.
   const std::atomic<bool>* stop = nullptr;
+  // Called after every step (after its validation and checkpoint, when it had them), on the
+  // training thread. Returning false ends the run as `stop` does: a checkpoint at this step (with a
+  // validation), TrainResult::interrupted set, resume continues it.
+  std::function<bool(const TrainStep&)> on_step;
 };
 struct TrainResult {
   std::vector<double> losses;  // training loss per step run in this call
@@ -244,8 +261,38 @@ class LanguageModel {
   std::vector<std::vector<int32_t>> generate_batch(const std::vector<std::vector<int32_t>>& prompts,
                                                    const GenerateOptions& o,
                                                    const std::function<void(int, int32_t)>& on_token = {}) const;
+  // The text `added` (new tokens) appends to `prompt`'s: a Hugging Face decoder reads a token with
+  // its neighbours (a SentencePiece decoder strips the first token's space, a byte token may be
+  // part of a character), so this is decode(prompt + added) less decode(prompt) where that is a
+  // prefix, else decode(added). Byte and char models: decode(added).
+  std::string decode_continuation(const std::vector<int32_t>& prompt, const std::vector<int32_t>& added) const;
+
   // Logits [T, V] of a full forward pass (no cache) over `tokens` at `depth`; for tests/tools.
   std::vector<float> forward_logits(const std::vector<int32_t>& tokens, int depth = -1) const;
+  // Every exit of one full forward pass (no cache, noise off) over 1..context tokens: the logit
+  // lens across loop steps. Memory: `states` (depth + 1) · T · d floats, `logits` one T · V block
+  // per asked exit.
+  struct TraceOptions {
+    int depth = -1;          // loop steps; -1 = trained R (may exceed it)
+    bool states = true;      // keep h^(r) for r = 0..depth
+    std::vector<int> exits;  // the exits whose logits to keep (0 = the head on h_pre, r = 1..depth)
+  };
+  struct Trace {
+    int depth = 0, tokens = 0, d_model = 0, vocab = 0;
+    // [depth + 1, T, d_model]: h^(0) = h_pre (after embedding and prelude), h^(r) = readout of the
+    // loop state after step r (what the coda and head read at exit r).
+    std::vector<float> states;
+    std::vector<int> exits;      // TraceOptions::exits, in its order
+    std::vector<float> logits;   // [exits.size(), T, V]
+    // Per loop step r = 1..depth, as EvalResult::diagnostics over these tokens: "state_cosine"
+    // (mean cosine of h^(r) and h^(r-1)) and the mean of each tensor the loop rule or a block
+    // names as a diagnostic (a gate, NRGPT's energy).
+    std::map<std::string, std::vector<double>> diagnostics;
+    // The same per step and token, for the diagnostics with one row per token (a gate, an energy):
+    // the mean over the row, averaged over the blocks that report one: name -> [depth, T].
+    std::map<std::string, std::vector<float>> token_diagnostics;
+  };
+  Trace trace(const std::vector<int32_t>& tokens, const TraceOptions& o) const;
 
   struct Impl;
  private:

@@ -2,6 +2,8 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cmath>
+#include <map>
 
 #include "backend/cpu/weight_format.h"
 #include "io/json_input.h"
@@ -132,6 +134,100 @@ std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tok
   o.depth = depth;
   Node* z = m.logits(g, tokens.data(), 1, (int)tokens.size(), o);
   return std::vector<float>(z->v, z->v + z->numel());
+}
+
+LanguageModel::Trace LanguageModel::trace(const std::vector<int32_t>& tokens, const TraceOptions& opt) const {
+  const Model& m = *impl_->model;
+  const Config& c = m.config();
+  const int T = (int)tokens.size(), d = c.d_model, V = c.vocab_size;
+  if (T == 0 || T > c.context)
+    throw UsageError("trace: need 1.." + std::to_string(c.context) + " tokens (the context), got " + std::to_string(T));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= V) throw UsageError("trace: token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+  Trace tr;
+  tr.depth = c.depth_or_R(opt.depth);
+  tr.tokens = T;
+  tr.d_model = d;
+  tr.vocab = V;
+  tr.exits = opt.exits;
+  for (int e : opt.exits)
+    if (e < 0 || e > tr.depth)
+      throw UsageError("trace: exit " + std::to_string(e) + " is not one of 0.." + std::to_string(tr.depth) + " (the depth run)");
+  if (opt.states) tr.states.resize((size_t)(tr.depth + 1) * T * d);
+  tr.logits.resize(opt.exits.size() * (size_t)T * V);
+  // Diagnostics as eval sums them: per name, per step the sum and count of values; per token the
+  // row means summed over the blocks that report them, and how many did.
+  std::map<std::string, std::vector<std::pair<double, double>>> sums;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<int>>> rows;
+  Graph g;
+  Graph::NoGrad ng(g);
+  g.set_observer(
+      [&](Graph&, const TapSite& s, Node* t) {
+        if (!s.diagnostic || s.step < 1 || s.step > tr.depth) return;
+        auto& v = sums[s.name];
+        if (v.empty()) v.assign(tr.depth + 1, {0.0, 0.0});
+        double sum = 0;
+        for (int64_t i = 0; i < t->numel(); ++i) sum += t->v[i];
+        v[s.step].first += sum;
+        v[s.step].second += (double)t->numel();
+        if (t->rows != T) return;
+        auto& [acc, count] = rows[s.name];
+        if (acc.empty()) acc.assign((size_t)(tr.depth + 1) * T, 0.0), count.assign(tr.depth + 1, 0);
+        for (int i = 0; i < T; ++i) {
+          double r = 0;
+          for (int64_t j = 0; j < t->cols; ++j) r += t->v[i * t->cols + j];
+          acc[(size_t)s.step * T + i] += r / (double)t->cols;
+        }
+        ++count[s.step];
+      },
+      /*diagnostics_only=*/true);
+  RunOptions ro;
+  ro.depth = tr.depth;
+  std::vector<double> cosine(tr.depth + 1, 0.0);
+  std::vector<float> prev;
+  m.trunk(g, tokens.data(), 1, T, ro, [&](int r, Node* h) {
+    if (opt.states) std::copy(h->v, h->v + (size_t)T * d, tr.states.begin() + (size_t)r * T * d);
+    for (size_t k = 0; k < opt.exits.size(); ++k) {
+      if (opt.exits[k] != r) continue;
+      Node* z = m.head(g, h, 1, T, ro);
+      std::copy(z->v, z->v + (size_t)T * V, tr.logits.begin() + k * (size_t)T * V);
+    }
+    if (r > 0) {
+      for (int i = 0; i < T; ++i) {
+        const float* a = h->v + (size_t)i * d;
+        const float* p = prev.data() + (size_t)i * d;
+        double ab = 0, aa = 0, pp = 0;
+        for (int j = 0; j < d; ++j) { ab += (double)a[j] * p[j]; aa += (double)a[j] * a[j]; pp += (double)p[j] * p[j]; }
+        cosine[r] += ab / std::sqrt(aa * pp + 1e-30);
+      }
+    }
+    prev.assign(h->v, h->v + (size_t)T * d);
+  });
+  io::check_mapped_files();
+  if (tr.depth > 0) {
+    auto& cs = tr.diagnostics["state_cosine"];
+    for (int r = 1; r <= tr.depth; ++r) cs.push_back(cosine[r] / T);
+  }
+  for (auto& [name, v] : sums) {
+    auto& out = tr.diagnostics[name];
+    for (int r = 1; r <= tr.depth; ++r) out.push_back(v[r].second > 0 ? v[r].first / v[r].second : std::nan(""));
+  }
+  for (auto& [name, ac] : rows) {
+    auto& out = tr.token_diagnostics[name];
+    out.resize((size_t)tr.depth * T);
+    for (int r = 1; r <= tr.depth; ++r)
+      for (int i = 0; i < T; ++i)
+        out[(size_t)(r - 1) * T + i] = ac.second[r] ? (float)(ac.first[(size_t)r * T + i] / ac.second[r]) : std::nanf("");
+  }
+  return tr;
+}
+
+std::string LanguageModel::decode_continuation(const std::vector<int32_t>& prompt, const std::vector<int32_t>& added) const {
+  if (impl_->model->config().tokenizer != "hf") return decode(added);
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), added.begin(), added.end());
+  const std::string base = decode(prompt), full = decode(all);
+  return full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : decode(added);
 }
 
 std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,

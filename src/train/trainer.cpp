@@ -641,10 +641,32 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                     fmt_duration(elapsed).c_str(), fmt_duration(eta).c_str());
       log(line);
     }
-    const bool interrupted = opt.stop && opt.stop->load();
-    if (st.step % c.eval_every == 0 || st.step == last || interrupted) {
+    bool interrupted = opt.stop && opt.stop->load();
+    bool validated = false;
+    auto validate_and_checkpoint = [&] {
       res.val_loss = validate(st.step);
       checkpoint(res.val_loss);
+      validated = true;
+    };
+    if (st.step % c.eval_every == 0 || st.step == last || interrupted) validate_and_checkpoint();
+    if (opt.on_step) {
+      TrainStep ts;
+      ts.step = st.step;
+      ts.last = last;
+      ts.loss = loss;
+      ts.lr = lr;
+      ts.grad_norm = gnorm;
+      ts.depth = depth;
+      ts.tokens_per_s = tps;
+      ts.tokens_seen = st.tokens_seen;
+      ts.elapsed_s = elapsed;
+      ts.validated = validated;
+      ts.val_loss = validated ? res.report.loss : std::nan("");
+      if (validated) ts.val_loss_by_depth = res.report.loss_by_depth;
+      if (!opt.on_step(ts) && !interrupted && st.step < last) {
+        interrupted = true;
+        if (!validated) validate_and_checkpoint();
+      }
     }
     if (interrupted && st.step < last) {
       log("interrupted: checkpoint written at step " + std::to_string(st.step) + "; continue with --resume");

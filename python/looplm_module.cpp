@@ -1,0 +1,558 @@
+// The `looplm` Python module (docs/python.md): the public C++ API (include/looplm/looplm.h) through
+// pybind11, and nothing else: no src/ header is included, so Python sees what the CLI sees.
+//
+// Conventions. Arrays come back as numpy arrays that own the library's result buffer (no copy: a
+// capsule keeps it alive). The GIL is released while C++ runs; a callback takes it back for its
+// call. Library calls take one process-wide lock (CallLock): the library's thread governor is
+// process state, so two Python threads run their calls one after the other, while other Python
+// code runs beside them. Errors: looplm.UsageError (a bad option or value; also a ValueError) and
+// looplm.Error (a bad file, a runtime failure; a RuntimeError), with the library's message.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "looplm/looplm.h"
+
+namespace py = pybind11;
+using namespace looplm;
+
+namespace {
+
+PyObject* g_error = nullptr;        // looplm.Error
+PyObject* g_usage_error = nullptr;  // looplm.UsageError
+
+// Recursive: a callback (on_token, a train callback) may call the library again.
+std::recursive_mutex& library_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+// The GIL released and the library held, for one call into C++.
+struct CallLock {
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::recursive_mutex> lock{library_mutex()};
+};
+
+// A numpy array over `v`'s memory, which it then owns (moved, not copied).
+template <class T>
+py::array_t<T> owned_array(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
+  auto* held = new std::vector<T>(std::move(v));
+  py::capsule owner(held, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(shape, held->data(), owner);
+}
+// A numpy array over part of a shared result (a trace's states or logits), kept alive by it.
+template <class T, class Whole>
+py::array_t<T> shared_array(const std::shared_ptr<Whole>& whole, const T* data, std::vector<py::ssize_t> shape) {
+  auto* held = new std::shared_ptr<Whole>(whole);
+  py::capsule owner(held, [](void* p) { delete static_cast<std::shared_ptr<Whole>*>(p); });
+  return py::array_t<T>(shape, data, owner);
+}
+
+// Text from the library's bytes: a byte model may emit part of a UTF-8 character (U+FFFD for it).
+py::str text_of(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), (Py_ssize_t)s.size(), "replace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+std::string utf8_of(const py::handle& text) {
+  if (!py::isinstance<py::str>(text)) throw UsageError("expected text (str), got " + std::string(py::str(py::type::of(text))));
+  return text.cast<std::string>();
+}
+
+// Token ids from any integer sequence (a list, a numpy array), checked against the vocabulary.
+std::vector<int32_t> ids_of(const py::handle& seq, int vocab, const char* what) {
+  py::array_t<int64_t, py::array::c_style | py::array::forcecast> a;
+  try {
+    a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(seq);
+  } catch (const py::error_already_set&) {
+  }
+  if (!a || a.ndim() != 1)
+    throw UsageError(std::string(what) + ": expected text or a one-dimensional sequence of token ids");
+  std::vector<int32_t> ids((size_t)a.size());
+  for (py::ssize_t i = 0; i < a.size(); ++i) {
+    const int64_t t = a.data()[i];
+    if (t < 0 || t >= vocab)
+      throw UsageError(std::string(what) + ": token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                       std::to_string(vocab - 1) + ")");
+    ids[i] = (int32_t)t;
+  }
+  return ids;
+}
+
+py::object json_loads(const std::string& text) { return py::module_::import("json").attr("loads")(text); }
+
+// A config from a preset, a JSON file or a dict of keys (each applied as `--set key=value`).
+Config config_of(const py::object& config, const std::optional<std::string>& preset) {
+  if (py::isinstance<py::str>(config)) {
+    if (preset) throw UsageError("give a config file or a preset, not both");
+    Config c = Config::from_file(config.cast<std::string>());
+    c.validate();
+    return c;
+  }
+  Config c = load_preset(preset.value_or("looped"));
+  if (!config.is_none()) {
+    if (!py::isinstance<py::dict>(config)) throw UsageError("config: expected a dict of config keys or a JSON file's path");
+    py::object dumps = py::module_::import("json").attr("dumps");
+    for (auto [k, v] : config.cast<py::dict>()) {
+      const std::string key = py::str(k);
+      c.set(key, py::isinstance<py::str>(v) ? v.cast<std::string>() : dumps(v).cast<std::string>());
+    }
+  }
+  c.validate();
+  return c;
+}
+
+EarlyExit exit_of(const std::string& rule, double threshold) {
+  EarlyExit e;
+  e.rule = parse_exit_rule(rule);
+  e.threshold = threshold;
+  if (e.rule != ExitRule::fixed && !(threshold > 0)) throw UsageError("exit_rule " + rule + " needs an exit_threshold > 0");
+  return e;
+}
+
+py::dict eval_dict(const EvalResult& e, int R) {
+  py::dict d;
+  d["loss"] = e.loss;
+  d["accuracy"] = e.accuracy;
+  d["loss_by_depth"] = e.loss_by_depth;
+  d["accuracy_by_depth"] = e.accuracy_by_depth;
+  d["diagnostics"] = e.diagnostics;
+  d["tokens"] = e.tokens;
+  d["windows"] = e.windows;
+  if (e.examples > 0) d["examples"] = e.examples;
+  d["R"] = R;
+  d["depth"] = (int)e.loss_by_depth.size();
+  d["mean_steps"] = e.mean_steps;
+  d["exit_fraction"] = e.exit_fraction;
+  if (e.gate_expected_depth > 0) d["gate_expected_depth"] = e.gate_expected_depth;
+  if (!e.difficulty_first.empty()) {
+    py::dict q;
+    q["first_exit"] = e.difficulty_first;
+    q["last_exit"] = e.difficulty_last;
+    d["loss_by_difficulty"] = q;
+  }
+  if (e.kv_cache_bytes > 0) {
+    d["kv_bytes_per_token"] = e.kv_bytes_per_token;
+    d["kv_cache_bytes"] = e.kv_cache_bytes;
+  }
+  return d;
+}
+
+py::dict stats_dict(const GenerateStats& s) {
+  py::dict d;
+  d["prompt_tokens"] = s.prompt_tokens;
+  d["prompt_seconds"] = s.prompt_seconds;
+  d["new_tokens"] = s.new_tokens;
+  d["gen_seconds"] = s.gen_seconds;
+  d["mean_steps"] = s.mean_steps;
+  d["kv_bytes_per_token"] = s.kv_bytes_per_token;
+  d["kv_cache_bytes"] = s.kv_cache_bytes;
+  d["draft_tokens"] = s.draft_tokens;
+  d["accepted_tokens"] = s.accepted_tokens;
+  return d;
+}
+
+// A loaded model. Shared so that arrays and traces never outlive what they point into.
+struct PyModel {
+  std::shared_ptr<LanguageModel> lm;
+
+  const Config& config() const { return lm->config(); }
+  int depth_of(const std::optional<int>& depth) const {
+    if (depth && *depth < 0) throw UsageError("depth must be >= 0 (None: the trained R)");
+    return depth ? *depth : -1;
+  }
+  // Token ids of `x`: text through the tokenizer, or ids as given.
+  std::vector<int32_t> tokens_of(const py::handle& x, const char* what) const {
+    if (py::isinstance<py::str>(x)) {
+      const std::string s = x.cast<std::string>();
+      CallLock l;
+      return lm->encode(s);
+    }
+    return ids_of(x, config().vocab_size, what);
+  }
+
+  LanguageModel::Trace run_trace(const py::handle& ids, const LanguageModel::TraceOptions& o) const {
+    const std::vector<int32_t> t = tokens_of(ids, "trace");
+    CallLock l;
+    return lm->trace(t, o);
+  }
+};
+
+py::dict trace_dict(LanguageModel::Trace&& t) {
+  auto tr = std::make_shared<LanguageModel::Trace>(std::move(t));
+  py::dict d;
+  d["depth"] = tr->depth;
+  d["exits"] = tr->exits;
+  if (!tr->states.empty())
+    d["states"] = shared_array(tr, tr->states.data(), {tr->depth + 1, tr->tokens, tr->d_model});
+  if (!tr->exits.empty())
+    d["logits"] = shared_array(tr, tr->logits.data(), {(py::ssize_t)tr->exits.size(), tr->tokens, tr->vocab});
+  d["diagnostics"] = tr->diagnostics;
+  py::dict per_token;
+  for (const auto& [name, v] : tr->token_diagnostics)
+    per_token[py::str(name)] = shared_array(tr, v.data(), {tr->depth, tr->tokens});
+  d["token_diagnostics"] = per_token;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(looplm, m) {
+  m.doc() = "looplm: looped (recurrent-depth) transformer language models (docs/python.md)";
+  m.attr("__version__") = kVersion;
+
+  g_error = PyErr_NewExceptionWithDoc("looplm.Error", "A bad file or a runtime failure, with looplm's message.",
+                                      PyExc_RuntimeError, nullptr);
+  py::tuple usage_bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
+  g_usage_error = PyErr_NewExceptionWithDoc("looplm.UsageError", "A bad option or value (the CLI's exit 2).",
+                                            usage_bases.ptr(), nullptr);
+  m.attr("Error") = py::handle(g_error);
+  m.attr("UsageError") = py::handle(g_usage_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const UsageError& e) {
+      PyErr_SetString(g_usage_error, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+
+  m.def("set_threads", [](int n) {
+        if (n < 0) throw UsageError("set_threads: n must be >= 0 (0 adapts to the machine)");
+        CallLock l;
+        set_threads(n);
+      },
+      py::arg("n"), "Compute threads: n exactly, or 0 (the default) to adapt to the cores this process may use.");
+  m.def("presets", &preset_names, "The named configs (configs/*.json) a train() call may start from.");
+  m.def("preset", [](const std::string& name) { return json_loads(load_preset(name).to_json_text()); }, py::arg("name"),
+        "A named config as a dict.");
+
+  py::class_<PyModel>(m, "Model", "A checkpoint loaded for evaluation and generation (looplm.load).")
+      .def_property_readonly("config", [](const PyModel& s) { return json_loads(s.config().to_json_text()); },
+                             "The model's config as a dict (docs/config.md).")
+      .def_property_readonly("n_params", [](const PyModel& s) { return s.lm->n_params(); })
+      .def_property_readonly("vocab_size", [](const PyModel& s) { return s.config().vocab_size; })
+      .def_property_readonly("d_model", [](const PyModel& s) { return s.config().d_model; })
+      .def_property_readonly("context", [](const PyModel& s) { return s.config().context; })
+      .def_property_readonly("R", [](const PyModel& s) { return s.config().R; }, "The trained number of loop steps.")
+      .def("tokenize",
+           [](const PyModel& s, const py::object& text) {
+             const std::string t = utf8_of(text);
+             std::vector<int32_t> ids;
+             {
+               CallLock l;
+               ids = s.lm->encode(t);
+             }
+             const py::ssize_t n = (py::ssize_t)ids.size();
+             return owned_array(std::move(ids), {n});
+           },
+           py::arg("text"), "Token ids of `text` (numpy int32).")
+      .def("detokenize",
+           [](const PyModel& s, const py::object& ids) {
+             const std::vector<int32_t> t = ids_of(ids, s.config().vocab_size, "detokenize");
+             std::string text;
+             {
+               CallLock l;
+               text = s.lm->decode(t);
+             }
+             return text_of(text);
+           },
+           py::arg("ids"), "The text of token ids (bytes that are not UTF-8 become U+FFFD).")
+      .def("logits",
+           [](const PyModel& s, const py::object& ids, std::optional<int> depth) {
+             LanguageModel::TraceOptions o;
+             o.depth = s.depth_of(depth);
+             o.states = false;
+             o.exits = {s.config().depth_or_R(o.depth)};
+             LanguageModel::Trace t = s.run_trace(ids, o);
+             const py::ssize_t T = t.tokens, V = t.vocab;
+             return owned_array(std::move(t.logits), {T, V});
+           },
+           py::arg("ids"), py::arg("depth") = py::none(),
+           "Next-token logits [T, vocab] (float32) of one forward pass over `ids` (text or token ids) at `depth` "
+           "loop steps (None: the trained R; 0: the head on h_pre).")
+      .def("logits_by_depth",
+           [](const PyModel& s, const py::object& ids, std::optional<std::vector<int>> depths) {
+             LanguageModel::TraceOptions o;
+             o.states = false;
+             if (depths) {
+               if (depths->empty()) throw UsageError("logits_by_depth: depths is empty");
+               o.exits = *depths;
+             } else {
+               for (int r = 1; r <= s.config().R; ++r) o.exits.push_back(r);
+             }
+             int deepest = 0;
+             for (int r : o.exits) {
+               if (r < 0) throw UsageError("logits_by_depth: depth " + std::to_string(r) + " is negative");
+               deepest = std::max(deepest, r);
+             }
+             o.depth = deepest;
+             LanguageModel::Trace t = s.run_trace(ids, o);
+             const py::ssize_t n = (py::ssize_t)t.exits.size(), T = t.tokens, V = t.vocab;
+             return owned_array(std::move(t.logits), {n, T, V});
+           },
+           py::arg("ids"), py::arg("depths") = py::none(),
+           "Logits [len(depths), T, vocab] at each of `depths` (None: 1..R) from one forward pass: the logit lens "
+           "across loop steps.")
+      .def("states",
+           [](const PyModel& s, const py::object& ids, std::optional<int> depth) {
+             LanguageModel::TraceOptions o;
+             o.depth = s.depth_of(depth);
+             LanguageModel::Trace t = s.run_trace(ids, o);
+             const py::ssize_t D = t.depth + 1, T = t.tokens, d = t.d_model;
+             return owned_array(std::move(t.states), {D, T, d});
+           },
+           py::arg("ids"), py::arg("depth") = py::none(),
+           "Exit states [depth + 1, T, d_model]: h_pre, then the readout of the loop state after each step.")
+      .def("trace",
+           [](const PyModel& s, const py::object& ids, std::optional<int> depth, std::optional<std::vector<int>> exits,
+              bool states) {
+             LanguageModel::TraceOptions o;
+             o.depth = s.depth_of(depth);
+             o.states = states;
+             if (exits) o.exits = *exits;
+             return trace_dict(s.run_trace(ids, o));
+           },
+           py::arg("ids"), py::arg("depth") = py::none(), py::arg("exits") = py::none(), py::arg("states") = true,
+           "One forward pass, every exit: a dict of states [depth + 1, T, d], logits [len(exits), T, vocab] at `exits`, "
+           "diagnostics (name -> mean per loop step, as evaluate) and token_diagnostics (name -> [depth, T]).")
+      .def("generate",
+           [](const PyModel& s, const py::object& prompt, int max_tokens, std::optional<double> temperature, int top_k,
+              double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, double exit_threshold,
+              const std::string& kv_policy, const std::string& kv_cache, int speculative, int draft_depth,
+              const py::object& on_token, bool return_stats) -> py::object {
+             GenerateOptions g;
+             if (max_tokens < 0) throw UsageError("generate: max_tokens must be >= 0");
+             g.max_new = max_tokens;
+             // speculative decoding is greedy (the CLI's default too)
+             g.temperature = temperature ? *temperature : speculative > 0 ? 0.0 : 1.0;
+             if (g.temperature < 0) throw UsageError("generate: temperature must be >= 0");
+             g.top_k = top_k;
+             g.top_p = top_p;
+             g.seed = seed;
+             g.depth = s.depth_of(depth);
+             g.exit = exit_of(exit_rule, exit_threshold);
+             if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
+               throw UsageError("generate: exit_rule " + exit_rule + " needs loop steps (depth 0 runs none)");
+             g.kv_policy = parse_kv_policy(kv_policy);
+             g.kv_cache = kv_cache;
+             g.speculative = speculative;
+             g.draft_depth = draft_depth;
+             if ((speculative > 0) != (draft_depth > 0))
+               throw UsageError("generate: speculative=K and draft_depth=r go together");
+             GenerateStats st;
+             g.stats = &st;
+             const bool callback = !on_token.is_none();
+             // A batch: a list of prompts (text), one sequence each (sequence i samples with seed + i).
+             if (py::isinstance<py::list>(prompt) && py::len(prompt) > 0 && py::isinstance<py::str>(prompt[py::int_(0)])) {
+               std::vector<std::vector<int32_t>> ids;
+               for (auto p : prompt) {
+                 const std::string text = utf8_of(p);
+                 {
+                   CallLock l;
+                   ids.push_back(s.lm->encode_prompt(text));
+                 }
+                 if (ids.back().empty()) throw UsageError("generate: prompt " + std::to_string(ids.size()) + " is empty");
+               }
+               std::vector<std::vector<int32_t>> outs;
+               std::vector<std::string> texts;
+               {
+                 CallLock l;
+                 outs = s.lm->generate_batch(ids, g, [&](int i, int32_t t) {
+                   if (!callback) return;
+                   py::gil_scoped_acquire gil;
+                   on_token(i, t);
+                 });
+                 for (size_t i = 0; i < outs.size(); ++i) texts.push_back(s.lm->decode_continuation(ids[i], outs[i]));
+               }
+               py::list result;
+               for (const auto& t : texts) result.append(text_of(t));
+               if (return_stats) return py::make_tuple(result, stats_dict(st));
+               return result;
+             }
+             const bool as_text = py::isinstance<py::str>(prompt);
+             std::vector<int32_t> ids;
+             if (as_text) {
+               const std::string text = prompt.cast<std::string>();
+               CallLock l;
+               ids = s.lm->encode_prompt(text);
+             } else {
+               ids = ids_of(prompt, s.config().vocab_size, "generate");
+             }
+             if (ids.empty()) throw UsageError("generate: the prompt is empty");
+             std::vector<int32_t> out;
+             std::string text;
+             {
+               CallLock l;
+               out = s.lm->generate(ids, g, [&](int32_t t) {
+                 if (!callback) return;
+                 py::gil_scoped_acquire gil;
+                 on_token(t);
+               });
+               if (as_text) text = s.lm->decode_continuation(ids, out);
+             }
+             py::object result;
+             if (as_text) {
+               result = text_of(text);
+             } else {
+               const py::ssize_t n = (py::ssize_t)out.size();
+               result = owned_array(std::move(out), {n});
+             }
+             if (return_stats) return py::make_tuple(result, stats_dict(st));
+             return result;
+           },
+           py::arg("prompt"), py::arg("max_tokens") = 200, py::arg("temperature") = py::none(), py::arg("top_k") = 0,
+           py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
+           py::arg("exit_threshold") = 0.0, py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
+           py::arg("speculative") = 0, py::arg("draft_depth") = 0, py::arg("on_token") = py::none(),
+           py::arg("return_stats") = false,
+           "Sample a continuation (the CLI's generate). prompt: text -> the new text; token ids -> the new ids "
+           "(numpy int32); a list of texts -> a list of new texts, decoded together (sequence i with seed + i). "
+           "on_token(id) (a batch: on_token(i, id)) sees each new token. temperature None: 1, or 0 with speculative.")
+      .def("evaluate",
+           [](const PyModel& s, const py::object& data, std::optional<int> depth, const std::string& exit_rule,
+              double exit_threshold, std::optional<bool> incremental, std::optional<std::string> kv_policy,
+              std::optional<std::string> kv_cache, int batch, std::optional<int64_t> max_windows, int window,
+              bool file) {
+             EvalOptions o;
+             o.depth = s.depth_of(depth);
+             o.exit = exit_of(exit_rule, exit_threshold);
+             if (o.depth == 0 && o.exit.rule != ExitRule::fixed)
+               throw UsageError("evaluate: exit_rule " + exit_rule + " needs loop steps (depth 0 runs none)");
+             // as the CLI: a KV policy or cache type scores through incremental decoding
+             o.incremental = incremental.value_or(kv_policy.has_value() || kv_cache.has_value());
+             if (kv_policy) o.kv_policy = parse_kv_policy(*kv_policy);
+             if (kv_cache) o.kv_cache = *kv_cache;
+             o.batch = batch;
+             o.max_windows = max_windows.value_or(-1);
+             if (window < 0) throw UsageError("evaluate: window must be >= 0 (0: the model's context)");
+             o.window = window;
+             EvalResult e;
+             if (file) {
+               const std::string path = utf8_of(data);
+               CallLock l;
+               e = s.lm->evaluate_file(path, o);
+             } else if (data.is_none()) {
+               CallLock l;
+               e = s.lm->evaluate_validation(o);
+             } else {
+               const std::vector<int32_t> t = s.tokens_of(data, "evaluate");
+               CallLock l;
+               e = s.lm->evaluate(t, o);
+             }
+             py::dict d = eval_dict(e, s.config().R);
+             d["exit_rule"] = exit_rule;
+             d["incremental"] = o.incremental;
+             return d;
+           },
+           py::arg("data") = py::none(), py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
+           py::arg("exit_threshold") = 0.0, py::arg("incremental") = py::none(), py::arg("kv_policy") = py::none(),
+           py::arg("kv_cache") = py::none(), py::arg("batch") = 8, py::arg("max_windows") = py::none(),
+           py::arg("window") = 0, py::arg("file") = false,
+           "Held-out loss, accuracy and per-exit diagnostics (the CLI's eval --json) of `data`: text, token ids, a "
+           "file's path with file=True, or None for the run's validation data.");
+
+  m.def("load",
+        [](const std::string& path, const std::string& weights, bool allow_nonfinite) {
+          LoadOptions o;
+          o.weights = weights;
+          o.allow_nonfinite = allow_nonfinite;
+          CallLock l;
+          return PyModel{std::make_shared<LanguageModel>(LanguageModel::load(path, o))};
+        },
+        py::arg("path"), py::arg("weights") = "", py::arg("allow_nonfinite") = false,
+        "Load model.safetensors (or its run directory), mapped read-only. weights: the format inference reads "
+        "(\"\": the checkpoint's own; fp32, bf16, q8_0, q4_0, q4_k).");
+  m.def("from_config",
+        [](const py::object& config, std::optional<std::string> preset, uint64_t seed, const std::string& weights) {
+          const Config c = config_of(config, preset);
+          LoadOptions o;
+          o.weights = weights;
+          CallLock l;
+          return PyModel{std::make_shared<LanguageModel>(LanguageModel::from_config(c, seed, o))};
+        },
+        py::arg("config") = py::none(), py::arg("preset") = py::none(), py::arg("seed") = 0, py::arg("weights") = "",
+        "A model with freshly initialised weights: a preset (default looped) changed by `config`'s keys, or a JSON file.");
+
+  m.def("train",
+        [](const py::object& config, const std::string& out, std::optional<std::string> preset, bool resume, bool overwrite,
+           const std::string& init_from, std::optional<int> stop_after, const py::object& callback, const py::object& log,
+           bool quiet) {
+          // resume with no config: the run's own (as the CLI's train --resume)
+          const Config c = resume && config.is_none() && !preset ? run_config(out) : config_of(config, preset);
+          TrainOptions o;
+          o.out_dir = out;
+          o.resume = resume;
+          o.overwrite = overwrite;
+          o.init_from = init_from;
+          o.stop_after = stop_after.value_or(-1);
+          o.quiet = quiet;
+          py::object write = log.is_none() ? py::module_::import("sys").attr("stderr").attr("write") : log;
+          const bool to_stderr = log.is_none();
+          o.log = [&](const std::string& line) {
+            py::gil_scoped_acquire gil;
+            write(text_of(to_stderr ? line + "\n" : line));
+          };
+          // Each step: the callback, and Ctrl-C (a KeyboardInterrupt ends the run with a checkpoint,
+          // then is raised). An exception from the callback does the same.
+          std::optional<py::error_already_set> raised;
+          o.on_step = [&](const TrainStep& t) {
+            py::gil_scoped_acquire gil;
+            try {
+              if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+              if (callback.is_none()) return true;
+              py::dict d;
+              d["step"] = t.step;
+              d["last"] = t.last;
+              d["loss"] = t.loss;
+              d["lr"] = t.lr;
+              d["grad_norm"] = t.grad_norm;
+              d["depth"] = t.depth;
+              d["tokens_per_s"] = t.tokens_per_s;
+              d["tokens_seen"] = t.tokens_seen;
+              d["elapsed_s"] = t.elapsed_s;
+              if (t.validated) {
+                d["val_loss"] = t.val_loss;
+                d["val_loss_by_depth"] = t.val_loss_by_depth;
+              }
+              const py::object r = callback(d);
+              return r.is_none() || r.cast<bool>();  // False stops the run
+            } catch (py::error_already_set& e) {
+              raised.emplace(std::move(e));
+              return false;
+            }
+          };
+          TrainResult r;
+          {
+            CallLock l;
+            r = train(c, o);
+          }
+          if (raised) throw std::move(*raised);
+          py::dict d;
+          const py::ssize_t n = (py::ssize_t)r.losses.size();
+          d["losses"] = owned_array(std::move(r.losses), {n});
+          d["val_loss"] = r.val_loss;
+          d["steps_done"] = r.steps_done;
+          d["interrupted"] = r.interrupted;
+          d["complete"] = r.complete;
+          d["activation_bytes_peak"] = r.activation_bytes_peak;
+          if (r.complete) d["report"] = eval_dict(r.report, c.R);
+          d["checkpoint"] = out + "/model.safetensors";
+          return d;
+        },
+        py::arg("config") = py::none(), py::arg("out") = "", py::arg("preset") = py::none(), py::arg("resume") = false,
+        py::arg("overwrite") = false, py::arg("init_from") = "", py::arg("stop_after") = py::none(),
+        py::arg("callback") = py::none(), py::arg("log") = py::none(), py::arg("quiet") = false,
+        "Train into run directory `out` (the CLI's train): config is a dict of keys over a preset (default looped) "
+        "or a JSON file. callback(step: dict) after every step; returning False stops the run with a checkpoint "
+        "(resume=True continues it). log(line) gets the progress lines (default: stderr).");
+}

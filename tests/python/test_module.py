@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""The Python module `looplm` (docs/python.md) against the CLI and the PyTorch reference's fixtures.
+
+Run by ctest (test `python_module`) with PYTHONPATH=build/python and LOOPLM_BIN=build/looplm:
+    PYTHONPATH=build/python LOOPLM_BIN=build/looplm python3 tests/python/test_module.py -v
+
+Tolerances. The module and the CLI call the same library code on the same data, so their numbers are
+equal up to the summation order a different thread count may give (1e-9 relative). A loss computed
+here in float64 from the module's float32 logits differs from the engine's float32 cross-entropy by
+float32 rounding of sums over the vocabulary (~1e-6 relative). The fixtures are float64 and the
+engine float32, compared at 2e-5 of the tensor's scale, as tests/test_reference.cpp says why.
+"""
+import _thread
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+import numpy as np
+
+import looplm
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("LOOPLM_BIN", os.path.join(SRC, "build", "looplm"))
+FIXTURES = os.path.join(SRC, "tests", "fixtures")
+
+
+def corpus(lines):
+    words = "the lord said unto moses and aaron go in to pharaoh and let my people go that they may serve me".split()
+    rng = np.random.default_rng(7)
+    return "".join(" ".join(rng.choice(words, 9)) + f" {i % 7}.\n" for i in range(lines))
+
+
+def cli(*args):
+    r = subprocess.run([BIN, *args], capture_output=True)
+    if r.returncode != 0:
+        raise AssertionError(f"looplm {' '.join(args)} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
+    return r.stdout.decode(errors="replace")  # a byte model may sample bytes that are not UTF-8
+
+
+TINY = {"d_model": 32, "n_heads": 2, "d_ff": 64, "context": 32, "n_prelude": 1, "n_core": 1, "n_coda": 1, "R": 3,
+        "batch_size": 4, "steps": 24, "eval_every": 12, "eval_batches": 2, "lr": 3e-3, "warmup": 4, "log_every": 1000}
+
+
+class Trained(unittest.TestCase):
+    """One small model trained through the module; the CLI and the module then read it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="looplm_py_")
+        cls.train_txt = os.path.join(cls.dir, "train.txt")
+        cls.val_txt = os.path.join(cls.dir, "val.txt")
+        with open(cls.train_txt, "w") as f:
+            f.write(corpus(400))
+        with open(cls.val_txt, "w") as f:
+            f.write(corpus(60)[::-1])
+        cls.config = dict(TINY, data_train=cls.train_txt, data_val=cls.val_txt)
+        cls.steps = []
+        cls.result = looplm.train(cls.config, out=os.path.join(cls.dir, "run"), callback=cls.steps.append, quiet=True)
+        cls.ckpt = os.path.join(cls.dir, "run")
+        cls.m = looplm.load(cls.ckpt)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_train_reports_every_step(self):
+        r = self.result
+        self.assertTrue(r["complete"])
+        self.assertEqual(r["steps_done"], TINY["steps"])
+        self.assertEqual([s["step"] for s in self.steps], list(range(1, TINY["steps"] + 1)))
+        self.assertEqual([s["loss"] for s in self.steps], list(r["losses"]))
+        validated = [s["step"] for s in self.steps if "val_loss" in s]
+        self.assertEqual(validated, [12, 24])
+        self.assertLess(r["losses"][-1], r["losses"][0])  # it learned something
+        self.assertEqual(len(self.steps[-1]["val_loss_by_depth"]), TINY["R"])
+        self.assertEqual(self.m.config["R"], TINY["R"])
+
+    def test_evaluate_equals_the_cli(self):
+        want = json.loads(cli("eval", "--checkpoint", self.ckpt, "--data", self.val_txt, "--json", "-t", "1"))
+        with open(self.val_txt) as f:
+            got = self.m.evaluate(f.read())
+        for k in ("loss", "accuracy"):
+            self.assertAlmostEqual(got[k], want[k], delta=1e-9 * abs(want[k]) + 1e-12, msg=k)
+        np.testing.assert_allclose(got["loss_by_depth"], want["loss_by_depth"], rtol=1e-9)
+        np.testing.assert_allclose(got["diagnostics"]["state_cosine"], want["diagnostics"]["state_cosine"], rtol=1e-9)
+        self.assertEqual((got["tokens"], got["windows"]), (want["tokens"], want["windows"]))
+        by_file = self.m.evaluate(self.val_txt, file=True)
+        self.assertEqual(by_file["loss"], got["loss"])
+        # early exit and incremental scoring take the CLI's options by the same names
+        want = json.loads(cli("eval", "--checkpoint", self.ckpt, "--data", self.val_txt, "--json", "--exit-rule", "entropy",
+                              "--exit-threshold", "2.5", "--kv-policy", "mean", "-t", "1"))
+        got = self.m.evaluate(self.val_txt, file=True, exit_rule="entropy", exit_threshold=2.5, kv_policy="mean")
+        self.assertTrue(got["incremental"])
+        self.assertAlmostEqual(got["loss"], want["loss"], delta=1e-9 * want["loss"])
+        self.assertAlmostEqual(got["mean_steps"], want["mean_steps"], delta=1e-12)
+
+    def test_loss_from_logits_is_the_cli_loss(self):
+        want = json.loads(cli("eval", "--checkpoint", self.ckpt, "--data", self.val_txt, "--json", "--depth", "2", "-t", "1"))
+        with open(self.val_txt, "rb") as f:
+            ids = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int32)  # a byte model: ids are the bytes
+        with open(self.val_txt) as f:
+            np.testing.assert_array_equal(self.m.tokenize(f.read()), ids)
+        T = self.m.context
+        nll = []
+        for w in range((len(ids) - 1) // T):
+            x, y = ids[w * T:(w + 1) * T], ids[w * T + 1:(w + 1) * T + 1]
+            z = self.m.logits(x, depth=2).astype(np.float64)
+            z -= z.max(axis=1, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            nll.append(-logp[np.arange(T), y])
+        self.assertAlmostEqual(float(np.mean(np.concatenate(nll))), want["loss"], delta=2e-6 * want["loss"])
+
+    def test_generate_equals_the_cli(self):
+        prompt = "the lord said"
+        for opts, kw in [(["--temperature", "0"], dict(temperature=0)),
+                         (["--temperature", "0.9", "--top-k", "20", "--seed", "5"], dict(temperature=0.9, top_k=20, seed=5)),
+                         (["--temperature", "0", "--exit-rule", "kl", "--exit-threshold", "0.05", "--kv-policy", "last"],
+                          dict(temperature=0, exit_rule="kl", exit_threshold=0.05, kv_policy="last"))]:
+            want = cli("generate", "--checkpoint", self.ckpt, "-p", prompt, "--max-tokens", "40", "--quiet", *opts)
+            got = self.m.generate(prompt, max_tokens=40, **kw)
+            self.assertEqual(prompt + got + "\n", want, msg=str(opts))
+        # token ids in, token ids out, each seen by on_token as it is made
+        seen = []
+        ids = self.m.generate(self.m.tokenize(prompt), max_tokens=12, temperature=0, on_token=seen.append)
+        self.assertEqual(list(ids), seen)
+        self.assertEqual(self.m.detokenize(ids), self.m.generate(prompt, max_tokens=12, temperature=0))
+        # a batch: sequence i samples with seed + i, as the CLI's --prompts
+        prompts = ["let my people", "and aaron"]
+        path = os.path.join(self.dir, "prompts.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(prompts) + "\n")
+        want = cli("generate", "--checkpoint", self.ckpt, "--prompts", path, "-n", "16", "--temperature", "0.8", "--seed",
+                   "3", "--quiet")
+        got, stats = self.m.generate(prompts, max_tokens=16, temperature=0.8, seed=3, return_stats=True)
+        self.assertEqual(want, "---------------\n".join(p + g + "\n" for p, g in zip(prompts, got)))
+        self.assertEqual(stats["new_tokens"], 32)
+
+    def test_logit_lens_is_one_pass_of_every_depth(self):
+        ids = self.m.tokenize("and aaron go in to pharaoh")
+        lens = self.m.logits_by_depth(ids)
+        self.assertEqual(lens.shape, (TINY["R"], len(ids), self.m.vocab_size))
+        for r in range(1, TINY["R"] + 1):
+            np.testing.assert_array_equal(lens[r - 1], self.m.logits(ids, depth=r))
+        t = self.m.trace(ids, depth=5, exits=[0, 5])  # beyond the trained R too
+        self.assertEqual(t["states"].shape, (6, len(ids), TINY["d_model"]))
+        np.testing.assert_array_equal(t["logits"][0], self.m.logits(ids, depth=0))
+        np.testing.assert_array_equal(t["logits"][1], self.m.logits(ids, depth=5))
+        np.testing.assert_array_equal(t["states"][:4], self.m.states(ids, depth=3))
+        cos = t["diagnostics"]["state_cosine"]
+        h = t["states"].astype(np.float64)
+        mine = [np.mean(np.sum(h[r] * h[r - 1], 1) / np.sqrt(np.sum(h[r] ** 2, 1) * np.sum(h[r - 1] ** 2, 1)))
+                for r in range(1, 6)]
+        np.testing.assert_allclose(cos, mine, rtol=1e-6)
+
+    def test_arrays_hold_the_library_memory(self):
+        z = self.m.logits("go in")
+        self.assertFalse(z.flags["OWNDATA"])  # a view of the library's buffer, kept alive by a capsule
+        self.assertIsNotNone(z.base)
+        t = self.m.trace("go in", exits=[1])
+        s, l = t["states"], t["logits"]
+        del t
+        self.assertTrue(np.isfinite(s).all() and np.isfinite(l).all())  # the trace outlives its dict
+
+    def test_threads_share_one_model(self):
+        prompts = ["the lord", "moses and", "pharaoh", "serve me"]
+        alone = [self.m.generate(p, max_tokens=24, temperature=0.7, seed=11) for p in prompts]
+        out = [None] * len(prompts)
+
+        def run(i):
+            out[i] = self.m.generate(prompts[i], max_tokens=24, temperature=0.7, seed=11)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(out, alone)
+
+    def test_bad_input_is_a_clear_error(self):
+        with self.assertRaisesRegex(looplm.UsageError, "outside the vocabulary"):
+            self.m.logits([1, 2, 300])
+        with self.assertRaises(ValueError):  # a UsageError is also a ValueError
+            self.m.generate("x", exit_rule="sometimes", exit_threshold=1)
+        with self.assertRaisesRegex(looplm.UsageError, "kv policy|kv_policy|per_step"):
+            self.m.generate("x", kv_policy="everything")
+        with self.assertRaisesRegex(looplm.UsageError, "0..3"):
+            self.m.trace("x", depth=3, exits=[4])
+        with self.assertRaisesRegex(looplm.UsageError, "context"):
+            self.m.logits(np.zeros(self.m.context + 1, dtype=np.int32))
+        with self.assertRaisesRegex(looplm.Error, "no-such-file"):
+            looplm.load(os.path.join(self.dir, "no-such-file.safetensors"))
+        with self.assertRaisesRegex(looplm.UsageError, "d_modle"):
+            looplm.from_config({"d_modle": 8})
+        with self.assertRaisesRegex(looplm.UsageError, "already"):
+            looplm.train(self.config, out=self.ckpt, quiet=True)  # a run there: resume or overwrite
+
+    def test_a_callback_stops_and_resume_continues(self):
+        out = os.path.join(self.dir, "stopped")
+        r = looplm.train(self.config, out=out, quiet=True, callback=lambda s: s["step"] < 5)
+        self.assertTrue(r["interrupted"])
+        self.assertEqual(r["steps_done"], 5)
+        r2 = looplm.train(out=out, resume=True, quiet=True)
+        self.assertTrue(r2["complete"])
+        self.assertEqual(len(r2["losses"]), TINY["steps"] - 5)
+        # resumed bit-exactly: the same losses as the run that was never stopped
+        self.assertEqual(list(r["losses"]) + list(r2["losses"]), list(self.result["losses"]))
+
+        def ctrl_c(s):  # as a Ctrl-C at step 3: the run ends with a checkpoint, then KeyboardInterrupt
+            if s["step"] == 3:
+                _thread.interrupt_main()
+
+        with self.assertRaises(KeyboardInterrupt):
+            looplm.train(dict(self.config, steps=100000), out=os.path.join(self.dir, "ctrl_c"), quiet=True, callback=ctrl_c)
+        with open(os.path.join(self.dir, "ctrl_c", "checkpoint.json")) as f:
+            self.assertIn(json.load(f)["step"], (3, 4))
+
+        def boom(s):
+            raise KeyError("from the callback")
+
+        with self.assertRaisesRegex(KeyError, "from the callback"):
+            looplm.train(self.config, out=os.path.join(self.dir, "raised"), quiet=True, callback=boom)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "raised", "model.safetensors")))  # a checkpoint at step 1
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    dt = {"F32": np.float32, "I32": np.int32, "F64": np.float64}
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(data[a:b], dtype=dt[v["dtype"]]).reshape(v["shape"])
+    return out, header["__metadata__"]
+
+
+def write_checkpoint(path, tensors, config):
+    header, blobs, off = {"__metadata__": {"format": "pt", "config": json.dumps(config)}}, [], 0
+    for k, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype=np.float32).tobytes()
+        header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+class Fixtures(unittest.TestCase):
+    """Per-step states (and NRGPT's per-token energy) against the PyTorch reference's fixtures."""
+
+    def check(self, name):
+        t, meta = read_safetensors(os.path.join(FIXTURES, name + ".safetensors"))
+        config = json.loads(meta["config"])
+        V = config["vocab_size"]
+        # the fixtures' vocabularies are smaller than bytes: a char tokenizer of V symbols carries them
+        config["tokenizer"] = "char"
+        config["tokenizer_chars"] = "".join(chr(0x4E00 + i) for i in range(V))
+        # the fixture holds more than weights: inputs, outputs, states, gradients, optimizer steps
+        extra = ("input", "out", "state", "energy", "gate", "grad", "bptt", "after", "train")
+        weights = {k: v for k, v in t.items() if k.split(".")[0] not in extra}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "model.safetensors")
+            write_checkpoint(path, weights, config)
+            m = looplm.load(path)
+        R = config["R"]
+        tokens = t["input.tokens"]
+        for b in range(tokens.shape[0]):
+            tr = m.trace(tokens[b], depth=R + 2)
+            for r in range(R + 3):
+                ref = t[f"state.{r}"][b]
+                err = np.abs(tr["states"][r] - ref).max() / np.abs(t[f"state.{r}"]).max()
+                self.assertLess(err, 2e-5, msg=f"{name} state {r} row {b}")
+            if "energy.1" in t:
+                T = tokens.shape[1]
+                for r in range(1, R + 3):
+                    ref = t[f"energy.{r}"].reshape(-1, T)[b]
+                    err = np.abs(tr["token_diagnostics"]["energy"][r - 1] - ref).max() / np.abs(t[f"energy.{r}"]).max()
+                    self.assertLess(err, 2e-5, msg=f"{name} energy {r} row {b}")
+
+    def test_looped(self):
+        self.check("looped")
+
+    def test_gated(self):
+        self.check("gated")
+
+    def test_hyper(self):
+        self.check("hyper")
+
+    def test_energy(self):
+        self.check("energy")
+
+    def test_ouro(self):
+        self.check("ouro")
+
+
+if __name__ == "__main__":
+    unittest.main()
