@@ -85,6 +85,127 @@ TEST(Decoder, BatchedGenerationIsEachSequenceAlone) {
   }
 }
 
+// Continuous batching (DecodeSession): sequences that join a running batch at different tokens,
+// leave it, and take the slots others freed make what generate() makes for each alone — greedy and
+// sampled, through window restarts (30 new tokens in a 16-token context, a prompt longer than the
+// context), with and without early exit — and report the loop steps behind every token.
+TEST(Decoder, SessionSequencesJoiningLateDecodeAsAlone) {
+  for (const char* preset : {"llama", "looped", "recurrent_gpt", "hyperloop"}) {
+    LanguageModel lm = LanguageModel::from_config(small(preset), 7);
+    const int R = lm.config().R;
+    for (const bool early : {false, true}) {
+      SessionOptions so;
+      so.slots = 3;
+      if (early) {
+        so.exit = {ExitRule::kl, split_threshold(lm, some_tokens(16, 5), ExitRule::kl)};
+        so.kv_policy = KvPolicy::last;
+      }
+      DecodeSession session(lm, so);
+      struct Req { std::vector<int32_t> prompt; SequenceOptions opt; int join; std::vector<int32_t> got; std::vector<int> steps; int slot = -1; };
+      std::vector<Req> reqs;
+      const int lengths[] = {3, 9, 20, 5, 12};
+      for (int i = 0; i < 5; ++i) {
+        Req r;
+        r.prompt = some_tokens(lengths[i], i + 1);
+        r.opt.max_new = i == 2 ? 30 : 6 + 5 * i;
+        r.opt.temperature = i % 2 ? 0.9 : 0.0;
+        r.opt.top_k = i == 3 ? 5 : 0;
+        r.opt.seed = 100 + i;
+        r.join = 4 * i;  // the step at which it arrives (it waits while every slot is taken)
+        reqs.push_back(r);
+      }
+      size_t next = 0, done = 0;
+      for (int step = 0; done < reqs.size(); ++step) {
+        ASSERT_LT(step, 400);
+        while (next < reqs.size() && reqs[next].join <= step) {
+          const int slot = session.start(reqs[next].prompt, reqs[next].opt);
+          if (slot < 0) break;  // full: try again after the next step
+          reqs[next++].slot = slot;
+        }
+        for (const SessionToken& t : session.step()) {
+          Req* r = nullptr;
+          for (auto& q : reqs)
+            if (q.slot == t.slot && (int)q.got.size() < q.opt.max_new) r = &q;
+          ASSERT_NE(r, nullptr);
+          r->got.push_back(t.id);
+          r->steps.push_back(t.steps);
+          if (t.last) {
+            ++done;
+            r->slot = -1;
+          }
+        }
+      }
+      EXPECT_EQ(session.active(), 0);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        GenerateOptions g;
+        g.max_new = reqs[i].opt.max_new;
+        g.temperature = reqs[i].opt.temperature;
+        g.top_k = reqs[i].opt.top_k;
+        g.seed = reqs[i].opt.seed;
+        g.exit = so.exit;
+        g.kv_policy = so.kv_policy;
+        EXPECT_EQ(reqs[i].got, lm.generate(reqs[i].prompt, g)) << preset << " request " << i << " early exit " << early;
+        EXPECT_EQ(reqs[i].steps[0], R) << "the first token comes from the prompt's pass at the full depth";
+        for (int s : reqs[i].steps) {
+          EXPECT_GE(s, 1);
+          EXPECT_LE(s, R);
+        }
+        if (!early) {
+          EXPECT_EQ(std::set<int>(reqs[i].steps.begin(), reqs[i].steps.end()), std::set<int>{R});
+        }
+      }
+      if (early && R > 1) {
+        EXPECT_LT(session.mean_steps(), R) << preset << ": some tokens exited early";
+      }
+    }
+  }
+}
+
+// A full session refuses a sequence (-1); cancel frees the slot at once; log-probabilities are the
+// model's distribution (the full pass's softmax at the prompt's last position for the first token).
+TEST(Decoder, SessionSlotsCancelAndLogprobs) {
+  LanguageModel lm = LanguageModel::from_config(small("looped"), 9);
+  const int V = lm.config().vocab_size;
+  SessionOptions so;
+  so.slots = 2;
+  DecodeSession session(lm, so);
+  SequenceOptions s;
+  s.max_new = 50;
+  s.temperature = 0;
+  s.logprobs = 3;
+  const auto prompt = some_tokens(7, 2);
+  EXPECT_EQ(session.start(prompt, s), 0);
+  EXPECT_EQ(session.start(some_tokens(4, 3), s), 1);
+  EXPECT_EQ(session.start(some_tokens(4, 4), s), -1);
+  const auto first = session.step();
+  ASSERT_EQ(first.size(), 2u);
+  const std::vector<float> z = lm.forward_logits(prompt);
+  std::vector<double> lp(V);
+  double mx = -1e30, sum = 0;
+  for (int v = 0; v < V; ++v) mx = std::max(mx, (double)z[(size_t)6 * V + v]);
+  for (int v = 0; v < V; ++v) sum += std::exp(z[(size_t)6 * V + v] - mx);
+  for (int v = 0; v < V; ++v) lp[v] = z[(size_t)6 * V + v] - mx - std::log(sum);
+  const int32_t best = (int32_t)(std::max_element(lp.begin(), lp.end()) - lp.begin());
+  EXPECT_EQ(first[0].id, best);  // greedy
+  // the cached prefill and the full pass sum in other orders: ~1e-6 of logits of a few units
+  EXPECT_NEAR(first[0].logprob, lp[best], 1e-4);
+  ASSERT_EQ(first[0].top.size(), 3u);
+  EXPECT_EQ(first[0].top[0].first, best);
+  EXPECT_GE(first[0].top[0].second, first[0].top[1].second);
+  EXPECT_GE(first[0].top[1].second, first[0].top[2].second);
+  session.cancel(0);
+  EXPECT_EQ(session.active(), 1);
+  EXPECT_EQ(session.start(prompt, s), 0);  // the freed slot, at once
+  EXPECT_EQ(session.step()[0].id, best);   // a fresh sequence: the same first token
+  SequenceOptions bad = s;
+  bad.top_p = 0;
+  session.cancel(0);
+  EXPECT_THROW(session.start(prompt, bad), UsageError);
+  EXPECT_THROW(session.start({}, s), UsageError);
+  EXPECT_THROW(session.start({V}, s), UsageError);
+  EXPECT_EQ(session.active(), 1);  // refused starts take no slot
+}
+
 // With the fixed rule every token runs the depth, so per_step, last and first keep the same keys
 // and values and score what the full-pass evaluation scores; mean averages them and does not.
 // With a threshold that splits the tokens, per_step still scores the full pass's early-exit loss

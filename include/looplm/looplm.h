@@ -241,6 +241,14 @@ class LanguageModel {
   std::vector<int32_t> encode_prompt(const std::string& text, std::vector<std::string>* unseen = nullptr) const;
   std::string fallback_symbol() const;  // what an unseen character becomes, as text
   std::string decode(const std::vector<int32_t>& ids) const;
+  // A Hugging Face tokenizer's begin- and end-of-text tokens (the first special token named like
+  // one: "<|endoftext|>", "</s>", "<|im_end|>", ...); -1 and "" where there is none (byte and char
+  // models have none: their text simply goes on).
+  struct SpecialTokens {
+    int32_t bos = -1, eos = -1;
+    std::string bos_text, eos_text;
+  };
+  SpecialTokens special_tokens() const;
 
   // Deterministic evaluation over consecutive non-overlapping windows of `context` tokens
   // (targets shifted by one); depth -1 = R, 0 = h_pre. Noise off. max_windows < 0: all of them.
@@ -296,7 +304,70 @@ class LanguageModel {
 
   struct Impl;
  private:
+  friend class DecodeSession;
   explicit LanguageModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------- continuous batching
+// Sequences that join and leave a running batch between tokens (a server's requests): each holds a
+// slot of one KV cache (the context's worth of positions) and decodes with the others in one
+// batched pass per token. A sequence gets exactly the tokens generate() gives it alone with the
+// same options and seed (greedy or sampled, through window restarts), whoever shares the batch.
+struct SequenceOptions {
+  int max_new = 200;         // tokens to make; the sequence finishes after the last
+  double temperature = 1.0;  // 0 = greedy
+  int top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  // -1: no log-probabilities; k >= 0: each token's log-probability under the model's distribution
+  // (the raw logits' softmax, not the sampling's) and the k most likely tokens' (k <= 20).
+  int logprobs = -1;
+};
+struct SessionOptions {
+  int slots = 8;  // sequences at once
+  int depth = -1; // loop steps; -1 = trained R
+  EarlyExit exit;
+  KvPolicy kv_policy = KvPolicy::per_step;
+  std::string kv_cache = "fp32";
+};
+struct SessionToken {
+  int slot = 0;
+  int32_t id = 0;
+  // The loop steps of the pass whose logits chose this token (the first token: the prompt's last
+  // position, which runs the depth; later ones: the previous token's exit).
+  int steps = 0;
+  bool last = false;  // the sequence's max_new-th token: its slot is free again
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // SequenceOptions::logprobs most likely, most likely first
+};
+class DecodeSession {
+ public:
+  // The model must outlive the session. Not thread-safe: one thread drives a session.
+  DecodeSession(const LanguageModel& lm, const SessionOptions& o);
+  ~DecodeSession();
+  DecodeSession(const DecodeSession&) = delete;
+  DecodeSession& operator=(const DecodeSession&) = delete;
+  // A new sequence in a free slot: its prompt (the last `context` tokens of it) runs now, and the
+  // next step() gives its first token. Returns the slot, or -1 when every slot is taken.
+  // UsageError for an empty prompt, an id outside the vocabulary or bad options.
+  int start(const std::vector<int32_t>& prompt, const SequenceOptions& s);
+  // Every running sequence one token further (one batched pass for those that go on).
+  std::vector<SessionToken> step();
+  void cancel(int slot);  // the sequence stops now and its slot is free
+  int active() const;     // sequences running
+  int slots() const;
+  int depth() const;      // the loop steps each token runs at most
+  // Totals since the session began: prompt tokens run, tokens made, and the loop steps those ran;
+  // the KV policy's bytes per position and the cache's allocation (GenerateStats').
+  int64_t prompt_tokens() const;
+  int64_t new_tokens() const;
+  double mean_steps() const;
+  double kv_bytes_per_token() const;
+  double kv_cache_bytes() const;
+
+ private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -135,7 +135,7 @@ void Decoder::draft(int seq, int32_t token, float* logits) {
   ++len_[seq];
 }
 
-void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logits) {
+void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logits, int* steps) {
   const Config& c = m_.config();
   const int V = c.vocab_size, d = c.d_model;
   pos_.resize(n);
@@ -158,6 +158,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     std::memcpy(logits, z->v, sizeof(float) * n * V);
     g_.reset();
     for (int i = 0; i < n; ++i) ++len_[seqs[i]];
+    if (steps) std::fill(steps, steps + n, o_.depth);
     decoded_ += n;
     steps_ += (int64_t)n * o_.depth;
     exits_[o_.depth] += n;
@@ -211,6 +212,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     }
     for (int64_t i : tracker.step(r, z_.data(), h_.data(), lambda ? gate_.data() : nullptr)) {
       std::memcpy(logits + i * V, z_.data() + i * V, sizeof(float) * V);
+      if (steps) steps[i] = r;
       steps_ += r;
       exits_[r] += 1;
       keep(r, 1);

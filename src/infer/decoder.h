@@ -51,8 +51,8 @@ class Decoder {
   // under every policy but mean, which averages them).
   void prefill(int seq, const int32_t* ids, int n, float* logits);
   // One new token for each of n distinct sequences seqs[i], each at its next position; the
-  // logits [n, V] of each at its exit.
-  void decode(const int* seqs, const int32_t* tokens, int n, float* logits);
+  // logits [n, V] of each at its exit, and (`steps`, when given) the loop steps each ran to it.
+  void decode(const int* seqs, const int32_t* tokens, int n, float* logits, int* steps = nullptr);
   // Speculative decoding, one sequence: draft() feeds one token at draft_depth (logits [V] at that
   // exit); verify() feeds n tokens at once at the full depth (logits [n, V], one per token) from
   // position `from`, overwriting what the drafts wrote there; truncate() drops positions ≥ len.

@@ -9,9 +9,11 @@
 #include "io/json_input.h"
 #include "core/threads.h"
 #include "data/dataset.h"
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "infer/decoder.h"
 #include "infer/eval.h"
+#include "infer/language_model_impl.h"
 #include "infer/sampler.h"
 #include "io/mapped_file.h"
 #include "looplm/looplm.h"
@@ -23,11 +25,6 @@ namespace looplm {
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                           const std::function<void(int32_t)>& on_token);
 
-struct LanguageModel::Impl {
-  std::unique_ptr<Model> model;
-  Tokenizer tok;
-  explicit Impl(std::unique_ptr<Model> m) : model(std::move(m)), tok(Tokenizer::from_config(model->config())) {}
-};
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
@@ -73,6 +70,20 @@ std::vector<int32_t> LanguageModel::encode(const std::string& text) const { retu
 std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
 std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::vector<std::string>* unseen) const {
   return impl_->tok.encode_prompt(text, unseen);
+}
+LanguageModel::SpecialTokens LanguageModel::special_tokens() const {
+  SpecialTokens st;
+  const HfTokenizer* hf = impl_->tok.hf();
+  if (!hf) return st;
+  if (auto e = hf->find_special({"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|eot_id|>"})) {
+    st.eos = *e;
+    st.eos_text = hf->decode({*e});
+  }
+  if (auto b = hf->find_special({"<|begin_of_text|>", "<s>", "<bos>"})) {
+    st.bos = *b;
+    st.bos_text = hf->decode({*b});
+  }
+  return st;
 }
 std::string LanguageModel::fallback_symbol() const { return impl_->tok.decode({impl_->tok.fallback_id()}); }
 
