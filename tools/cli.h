@@ -14,6 +14,7 @@ int cmd_quantize(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_export(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 // For a fixed thread count of 2 or more, a short OpenMP spin before sleeping, which the OpenMP
 // runtime reads only at start: sets GOMP_SPINCOUNT and executes the program again (wait_policy.cpp).
 // Returns when there is nothing to do, or when that fails. Call first in main.

@@ -24,7 +24,8 @@ const char* kUsage =
     "  quantize   a checkpoint's weight matrices to q8_0 / q4_0 / q4_k (read by eval, generate, info)\n"
     "  tokenize   a text's token ids (a Hugging Face tokenizer.json or a checkpoint's tokenizer), or ids back to text\n"
     "  export     a checkpoint as GGUF for llama.cpp / ollama (--format gguf)\n"
-    "  convert    a GGUF file (llama, nanbeige) into a looplm run directory\n";
+    "  convert    a GGUF file (llama, nanbeige) into a looplm run directory\n"
+    "  serve      an OpenAI-compatible HTTP server with continuous batching and a web page\n";
 
 }  // namespace
 
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     if (cmd == "export") return cmd_export(argc - 1, argv + 1);
     if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
+    if (cmd == "serve") return cmd_serve(argc - 1, argv + 1);
     std::fprintf(stderr, "looplm: unknown command '%s'\n%s", looplm::io::brief(cmd).c_str(), kUsage);
     return 2;
   } catch (const looplm::Error& e) {

@@ -234,6 +234,7 @@ class LanguageModel {
 
   const Config& config() const;
   int64_t n_params() const;
+  bool has_exit_gate() const;  // a learned exit gate (Ouro's): ExitRule::gate applies
   std::vector<int32_t> encode(const std::string& text) const;
   // A prompt: a char model maps a character outside its alphabet (or a byte of invalid UTF-8) to
   // its fallback symbol (the space when it has one, else its first) instead of failing; `unseen`

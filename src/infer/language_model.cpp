@@ -66,6 +66,7 @@ LanguageModel LanguageModel::from_config(const Config& c, uint64_t seed, const L
 
 const Config& LanguageModel::config() const { return impl_->model->config(); }
 int64_t LanguageModel::n_params() const { return impl_->model->n_params(); }
+bool LanguageModel::has_exit_gate() const { return impl_->model->has_exit_gate(); }
 std::vector<int32_t> LanguageModel::encode(const std::string& text) const { return impl_->tok.encode(text); }
 std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
 std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::vector<std::string>* unseen) const {

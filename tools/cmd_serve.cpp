@@ -1,0 +1,744 @@
+// `looplm serve`: an OpenAI-compatible HTTP server (docs/serve.md) on cpp-httplib (Debian's
+// libcpp-httplib-dev: the library llama.cpp's server is built on; one header, a thread per
+// connection from a pool, server-sent events through chunked responses). Requests become Jobs for
+// the engine (serve_engine.h), which batches them continuously; this file is the HTTP side:
+// parsing and checking requests, and writing OpenAI's response shapes.
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "cli_common.h"
+#include "looplm/looplm.h"
+#include "serve_engine.h"
+#include "serve_page.h"
+#include "signals.h"
+
+namespace looplm::cli {
+
+namespace {
+using nlohmann::json;
+using serve::Job;
+
+// An OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
+struct HttpError {
+  int status;
+  std::string message, type, param;
+  HttpError(int st, std::string msg, std::string ty = "invalid_request_error", std::string pa = "")
+      : status(st), message(std::move(msg)), type(std::move(ty)), param(std::move(pa)) {}
+};
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, const HttpError& e) {
+  res.status = e.status;
+  json err = {{"message", e.message}, {"type", e.type}, {"param", e.param.empty() ? json() : json(e.param)}, {"code", json()}};
+  res.set_content(dump({{"error", err}}), "application/json");
+}
+
+HttpError bad(const std::string& msg, const std::string& param = "") { return HttpError(400, msg, "invalid_request_error", param); }
+
+// Characters of UTF-8 text (what OpenAI's text_offset counts).
+size_t chars(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+struct Server;
+
+// A request's fields, checked (each wrong one: HTTP 400 naming it).
+struct Fields {
+  const json& j;
+  template <class T>
+  T get(const char* key, T def) const {
+    if (!j.contains(key) || j.at(key).is_null()) return def;
+    const json& v = j.at(key);
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) throw bad(std::string("'") + key + "' must be true or false", key);
+      return v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+        throw bad(std::string("'") + key + "' must be an integer", key);
+      return v.is_number_integer() ? (T)v.get<int64_t>() : (T)v.get<double>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) throw bad(std::string("'") + key + "' must be a number", key);
+      return v.get<double>();
+    } else {
+      if (!v.is_string()) throw bad(std::string("'") + key + "' must be a string", key);
+      return v.get<std::string>();
+    }
+  }
+};
+
+struct Server {
+  const LanguageModel& lm;
+  serve::Engine& engine;
+  std::string model_id;
+  int max_n = 16;
+  std::atomic<int64_t> next_id{1};
+  // Requests being answered (a stream counts until its last event is written or its client left):
+  // a stopping server waits for them.
+  std::atomic<int> inflight{0};
+  std::atomic<bool> draining{false};
+
+  std::string new_id(const char* prefix) { return std::string(prefix) + std::to_string(next_id++); }
+  int64_t created() const { return (int64_t)std::time(nullptr); }
+
+  void check_model(const json& body) const {
+    if (body.contains("model") && !body["model"].is_null()) {
+      if (!body["model"].is_string()) throw bad("'model' must be a string", "model");
+      const std::string m = body["model"].get<std::string>();
+      if (!m.empty() && m != model_id)
+        throw HttpError{400, "the model '" + m + "' does not exist here: this server serves '" + model_id + "' (GET /v1/models)",
+                        "invalid_request_error", "model"};
+    }
+  }
+
+  // The prompts of a completions request: a string, a list of strings, a list of ids, or a list of id lists.
+  std::vector<std::vector<int32_t>> prompts_of(const json& p) const {
+    std::vector<std::vector<int32_t>> out;
+    const int V = lm.config().vocab_size;
+    auto ids = [&](const json& a) {
+      std::vector<int32_t> t;
+      for (const json& x : a) {
+        if (!x.is_number_integer()) throw bad("a token-id prompt holds integers only", "prompt");
+        const int64_t v = x.get<int64_t>();
+        if (v < 0 || v >= V) throw bad("prompt token " + std::to_string(v) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")", "prompt");
+        t.push_back((int32_t)v);
+      }
+      return t;
+    };
+    if (p.is_string()) {
+      out.push_back(lm.encode_prompt(p.get<std::string>()));
+    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      out.push_back(ids(p));
+    } else if (p.is_array() && !p.empty()) {
+      for (const json& e : p) {
+        if (e.is_string()) out.push_back(lm.encode_prompt(e.get<std::string>()));
+        else if (e.is_array()) out.push_back(ids(e));
+        else throw bad("'prompt' is a string, a list of strings, a list of token ids or a list of such lists", "prompt");
+      }
+    } else {
+      throw bad("'prompt' is a string, a list of strings, a list of token ids or a list of such lists", "prompt");
+    }
+    for (const auto& t : out) {
+      if (t.empty()) throw bad("a prompt is empty", "prompt");
+      if ((int)t.size() > lm.config().context)
+        throw bad("a prompt has " + std::to_string(t.size()) + " tokens and the model's context holds " +
+                      std::to_string(lm.config().context), "prompt");
+    }
+    return out;
+  }
+
+  // Sampling and the looped extensions, shared by completions and chat.
+  void options_of(const json& body, Job& base, int default_max) const {
+    const Fields f{body};
+    const int ctx = lm.config().context;
+    const int64_t max_tokens = f.get<int64_t>("max_tokens", f.get<int64_t>("max_completion_tokens", default_max));
+    if (max_tokens < 0) throw bad("'max_tokens' must be >= 0", "max_tokens");
+    if (max_tokens > ctx)
+      throw bad("'max_tokens' " + std::to_string(max_tokens) + " is beyond the model's context (" + std::to_string(ctx) + ")", "max_tokens");
+    base.opt.max_new = (int)max_tokens;
+    base.opt.temperature = f.get<double>("temperature", 1.0);
+    if (!(base.opt.temperature >= 0 && base.opt.temperature <= 2)) throw bad("'temperature' must be between 0 and 2", "temperature");
+    base.opt.top_p = f.get<double>("top_p", 1.0);
+    if (!(base.opt.top_p > 0 && base.opt.top_p <= 1)) throw bad("'top_p' must be greater than 0 and at most 1", "top_p");
+    const int64_t top_k = f.get<int64_t>("top_k", 0);
+    if (top_k < 0) throw bad("'top_k' must be >= 0", "top_k");
+    base.opt.top_k = (int)std::min<int64_t>(top_k, 1 << 30);
+    if (body.contains("seed") && !body["seed"].is_null()) {
+      base.opt.seed = (uint64_t)f.get<int64_t>("seed", 0);
+    } else {
+      base.opt.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;
+    }
+    if (body.contains("stop") && !body["stop"].is_null()) {
+      const json& s = body["stop"];
+      if (s.is_string()) {
+        base.stop.push_back(s.get<std::string>());
+      } else if (s.is_array() && s.size() <= 4) {
+        for (const json& x : s) {
+          if (!x.is_string()) throw bad("'stop' is a string or a list of up to 4 strings", "stop");
+          base.stop.push_back(x.get<std::string>());
+        }
+      } else {
+        throw bad("'stop' is a string or a list of up to 4 strings", "stop");
+      }
+    }
+    // looped extensions
+    const int64_t depth = f.get<int64_t>("depth", -1);
+    if (body.contains("depth") && !body["depth"].is_null() && (depth < 0 || depth > 64 * std::max(1, lm.config().R)))
+      throw bad("'depth' must be between 0 and " + std::to_string(64 * std::max(1, lm.config().R)), "depth");
+    base.loop.depth = (int)depth;
+    const std::string rule = f.get<std::string>("exit_rule", "fixed");
+    try {
+      base.loop.exit.rule = parse_exit_rule(rule);
+      base.loop.kv_policy = parse_kv_policy(f.get<std::string>("kv_policy", "per_step"));
+    } catch (const UsageError& e) {
+      throw bad(e.what(), body.contains("kv_policy") ? "kv_policy" : "exit_rule");
+    }
+    const double thr = f.get<double>("exit_threshold", std::nan(""));
+    if (base.loop.exit.rule != ExitRule::fixed) {
+      if (!std::isfinite(thr)) throw bad("'exit_rule' " + rule + " needs a finite 'exit_threshold'", "exit_threshold");
+      if (base.loop.exit.rule == ExitRule::gate && !(thr > 0 && thr <= 1))
+        throw bad("'exit_rule' gate takes a cumulative probability: 'exit_threshold' in (0, 1]", "exit_threshold");
+      if (base.loop.depth == 0) throw bad("'exit_rule' " + rule + " needs loop steps ('depth' 0 runs none)", "exit_rule");
+      base.loop.exit.threshold = thr;
+    }
+  }
+
+  int n_of(const json& body) const {
+    const int64_t n = Fields{body}.get<int64_t>("n", 1);
+    if (n < 1 || n > max_n) throw bad("'n' must be between 1 and " + std::to_string(max_n), "n");
+    return (int)n;
+  }
+
+  // Jobs for every (prompt, sample): sample i of a prompt uses seed + i (as generate --num-samples).
+  std::vector<std::shared_ptr<Job>> submit(const std::vector<std::vector<int32_t>>& prompts, int n, const Job& base) {
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (const auto& p : prompts)
+      for (int i = 0; i < n; ++i) {
+        auto j = std::make_shared<Job>();
+        j->prompt = p;
+        j->opt = base.opt;
+        j->opt.seed = base.opt.seed + (uint64_t)i;
+        j->loop = base.loop;
+        j->stop = base.stop;
+        j->stop_at_eos = base.stop_at_eos;
+        jobs.push_back(j);
+      }
+    for (auto& j : jobs)
+      if (j->opt.max_new == 0) {  // nothing to make (echo with logprobs scores the prompt only)
+        j->done = true;
+        j->finish_reason = "length";
+      }
+    for (size_t k = 0; k < jobs.size(); ++k)
+      if (jobs[k]->opt.max_new > 0 && !engine.submit(jobs[k])) {
+        for (size_t q = 0; q < k; ++q) jobs[q]->cancelled = true;
+        engine.wake();
+        throw HttpError{429, "the server is busy: its queue is full; try again shortly", "server_busy"};
+      }
+    return jobs;
+  }
+
+  static void wait_done(Job& j) {
+    std::unique_lock<std::mutex> lk(j.mu);
+    j.cv.wait(lk, [&] { return j.done; });
+  }
+
+  // How many of a finished job's tokens its final text holds (a stop string or the end-of-text
+  // token cuts the rest).
+  size_t kept_tokens(const Job& j) const {
+    std::vector<int32_t> ids;
+    size_t n = 0;
+    for (const auto& t : j.tokens) {
+      ids.push_back(t.id);
+      if (lm.decode_continuation(j.prompt, ids).size() > j.text.size()) break;
+      ++n;
+    }
+    return std::min(n, j.tokens.size());
+  }
+
+  // OpenAI's logprobs object for the echoed prompt (first entry null; the rest from one full pass
+  // at the request's depth) and the kept completion tokens.
+  json logprobs_of(const Job& j, bool echo, int top, size_t kept, const std::string& prefix_text) const {
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    size_t offset = 0;
+    auto add = [&](int32_t id, json lp, json alt) {
+      const std::string piece = lm.decode({id});
+      tokens.push_back(piece);
+      lps.push_back(lp);
+      tops.push_back(alt);
+      offsets.push_back(offset);
+      offset += chars(piece);
+    };
+    if (echo) {
+      std::vector<float> z = lm.forward_logits(j.prompt, j.loop.depth);
+      const int V = lm.config().vocab_size;
+      for (size_t t = 0; t < j.prompt.size(); ++t) {
+        if (t == 0) {
+          add(j.prompt[0], json(), json());
+          continue;
+        }
+        const float* row = z.data() + (t - 1) * V;
+        double mx = row[0], sum = 0;
+        for (int v = 1; v < V; ++v) mx = std::max(mx, (double)row[v]);
+        for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+        const double lse = mx + std::log(sum);
+        json alt = json::object();
+        if (top > 0) {
+          std::vector<int32_t> ids(V);
+          for (int v = 0; v < V; ++v) ids[v] = v;
+          std::partial_sort(ids.begin(), ids.begin() + std::min(top, V), ids.end(),
+                            [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+          for (int k = 0; k < std::min(top, V); ++k) alt[lm.decode({ids[k]})] = row[ids[k]] - lse;
+        }
+        add(j.prompt[t], row[j.prompt[t]] - lse, alt);
+      }
+      offset = chars(prefix_text);
+    }
+    for (size_t k = 0; k < kept; ++k) {
+      const auto& t = j.tokens[k];
+      json alt = json::object();
+      for (const auto& [id, lp] : t.top) alt[lm.decode({id})] = lp;
+      add(t.id, t.logprob, alt);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
+  static json steps_of(const Job& j, size_t from, size_t to) {
+    json s = json::array();
+    for (size_t k = from; k < to && k < j.tokens.size(); ++k) s.push_back(j.tokens[k].steps);
+    return s;
+  }
+  static double mean_steps(const Job& j, size_t kept) {
+    double s = 0;
+    for (size_t k = 0; k < kept; ++k) s += j.tokens[k].steps;
+    return kept ? s / kept : 0;
+  }
+
+  json usage(const std::vector<std::shared_ptr<Job>>& jobs, int n) const {
+    int64_t p = 0, c = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (k % n == 0) p += (int64_t)jobs[k]->prompt.size();  // a prompt counts once for its n samples
+      c += (int64_t)jobs[k]->tokens.size();
+    }
+    return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  }
+
+  // Streams server-sent events until every job is done, then `data: [DONE]`: one chunk per token
+  // whose text is ready (`chunk(job index, piece, first token, end token, finished)`; a token whose
+  // bytes are held back, an unfinished character or a possible stop string, travels with the next
+  // one), and `last()` (the usage) at the end. A client that goes away cancels the jobs: their
+  // slots are free at the next token boundary.
+  void stream(httplib::Response& res, std::vector<std::shared_ptr<Job>> jobs,
+              std::function<json(size_t, const std::string&, size_t, size_t, bool)> chunk, std::function<json()> last) {
+    struct State {
+      std::vector<size_t> sent_text, sent_tokens;
+      std::vector<bool> closed;
+      bool finished = false;
+    };
+    auto st = std::make_shared<State>();
+    ++inflight;  // until the releaser runs
+    std::atomic<int>* count = &inflight;
+    st->sent_text.assign(jobs.size(), 0);
+    st->sent_tokens.assign(jobs.size(), 0);
+    st->closed.assign(jobs.size(), false);
+    serve::Engine* eng = &engine;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [jobs, st, chunk, last](size_t, httplib::DataSink& sink) {
+          auto send = [&](const json& j) {
+            const std::string payload = "data: " + dump(j) + "\n\n";
+            return sink.write(payload.data(), payload.size());
+          };
+          for (;;) {
+            bool all_closed = true, wrote = false;
+            for (size_t k = 0; k < jobs.size(); ++k) {
+              if (st->closed[k]) continue;
+              Job& j = *jobs[k];
+              std::string text, error;
+              std::vector<size_t> ends;
+              bool done = false;
+              {
+                std::unique_lock<std::mutex> lk(j.mu);
+                if (!j.done && j.text_end.size() == st->sent_tokens[k])
+                  j.cv.wait_for(lk, std::chrono::milliseconds(jobs.size() > 1 ? 5 : 50));
+                text = j.text;
+                ends.assign(j.text_end.begin() + (std::ptrdiff_t)std::min(st->sent_tokens[k], j.text_end.size()), j.text_end.end());
+                done = j.done;
+                if (done && j.finish_reason == "error") error = j.error;
+              }
+              if (!error.empty() && !send({{"error", {{"message", error}, {"type", "server_error"}}}})) return false;
+              // a chunk per token whose piece is ready
+              size_t from = st->sent_tokens[k];
+              for (size_t q = 0; q < ends.size(); ++q) {
+                const size_t end = std::min(ends[q], text.size());
+                const bool final_piece = done && q + 1 == ends.size();
+                if (end <= st->sent_text[k] && !final_piece) continue;  // held back: goes with the next token
+                const size_t to = st->sent_tokens[k] + q + 1;
+                const std::string piece = text.substr(st->sent_text[k], final_piece ? std::string::npos : end - st->sent_text[k]);
+                if (!send(chunk(k, piece, from, to, final_piece))) return false;
+                st->sent_text[k] += piece.size();
+                from = to;
+                wrote = true;
+              }
+              st->sent_tokens[k] += ends.size();
+              if (done && ends.empty()) {  // finished with no new token (cancelled, an error, or nothing made)
+                if (!send(chunk(k, text.substr(std::min(st->sent_text[k], text.size())), from, from, true))) return false;
+                st->sent_text[k] = text.size();
+                wrote = true;
+              }
+              if (done) st->closed[k] = true;
+              all_closed = all_closed && st->closed[k];
+            }
+            if (all_closed) {
+              if (last) {
+                const json l = last();
+                if (!l.is_null() && !send(l)) return false;
+              }
+              const std::string end = "data: [DONE]\n\n";
+              sink.write(end.data(), end.size());
+              st->finished = true;
+              sink.done();
+              return true;
+            }
+            if (wrote) return true;  // let the library flush; it calls again
+          }
+        },
+        [jobs, st, eng, count](bool) {
+          if (!st->finished) {
+            for (auto& j : jobs) j->cancelled = true;  // the client went away
+            eng->wake();
+          }
+          --*count;
+        });
+  }
+
+  // ---------------------------------------------------------------- POST /v1/completions
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req);
+    check_model(body);
+    if (!body.contains("prompt")) throw bad("'prompt' is missing", "prompt");
+    const Fields f{body};
+    Job base;
+    options_of(body, base, 16);
+    const bool echo = f.get<bool>("echo", false), streaming = f.get<bool>("stream", false);
+    const int64_t logprobs = body.contains("logprobs") && !body["logprobs"].is_null() ? f.get<int64_t>("logprobs", 0) : -1;
+    if (logprobs > 20) throw bad("'logprobs' is at most 20", "logprobs");
+    base.opt.logprobs = (int)logprobs;
+    base.stop_at_eos = !f.get<bool>("ignore_eos", false);
+    const int n = n_of(body);
+    const auto prompts = prompts_of(body["prompt"]);
+    if (streaming && echo && logprobs >= 0) throw bad("'echo' with 'logprobs' is not available when streaming", "echo");
+    auto jobs = submit(prompts, n, base);
+    const std::string id = new_id("cmpl-");
+    const int64_t t = created();
+    const std::string depth = std::to_string(lm.config().depth_or_R(base.loop.depth));
+    if (streaming) {
+      std::vector<std::string> prompt_texts;
+      for (const auto& p : prompts) prompt_texts.push_back(lm.decode(p));
+      stream(
+          res, jobs,
+          [=, this](size_t k, const std::string& text, size_t from, size_t to, bool done) {
+            const Job& j = *jobs[k];
+            json c = {{"index", k}, {"text", (echo && from == 0 ? prompt_texts[k / n] : "") + text},
+                      {"logprobs", json()}, {"finish_reason", done ? json(j.finish_reason) : json()},
+                      {"looplm", {{"steps", steps_of(j, from, to)}}}};
+            if (logprobs >= 0 && to > from) {
+              Job slice;
+              c["logprobs"] = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
+              for (size_t q = from; q < to; ++q) {
+                json alt = json::object();
+                for (const auto& [tid, lp] : j.tokens[q].top) alt[lm.decode({tid})] = lp;
+                c["logprobs"]["tokens"].push_back(lm.decode({j.tokens[q].id}));
+                c["logprobs"]["token_logprobs"].push_back(j.tokens[q].logprob);
+                c["logprobs"]["top_logprobs"].push_back(alt);
+              }
+            }
+            json out = {{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id}, {"choices", {c}}};
+            return out;
+          },
+          [=, this]() {
+            return json{{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id},
+                        {"choices", json::array()}, {"usage", usage(jobs, n)}};
+          });
+      return;
+    }
+    json choices = json::array();
+    double steps = 0;
+    int64_t counted = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      Job& j = *jobs[k];
+      wait_done(j);
+      if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
+      const size_t kept = kept_tokens(j);
+      const std::string prefix = echo ? lm.decode(j.prompt) : "";
+      json c = {{"index", k}, {"text", prefix + j.text}, {"finish_reason", j.finish_reason},
+                {"logprobs", logprobs >= 0 ? logprobs_of(j, echo, (int)logprobs, kept, prefix) : json()},
+                {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}};
+      choices.push_back(c);
+      for (size_t q = 0; q < kept; ++q) steps += j.tokens[q].steps;
+      counted += (int64_t)kept;
+    }
+    json out = {{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id}, {"choices", choices},
+                {"usage", usage(jobs, n)},
+                {"looplm", {{"depth", std::stoi(depth)}, {"mean_steps", counted ? steps / counted : 0.0}}}};
+    res.set_content(dump(out), "application/json");
+  }
+
+  // ---------------------------------------------------------------- POST /v1/chat/completions
+  // ChatML (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n): the template of the
+  // looped models published with one (Ouro), and a plain-text convention for the others.
+  void chat(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req);
+    check_model(body);
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+      throw bad("'messages' must be a non-empty list of {role, content}", "messages");
+    std::string text;
+    for (const json& m : body["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        throw bad("each message needs a 'role' (system, user or assistant) and its 'content'", "messages");
+      std::string content;
+      const json& c = m.contains("content") ? m["content"] : json();
+      if (c.is_string()) {
+        content = c.get<std::string>();
+      } else if (c.is_array()) {  // [{type: text, text}]
+        for (const json& p : c)
+          if (p.is_object() && p.value("type", "") == "text" && p.contains("text") && p["text"].is_string()) content += p["text"].get<std::string>();
+          else throw bad("only text message parts are understood", "messages");
+      } else {
+        throw bad("a message's 'content' must be text", "messages");
+      }
+      text += "<|im_start|>" + m["role"].get<std::string>() + "\n" + content + "<|im_end|>\n";
+    }
+    text += "<|im_start|>assistant\n";
+    const Fields f{body};
+    Job base;
+    options_of(body, base, std::min(256, lm.config().context));
+    base.stop.push_back("<|im_end|>");
+    if (f.get<bool>("logprobs", false)) base.opt.logprobs = (int)std::min<int64_t>(f.get<int64_t>("top_logprobs", 0), 20);
+    const int n = n_of(body);
+    std::vector<int32_t> prompt = lm.encode_prompt(text);
+    if ((int)prompt.size() > lm.config().context) {
+      // the conversation's end is what matters: keep its last context - max_tokens tokens
+      const int keep = std::max(1, lm.config().context - base.opt.max_new);
+      prompt.erase(prompt.begin(), prompt.end() - keep);
+    }
+    auto jobs = submit({prompt}, n, base);
+    const std::string id = new_id("chatcmpl-");
+    const int64_t t = created();
+    if (f.get<bool>("stream", false)) {
+      auto first = std::make_shared<std::vector<bool>>(jobs.size(), true);
+      stream(
+          res, jobs,
+          [=, this](size_t k, const std::string& delta, size_t from, size_t to, bool done) {
+            const Job& j = *jobs[k];
+            json d = json::object();
+            if ((*first)[k]) d["role"] = "assistant";
+            (*first)[k] = false;
+            if (!delta.empty()) d["content"] = delta;
+            json c = {{"index", k}, {"delta", d}, {"finish_reason", done ? json(j.finish_reason) : json()},
+                      {"looplm", {{"steps", steps_of(j, from, to)}}}};
+            return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", t}, {"model", model_id}, {"choices", {c}}};
+          },
+          [=, this]() {
+            return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", t}, {"model", model_id},
+                        {"choices", json::array()}, {"usage", usage(jobs, n)}};
+          });
+      return;
+    }
+    json choices = json::array();
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      Job& j = *jobs[k];
+      wait_done(j);
+      if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
+      const size_t kept = kept_tokens(j);
+      choices.push_back({{"index", k}, {"message", {{"role", "assistant"}, {"content", j.text}}}, {"finish_reason", j.finish_reason},
+                         {"logprobs", json()}, {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}});
+    }
+    res.set_content(dump({{"id", id}, {"object", "chat.completion"}, {"created", t}, {"model", model_id},
+                          {"choices", choices}, {"usage", usage(jobs, n)}}),
+                    "application/json");
+  }
+
+  static json parse_body(const httplib::Request& req) {
+    json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded()) throw bad("the request body is not valid JSON");
+    if (!j.is_object()) throw bad("the request body must be a JSON object");
+    return j;
+  }
+
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req);
+    const char* key = body.contains("prompt") ? "prompt" : "content";
+    if (!body.contains(key) || !body[key].is_string()) throw bad("give the text as 'prompt' (or 'content')", "prompt");
+    const std::vector<int32_t> ids = lm.encode(body[key].get<std::string>());
+    json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", lm.config().context}};
+    if (Fields{body}.get<bool>("with_pieces", false)) {
+      json pieces = json::array();
+      for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", lm.decode({id})}});
+      out["tokens"] = pieces;
+    }
+    res.set_content(dump(out), "application/json");
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req);
+    if (!body.contains("tokens") || !body["tokens"].is_array()) throw bad("give the ids as 'tokens'", "tokens");
+    std::vector<int32_t> ids;
+    const int V = lm.config().vocab_size;
+    for (const json& x : body["tokens"]) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= V)
+        throw bad("'tokens' holds ids 0.." + std::to_string(V - 1), "tokens");
+      ids.push_back((int32_t)x.get<int64_t>());
+    }
+    const std::string text = lm.decode(ids);
+    res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
+  }
+
+  void tokenizer_info(httplib::Response& res) {
+    const auto sp = lm.special_tokens();
+    const Config& c = lm.config();
+    auto or_null = [](const std::string& s) { return s.empty() ? json() : json(s); };
+    auto id_or_null = [](int32_t id) { return id < 0 ? json() : json(id); };
+    res.set_content(dump({{"eos_token", or_null(sp.eos_text)}, {"eos_token_id", id_or_null(sp.eos)},
+                          {"bos_token", or_null(sp.bos_text)}, {"bos_token_id", id_or_null(sp.bos)},
+                          {"pad_token", json()}, {"chat_template", json()}, {"tokenizer_class", c.tokenizer},
+                          {"vocab_size", c.vocab_size}, {"model_max_length", c.context}}),
+                    "application/json");
+  }
+
+  void metrics(httplib::Response& res) {
+    const serve::EngineMetrics m = engine.metrics();
+    char buf[2048];
+    std::snprintf(buf, sizeof buf,
+                  "# HELP looplm_requests_total Sequences submitted (a request with n prompts x samples counts each).\n"
+                  "# TYPE looplm_requests_total counter\nlooplm_requests_total %lld\n"
+                  "# HELP looplm_prompt_tokens_total Prompt tokens run.\n# TYPE looplm_prompt_tokens_total counter\nlooplm_prompt_tokens_total %lld\n"
+                  "# HELP looplm_completion_tokens_total Tokens generated.\n# TYPE looplm_completion_tokens_total counter\nlooplm_completion_tokens_total %lld\n"
+                  "# HELP looplm_loop_steps_total Loop steps run for the generated tokens.\n# TYPE looplm_loop_steps_total counter\nlooplm_loop_steps_total %lld\n"
+                  "# HELP looplm_loop_steps_per_token Mean loop steps per generated token.\n# TYPE looplm_loop_steps_per_token gauge\nlooplm_loop_steps_per_token %.4f\n"
+                  "# HELP looplm_requests_cancelled_total Sequences ended because their client went away.\n# TYPE looplm_requests_cancelled_total counter\nlooplm_requests_cancelled_total %lld\n"
+                  "# HELP looplm_requests_running Sequences decoding now.\n# TYPE looplm_requests_running gauge\nlooplm_requests_running %d\n"
+                  "# HELP looplm_requests_waiting Sequences waiting for a slot.\n# TYPE looplm_requests_waiting gauge\nlooplm_requests_waiting %d\n",
+                  (long long)m.requests, (long long)m.prompt_tokens, (long long)m.completion_tokens, (long long)m.loop_steps,
+                  m.completion_tokens ? (double)m.loop_steps / (double)m.completion_tokens : 0.0, (long long)m.cancelled,
+                  m.running, m.waiting);
+    res.set_content(buf, "text/plain; version=0.0.4");
+  }
+};
+
+// Runs a handler, turning a request error into its status and an OpenAI-style error body.
+template <class F>
+auto guarded(Server& s, F f) {
+  return [&s, f](const httplib::Request& req, httplib::Response& res) {
+    struct Count {
+      std::atomic<int>& n;
+      explicit Count(std::atomic<int>& c) : n(c) { ++n; }
+      ~Count() { --n; }
+    } count(s.inflight);
+    try {
+      f(req, res);
+    } catch (const HttpError& e) {
+      send_error(res, e);
+    } catch (const UsageError& e) {
+      send_error(res, bad(e.what()));
+    } catch (const std::exception& e) {
+      send_error(res, HttpError{500, e.what(), "server_error"});
+    }
+  };
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"Serve a checkpoint over HTTP: OpenAI-compatible completions and chat, continuous batching, a web page.",
+               "looplm serve"};
+  std::string ckpt, host = "127.0.0.1", api_key, name;
+  int port = 8080, parallel = 4, queue = 64;
+  size_t max_body = 1 << 20;
+  LoadOptions lo;
+  std::string kv_cache = "fp32";
+  app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
+  app.add_option("--host", host, "address to listen on (default 127.0.0.1: this machine only)");
+  app.add_option("--port", port, "port (default 8080; 0: any free one, printed)")->check(CLI::Range(0, 65535));
+  app.add_option("--parallel", parallel, "sequences decoded together (default 4)")->check(CLI::Range(1, 256));
+  app.add_option("--queue", queue, "requests that may wait for a slot beyond those; more get HTTP 429 (default 64)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on every route but /health and /");
+  app.add_option("--model-name", name, "the model's id in /v1/models and responses (default: the checkpoint's directory name)");
+  app.add_option("--max-body", max_body, "largest request body in bytes; larger ones get HTTP 413 (default 1 MiB)");
+  app.add_option("--weights", lo.weights, "weight format inference reads (fp32, bf16, q8_0, q4_0, q4_k; default the checkpoint's own)")
+      ->check(weights_check());
+  app.add_option("--kv-cache", kv_cache, "KV cache precision: fp32 (exact), bf16 or int8")->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  ThreadsArg threads;
+  threads.add(app);
+  if (!parse(app, argc, argv, "serve")) return 0;
+  set_threads(threads.n);
+  GracefulStop graceful;  // SIGTERM / Ctrl-C: stop taking requests, finish those in flight, exit 0
+
+  LanguageModel lm = LanguageModel::load(ckpt, lo);
+  if (name.empty()) {
+    std::filesystem::path p = std::filesystem::absolute(ckpt).lexically_normal();
+    if (p.filename() == "model.safetensors" || p.has_extension()) p = p.parent_path();
+    name = p.filename().string().empty() ? "looplm" : p.filename().string();
+  }
+  serve::Engine engine(lm, serve::EngineOptions{parallel, queue, kv_cache});
+  Server s{lm, engine, name};
+
+  httplib::Server http;
+  http.new_task_queue = [parallel, queue] { return new httplib::ThreadPool((size_t)std::max(8, parallel + std::min(queue, 64) + 4)); };
+  http.set_payload_max_length(max_body);
+  http.set_keep_alive_max_count(1000);
+  http.set_read_timeout(30, 0);
+  http.set_write_timeout(30, 0);
+  http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    if (s.draining) {
+      res.set_header("Connection", "close");
+      send_error(res, HttpError{503, "the server is stopping", "server_stopping"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (api_key.empty() || req.path == "/health" || req.path == "/" || req.path == "/index.html") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, HttpError{401, "a valid API key is needed: 'Authorization: Bearer KEY'", "invalid_api_key"});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) send_error(res, HttpError{413, "the request body is larger than the server takes (--max-body)"});
+    else if (res.status == 404) send_error(res, HttpError{404, "no such route (see docs/serve.md)", "not_found"});
+    else send_error(res, HttpError{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error"});
+  });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(serve::kPage, "text/html; charset=utf-8"); });
+  http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+    const Config& c = lm.config();
+    nlohmann::json m = {{"id", s.model_id}, {"object", "model"}, {"created", s.created()}, {"owned_by", "looplm"},
+                        {"looplm", {{"R", c.R}, {"context", c.context}, {"vocab_size", c.vocab_size}, {"n_params", lm.n_params()},
+                                    {"exit_gate", lm.has_exit_gate()}}}};
+    res.set_content(dump({{"object", "list"}, {"data", {m}}}), "application/json");
+  });
+  http.Post("/v1/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
+  http.Post("/v1/chat/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));
+  http.Post("/tokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.tokenize(q, r); }));
+  http.Post("/detokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.detokenize(q, r); }));
+  http.Get("/tokenizer_info", [&](const httplib::Request&, httplib::Response& r) { s.tokenizer_info(r); });
+  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& r) { s.metrics(r); });
+
+  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound < 0) throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+  std::fprintf(stderr, "looplm serve: %s (%s, R = %d, context %d) on http://%s:%d/ with %d parallel sequences\n", name.c_str(),
+               ckpt.c_str(), lm.config().R, lm.config().context, host.c_str(), bound, parallel);
+  std::fflush(stderr);
+  std::atomic<bool> listening{true};
+  std::thread watcher([&] {
+    while (listening) {
+      if (graceful.flag()->load()) {
+        // New requests get 503; those in flight (streams too) finish; then the listener closes.
+        std::fprintf(stderr, "looplm serve: stopping: no new requests; finishing those in flight\n");
+        s.draining = true;
+        while (s.inflight > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        http.stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  const bool ok = http.listen_after_bind();
+  listening = false;
+  watcher.join();
+  if (!ok && !graceful.flag()->load()) throw Error("the server stopped listening unexpectedly");
+  std::fprintf(stderr, "looplm serve: stopped\n");
+  return 0;
+}
+
+}  // namespace looplm::cli

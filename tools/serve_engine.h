@@ -1,0 +1,106 @@
+// The server's engine (docs/serve.md): one thread that owns the model's decode sessions and runs
+// continuous batching. HTTP threads submit Jobs and wait on them; the engine admits a job into a
+// free slot at the next token boundary, steps every running sequence one token per pass, turns
+// tokens into text (holding back an unfinished UTF-8 character and a possible stop string), and
+// finishes a job at max_tokens, a stop string, the end-of-text token, or when its client left.
+// Built on the public API only (include/looplm/looplm.h).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "looplm/looplm.h"
+
+namespace looplm::serve {
+
+// The loop settings a batch shares (a request's looped extensions); requests with other settings
+// decode in a session of their own.
+struct LoopSettings {
+  int depth = -1;
+  EarlyExit exit;
+  KvPolicy kv_policy = KvPolicy::per_step;
+  auto key() const { return std::tuple(depth, (int)exit.rule, exit.threshold, (int)kv_policy); }
+  bool operator<(const LoopSettings& o) const { return key() < o.key(); }
+};
+
+struct Job {
+  // what to do (set before submit)
+  std::vector<int32_t> prompt;
+  SequenceOptions opt;
+  LoopSettings loop;
+  std::vector<std::string> stop;  // the text ends before the first of these
+  bool stop_at_eos = true;         // the model's end-of-text token ends the text (not included)
+
+  // what happened (read under `mu`, waited for on `cv`)
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<SessionToken> tokens;  // every token made (also those cut by a stop string)
+  std::string text;                  // the completion's text so far, ready to send
+  size_t visible_tokens = 0;         // tokens whose text is in `text` (the others are held back or cut)
+  std::vector<size_t> text_end;      // per token: the size of `text` once it was made (a token's piece
+                                     // is text[text_end[k-1], text_end[k]); empty while held back)
+  bool done = false;
+  std::string finish_reason;         // "length", "stop"; "cancelled"; "error" (with `error`)
+  std::string error;
+  double queued_s = 0, first_token_s = 0;  // seconds from submit to a slot, and to the first token
+
+  std::atomic<bool> cancelled{false};  // set by the HTTP side (client gone); the engine frees the slot
+  // engine-side state
+  int slot = -1;
+  std::string full;  // everything decoded so far
+  double submitted = 0;
+};
+
+struct EngineOptions {
+  int parallel = 4;       // sequences decoding at once, over all sessions
+  int queue = 64;         // jobs waiting beyond those; more is refused (HTTP 429)
+  std::string kv_cache = "fp32";
+};
+
+struct EngineMetrics {
+  int64_t requests = 0, prompt_tokens = 0, completion_tokens = 0, loop_steps = 0, cancelled = 0;
+  int running = 0, waiting = 0;
+};
+
+class Engine {
+ public:
+  Engine(const LanguageModel& lm, const EngineOptions& o);
+  ~Engine();  // stops the thread; jobs still queued finish as "cancelled"
+  // false: the queue is full (the caller answers 429).
+  bool submit(const std::shared_ptr<Job>& job);
+  void wake() { cv_.notify_all(); }  // after setting a job's `cancelled`
+  EngineMetrics metrics();
+  const LanguageModel& model() const { return lm_; }
+
+ private:
+  void run();
+  void admit();
+  void emit(Job& j, const SessionToken& t);
+  void finish(Job& j, const std::string& reason, const std::string& error = "");
+  void count_running();  // metrics_.running from running_
+  const LanguageModel& lm_;
+  EngineOptions o_;
+  LanguageModel::SpecialTokens special_;
+  std::mutex mu_;  // queue_, metrics_, stopping_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  EngineMetrics metrics_;
+  bool stopping_ = false;
+  // engine thread only
+  std::map<LoopSettings, std::unique_ptr<DecodeSession>> sessions_;
+  std::map<LoopSettings, std::vector<std::shared_ptr<Job>>> running_;  // per session, by slot
+  std::thread thread_;
+};
+
+// The longest prefix of `s` that does not end inside a UTF-8 character (what can be sent now).
+size_t complete_utf8(const std::string& s);
+
+}  // namespace looplm::serve
