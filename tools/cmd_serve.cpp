@@ -191,6 +191,8 @@ struct Server {
       if (base.loop.exit.rule == ExitRule::gate && !(thr > 0 && thr <= 1))
         throw bad("'exit_rule' gate takes a cumulative probability: 'exit_threshold' in (0, 1]", "exit_threshold");
       if (base.loop.depth == 0) throw bad("'exit_rule' " + rule + " needs loop steps ('depth' 0 runs none)", "exit_rule");
+      if (base.loop.exit.rule == ExitRule::gate && !lm.has_exit_gate())
+        throw bad("'exit_rule' gate needs a model with a learned exit gate (as Ouro has); this one has none", "exit_rule");
       base.loop.exit.threshold = thr;
     }
   }
@@ -631,6 +633,7 @@ auto guarded(Server& s, F f) {
       f(req, res);
     } catch (const HttpError& e) {
       send_error(res, e);
+      if (e.status == 429) res.set_header("Retry-After", "1");
     } catch (const UsageError& e) {
       send_error(res, bad(e.what()));
     } catch (const std::exception& e) {

@@ -1,0 +1,360 @@
+// `looplm serve` end to end (docs/serve.md): the binary listens on 127.0.0.1 and a cpp-httplib
+// client calls it as any HTTP client would. Greedy answers are byte-identical to `looplm generate`
+// alone, also for requests that arrive while others decode; the lm-eval request shape gets the
+// log-probabilities `looplm eval` computes; bad input gets OpenAI-style errors with the right
+// status; a client that leaves frees its slot; SIGTERM finishes what is in flight and exits 0.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using namespace looplm;
+using nlohmann::json;
+using test::run_shell;
+using test::TempDir;
+
+namespace {
+
+const std::string kBin = LOOPLM_BINARY;
+
+// A `looplm serve` child process on a free port (--port 0; the port is read from its first line).
+struct ServerProcess {
+  pid_t pid = -1;
+  int port = 0;
+  std::string log;
+  ServerProcess(const std::string& args, const std::string& log_path) : log(log_path) {
+    pid = fork();
+    if (pid == 0) {
+      const std::string cmd = "exec " + kBin + " serve --port 0 " + args + " >" + log_path + " 2>&1";
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    const std::regex line("on http://127\\.0\\.0\\.1:([0-9]+)/");
+    for (int i = 0; i < 600 && port == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::ifstream f(log_path);
+      const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::smatch m;
+      if (std::regex_search(text, m, line)) port = std::stoi(m[1]);
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        ADD_FAILURE() << "looplm serve exited: " << text;
+        return;
+      }
+    }
+  }
+  // Signals the server and returns its exit status (-1: it had to be killed).
+  int stop(int sig = SIGTERM, int timeout_s = 30) {
+    if (pid < 0) return -1;
+    kill(pid, sig);
+    for (int i = 0; i < timeout_s * 50; ++i) {
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+    return -1;
+  }
+  ~ServerProcess() { stop(SIGKILL, 5); }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+};
+
+json post(const ServerProcess& s, const std::string& path, const json& body, int* status = nullptr) {
+  auto r = s.client().Post(path, body.dump(), "application/json");
+  if (!r) {
+    ADD_FAILURE() << "no answer from " << path;
+    return {};
+  }
+  if (status) *status = r->status;
+  else EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body, nullptr, false);
+}
+
+// A POST whose answer is read as it comes: `on_data` returns false to close the connection.
+void stream_post(httplib::Client& c, const std::string& path, const std::string& body,
+                 const std::function<bool(const char*, size_t)>& on_data) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) { return on_data(d, n); };
+  c.send(req);
+}
+
+// The text of a greedy `looplm generate` (its stdout is the prompt, the text and a newline).
+std::string cli_generate(const std::string& ckpt, const std::string& prompt, int n, const std::string& extra = "") {
+  const auto r = run_shell(kBin + " generate --checkpoint " + ckpt + " -p '" + prompt + "' -n " + std::to_string(n) +
+                           " --temperature 0 --quiet " + extra + " 2>/dev/null");
+  EXPECT_EQ(r.code, 0);
+  return r.out.substr(prompt.size(), r.out.size() - prompt.size() - 1);
+}
+
+class Serve : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir = new TempDir("serve");
+    // Random weights (train --steps 0): what is served does not depend on their values. A looped
+    // model, so the looped extensions have steps to save; a context long enough that a request
+    // lasts while others arrive; a character vocabulary of printable ASCII, so every answer is
+    // valid UTF-8 and compares byte for byte with the CLI's.
+    std::string text = test::corpus(300);
+    for (int c = 32; c < 127; ++c) text += (char)c;
+    std::ofstream(*dir / "text.txt", std::ios::binary) << text << "\n";
+    const auto r = run_shell(kBin + " train --preset looped --set steps=0 --set d_model=96 --set n_heads=4 --set context=256 "
+                             "--set init_std=0.2 --set tokenizer=char --data " + (*dir / "text.txt") + " --out " + (*dir / "run") +
+                             " --quiet -t 1");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() {
+    delete dir;
+    dir = nullptr;
+  }
+  static std::string ckpt() { return *dir / "run"; }
+  static TempDir* dir;
+};
+TempDir* Serve::dir = nullptr;
+
+}  // namespace
+
+TEST_F(Serve, CompletionsAreGenerateAloneEvenWhileOthersDecode) {
+  ServerProcess s("--checkpoint " + ckpt() + " --parallel 3 -t 1", *dir / "serve1.log");
+  ASSERT_GT(s.port, 0);
+  const std::vector<std::string> prompts = {"In the beginning", "And God said", "Let there be light", "The earth was",
+                                            "without form"};
+  std::vector<std::string> want;
+  for (const auto& p : prompts) want.push_back(cli_generate(ckpt(), p, 40));
+  // alone, then five at once (three slots: two wait, and join as others finish)
+  EXPECT_EQ(post(s, "/v1/completions", {{"prompt", prompts[0]}, {"max_tokens", 40}, {"temperature", 0}})["choices"][0]["text"], want[0]);
+  std::vector<std::string> got(prompts.size());
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    th.emplace_back([&, i] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(15 * i));  // arriving while others decode
+      got[i] = post(s, "/v1/completions", {{"prompt", prompts[i]}, {"max_tokens", 40}, {"temperature", 0}})["choices"][0]["text"];
+    });
+  for (auto& t : th) t.join();
+  EXPECT_EQ(got, want);
+  // a list of prompts and n samples: sample i uses seed + i, as generate --num-samples
+  const json r = post(s, "/v1/completions", {{"prompt", {"In the", "And"}}, {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 7}, {"n", 2}});
+  ASSERT_EQ(r["choices"].size(), 4u);
+  const auto sampled = run_shell(kBin + " generate --checkpoint " + ckpt() + " -p 'And' -n 12 --temperature 0.9 --seed 8 --quiet 2>/dev/null");
+  EXPECT_EQ("And" + r["choices"][3]["text"].get<std::string>() + "\n", sampled.out);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 48);
+  // early exit: the steps each token used, as generate's own decoding
+  const json e = post(s, "/v1/completions", {{"prompt", prompts[1]}, {"max_tokens", 30}, {"temperature", 0},
+                                             {"exit_rule", "entropy"}, {"exit_threshold", 5.2}, {"kv_policy", "last"}});
+  EXPECT_EQ(e["choices"][0]["text"], cli_generate(ckpt(), prompts[1], 30, "--exit-rule entropy --exit-threshold 5.2 --kv-policy last"));
+  ASSERT_EQ(e["choices"][0]["looplm"]["steps"].size(), 30u);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// lm-evaluation-harness's loglikelihood request (token-id prompts, echo, logprobs 1, max_tokens
+// 1): the prompt's log-probabilities are the ones `looplm eval` averages over the same tokens.
+TEST_F(Serve, LmEvalRequestShapeScoresAsEval) {
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "serve2.log");
+  ASSERT_GT(s.port, 0);
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "And God saw the light, that it was good. ";
+  text = text.substr(0, 200);
+  std::ofstream(*dir / "score.txt", std::ios::binary) << text;
+  const json tok = post(s, "/tokenize", {{"prompt", text}, {"add_special_tokens", false}});
+  ASSERT_EQ(tok["tokens"].size(), 200u);
+  const json r = post(s, "/v1/completions", {{"model", "run"}, {"prompt", {tok["tokens"]}}, {"temperature", 0}, {"max_tokens", 1},
+                                             {"logprobs", 1}, {"echo", true}, {"seed", 1234}});
+  const json& lp = r["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), 201u);  // the prompt and the one new token
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  double sum = 0;
+  for (int t = 1; t < 200; ++t) sum += lp["token_logprobs"][t].get<double>();
+  // eval over one window of 199 tokens: predictions of tokens 1..199 from positions 0..198
+  const auto ev = run_shell(kBin + " eval --checkpoint " + ckpt() + " --data " + (*dir / "score.txt") + " --window 199 --json -t 1 2>/dev/null");
+  ASSERT_EQ(ev.code, 0) << ev.out;
+  const double loss = json::parse(ev.out)["loss"];
+  // the server's log-softmax in double over float32 logits, eval's float32 cross-entropy: ~1e-6
+  EXPECT_NEAR(-sum / 199, loss, 2e-5 * loss);
+  // greedy check as lm-eval does it: the top entry holds the chosen token
+  EXPECT_EQ(lp["top_logprobs"][5].size(), 1u);
+  EXPECT_EQ(r["choices"][0]["text"].get<std::string>().substr(0, 200), text);  // echo
+  // the remote-tokenizer routes
+  const json back = post(s, "/detokenize", {{"tokens", tok["tokens"]}});
+  EXPECT_EQ(back["prompt"], text);
+  EXPECT_EQ(back["content"], text);
+  const json t2 = post(s, "/tokenize", {{"content", "abc"}});
+  ASSERT_EQ(t2["tokens"].size(), 3u);
+  EXPECT_EQ(post(s, "/detokenize", {{"tokens", t2["tokens"]}})["prompt"], "abc");
+  auto info = s.client().Get("/tokenizer_info");
+  ASSERT_TRUE(info);
+  const json ti = json::parse(info->body);
+  EXPECT_TRUE(ti.contains("eos_token"));
+  EXPECT_EQ(ti["model_max_length"], 256);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
+  ServerProcess s("--checkpoint " + ckpt() + " --api-key sekret --max-body 4096 -t 1", *dir / "serve3.log");
+  ASSERT_GT(s.port, 0);
+  httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+  auto call = [&](const std::string& body, int want, const std::string& mentions, const httplib::Headers& h) {
+    auto r = s.client().Post("/v1/completions", h, body, "application/json");
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(r->status, want) << body << " -> " << r->body;
+    const json e = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r->body;
+    EXPECT_NE(e["error"]["message"].get<std::string>().find(mentions), std::string::npos) << r->body;
+  };
+  call(R"({"prompt": "x"})", 401, "API key", {});
+  call(R"({"prompt": "x"})", 401, "API key", {{"Authorization", "Bearer wrong"}});
+  call(R"({"prompt": "x", )", 400, "not valid JSON", auth);
+  call(R"([1, 2])", 400, "JSON object", auth);
+  call(R"({"max_tokens": 3})", 400, "'prompt' is missing", auth);
+  call(R"({"prompt": 5})", 400, "'prompt' is", auth);
+  call(R"({"prompt": "x", "max_tokens": "ten"})", 400, "'max_tokens' must be an integer", auth);
+  call(R"({"prompt": "x", "max_tokens": 100000})", 400, "beyond the model's context", auth);
+  call(R"({"prompt": "x", "temperature": -1})", 400, "'temperature'", auth);
+  call(R"({"prompt": "x", "top_p": 0})", 400, "'top_p'", auth);
+  call(R"({"prompt": "x", "model": "gpt-4"})", 400, "does not exist here", auth);
+  call(R"({"prompt": [5, 3000]})", 400, "outside the vocabulary", auth);
+  call(R"({"prompt": "x", "exit_rule": "kl"})", 400, "exit_threshold", auth);
+  call(R"({"prompt": "x", "exit_rule": "sometimes", "exit_threshold": 1})", 400, "sometimes", auth);
+  call(R"({"prompt": "x", "exit_rule": "gate", "exit_threshold": 0.5})", 400, "exit gate", auth);
+  call(json({{"prompt", std::string(300, 'a')}}).dump(), 400, "context holds 256", auth);
+  call(json({{"prompt", std::string(5000, 'a')}}).dump(), 413, "larger than", auth);
+  // /health needs no key; the server still answers properly after all that
+  auto h = s.client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto ok = s.client().Post("/v1/completions", auth, R"({"prompt": "In", "max_tokens": 4, "temperature": 0})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["choices"][0]["text"], cli_generate(ckpt(), "In", 4));
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// One slot and a queue of one: a third request is refused with 429 and Retry-After; a streaming
+// client that leaves frees the slot at once; /metrics counts what happened.
+TEST_F(Serve, FullQueueDisconnectsAndMetrics) {
+  ServerProcess s("--checkpoint " + ckpt() + " --parallel 1 --queue 1 -t 1", *dir / "serve4.log");
+  ASSERT_GT(s.port, 0);
+  auto metric = [&](const std::string& name) {
+    auto r = s.client().Get("/metrics");
+    const std::regex re("\n" + name + " ([0-9.]+)");
+    std::smatch m;
+    return r && std::regex_search(r->body, m, re) ? std::stod(m[1]) : -1.0;
+  };
+  // A: a stream that the client drops after its first chunk
+  std::atomic<bool> dropped{false};
+  std::thread a([&] {
+    httplib::Client c = s.client();
+    int chunks = 0;
+    stream_post(c, "/v1/completions", R"({"prompt": "In", "max_tokens": 250, "stream": true, "temperature": 0})",
+                [&](const char*, size_t) { return ++chunks < 2; });  // false: the client closes
+    dropped = true;
+  });
+  a.join();
+  EXPECT_TRUE(dropped);
+  for (int i = 0; i < 200 && metric("looplm_requests_cancelled_total") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metric("looplm_requests_cancelled_total"), 1);
+  EXPECT_EQ(metric("looplm_requests_running"), 0) << "the dropped stream's slot is free";
+  // B holds the slot (200 tokens of 200 loop steps each: most of a second here), C waits in the
+  // queue, D is refused
+  std::thread b([&] { post(s, "/v1/completions", {{"prompt", "In"}, {"max_tokens", 200}, {"depth", 200}, {"temperature", 0}}); });
+  for (int i = 0; i < 500 && metric("looplm_requests_running") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread c([&] { post(s, "/v1/completions", {{"prompt", "And"}, {"max_tokens", 5}, {"temperature", 0}}); });
+  for (int i = 0; i < 500 && metric("looplm_requests_waiting") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto d = s.client().Post("/v1/completions", R"({"prompt": "x", "max_tokens": 5})", "application/json");
+  b.join();
+  c.join();
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status, 429) << d->body;
+  EXPECT_EQ(d->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(d->body)["error"]["type"], "server_busy");
+  EXPECT_EQ(metric("looplm_requests_total"), 3);  // A, B, C
+  EXPECT_GE(metric("looplm_completion_tokens_total"), 2 + 200 + 5);
+  // A's tokens at the preset's R = 4, B's at 200, C's at 4
+  const double steps = metric("looplm_loop_steps_total"), tokens = metric("looplm_completion_tokens_total");
+  EXPECT_DOUBLE_EQ(steps, 200 * 200 + 4 * (tokens - 200));
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// SIGTERM while a stream runs: the stream ends with [DONE] and all its tokens, new requests are
+// refused, and the server exits 0.
+TEST_F(Serve, SigtermFinishesWhatIsInFlight) {
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "serve5.log");
+  ASSERT_GT(s.port, 0);
+  std::string body;
+  std::atomic<int> chunks{0};
+  std::thread a([&] {
+    httplib::Client c = s.client();
+    stream_post(c, "/v1/completions", R"({"prompt": "In", "max_tokens": 200, "depth": 200, "stream": true, "temperature": 0})",
+                [&](const char* p, size_t n) {
+                  body.append(p, n);
+                  ++chunks;
+                  return true;
+                });
+  });
+  while (chunks < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  kill(s.pid, SIGTERM);
+  EXPECT_LT(chunks.load(), 150) << "the stream was still running when the signal came";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto late = s.client().Get("/health");  // while the stream finishes: refused (503), or no listener already
+  if (late) {
+    EXPECT_EQ(late->status, 503);
+  }
+  a.join();
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(body.find("\"finish_reason\":\"length\""), std::string::npos);
+  std::string text;
+  for (size_t at = 0; (at = body.find("data: {", at)) != std::string::npos; ++at) {
+    const json j = json::parse(body.substr(at + 6, body.find("\n\n", at) - at - 6));
+    if (!j["choices"].empty()) text += j["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, cli_generate(ckpt(), "In", 200, "--depth 200"));
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+TEST_F(Serve, ChatModelsAndThePage) {
+  ServerProcess s("--checkpoint " + ckpt() + " --model-name mine -t 1", *dir / "serve6.log");
+  ASSERT_GT(s.port, 0);
+  const json r = post(s, "/v1/chat/completions", {{"model", "mine"}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                                                  {"max_tokens", 8}, {"temperature", 0}});
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  // ChatML around the conversation, then the model's own continuation
+  const std::string chatml = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n";
+  std::string want = cli_generate(ckpt(), chatml, 8);
+  if (auto cut = want.find("<|im_end|>"); cut != std::string::npos) want = want.substr(0, cut);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], want);
+  auto m = s.client().Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "mine");
+  auto page = s.client().Get("/");
+  ASSERT_TRUE(page);
+  for (const char* id : {"id=\"prompt\"", "id=\"generate\"", "id=\"output\"", "id=\"threshold\""})
+    EXPECT_NE(page->body.find(id), std::string::npos) << id;
+  auto none = s.client().Get("/v2/nothing");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+  EXPECT_EQ(s.stop(), 0);
+}
