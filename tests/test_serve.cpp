@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -356,5 +357,60 @@ TEST_F(Serve, ChatModelsAndThePage) {
   auto none = s.client().Get("/v2/nothing");
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 404);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+namespace {
+// The npm clients (tests/serve_clients/setup.sh): their cache, or "" with the reason.
+std::string clients_cache(std::string* why) {
+  const char* env = std::getenv("LOOPLM_SERVE_CLIENTS");
+  const char* home = std::getenv("HOME");
+  const std::string cache = env ? env : std::string(home ? home : "/tmp") + "/.cache/looplm-serve-clients";
+  const auto r = run_shell("LOOPLM_SERVE_CLIENTS='" + cache + "' " + std::string(LOOPLM_SOURCE_DIR) + "/tests/serve_clients/setup.sh");
+  if (r.code == 0) return cache;
+  *why = r.out;
+  return "";
+}
+std::string quoted(const std::string& s) {  // one shell word
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+// The official openai npm client: completions (plain and streamed: the CLI's greedy text), chat,
+// models, and the server's errors raised as the client's (400, 401).
+TEST_F(Serve, OpenAiNpmClient) {
+  std::string why;
+  const std::string cache = clients_cache(&why);
+  if (cache.empty()) GTEST_SKIP() << "the openai npm client is not installed and could not be: " << why;
+  ServerProcess s("--checkpoint " + ckpt() + " --api-key sekret --model-name mine -t 1", *dir / "serve7.log");
+  ASSERT_GT(s.port, 0);
+  const json expected = {{"prompt", "In the beginning"}, {"max_tokens", 40}, {"text", cli_generate(ckpt(), "In the beginning", 40)}};
+  const auto r = run_shell("node " + std::string(LOOPLM_SOURCE_DIR) + "/tests/serve_clients/openai_client.mjs " + quoted(cache) +
+                           " http://127.0.0.1:" + std::to_string(s.port) + "/v1 mine sekret " + quoted(expected.dump()));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// The page at / in Debian's chromium (headless, puppeteer-core): typing a prompt and pressing
+// Generate streams the greedy text, a span per token carrying its loop steps; an exit rule with a
+// threshold typed in gives shallower, lighter tokens.
+TEST_F(Serve, PageInARealBrowser) {
+  const std::string chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium)) GTEST_SKIP() << "no chromium (scripts/install_deps.sh --test installs Debian's)";
+  std::string why;
+  const std::string cache = clients_cache(&why);
+  if (cache.empty()) GTEST_SKIP() << "puppeteer-core is not installed and could not be: " << why;
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "serve8.log");
+  ASSERT_GT(s.port, 0);
+  // entropy < 10 holds at every exit of a 96-symbol vocabulary (at most ln 96 = 4.6): every token leaves after one step
+  const json expected = {{"prompt", "In the beginning"}, {"max_tokens", 30}, {"text", cli_generate(ckpt(), "In the beginning", 30)},
+                         {"R", 4}, {"entropy_threshold", 10}};
+  const auto r = run_shell("node " + std::string(LOOPLM_SOURCE_DIR) + "/tests/serve_clients/page.mjs " + quoted(cache) + " " + chromium +
+                           " http://127.0.0.1:" + std::to_string(s.port) + "/ " + quoted(expected.dump()));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
   EXPECT_EQ(s.stop(), 0);
 }
