@@ -4,6 +4,7 @@
 // the engine (serve_engine.h), which batches them continuously; this file is the HTTP side:
 // parsing and checking requests, and writing OpenAI's response shapes.
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cmath>
@@ -681,6 +682,16 @@ int cmd_serve(int argc, char** argv) {
   httplib::Server http;
   http.new_task_queue = [parallel, queue] { return new httplib::ThreadPool((size_t)std::max(8, parallel + std::min(queue, 64) + 4)); };
   http.set_payload_max_length(max_body);
+  // Streamed tokens are small writes: no Nagle delay. The listening socket's backlog: the library
+  // listens with 5, so a burst of new connections (16 clients at once) had some wait out a SYN
+  // retransmit (1 s); the socket is kept here and listens again with a real backlog below.
+  http.set_tcp_nodelay(true);
+  int listen_fd = -1;
+  http.set_socket_options([&listen_fd](int fd) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = fd;
+  });
   http.set_keep_alive_max_count(1000);
   http.set_read_timeout(30, 0);
   http.set_write_timeout(30, 0);
@@ -719,6 +730,7 @@ int cmd_serve(int argc, char** argv) {
 
   const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (bound < 0) throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+  if (listen_fd >= 0) ::listen(listen_fd, 1024);
   std::fprintf(stderr, "looplm serve: %s (%s, R = %d, context %d) on http://%s:%d/ with %d parallel sequences\n", name.c_str(),
                ckpt.c_str(), lm.config().R, lm.config().context, host.c_str(), bound, parallel);
   std::fflush(stderr);
