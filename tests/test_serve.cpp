@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <thread>
 
@@ -225,6 +226,12 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
     ASSERT_TRUE(e.is_object() && e.contains("error")) << r->body;
     EXPECT_NE(e["error"]["message"].get<std::string>().find(mentions), std::string::npos) << r->body;
   };
+  // a long greedy request decodes while the bad ones come
+  std::future<std::string> busy = std::async(std::launch::async, [&] {
+    auto r = s.client().Post("/v1/completions", auth, R"({"prompt": "And God said", "max_tokens": 120, "depth": 40, "temperature": 0})",
+                             "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string("failed");
+  });
   call(R"({"prompt": "x"})", 401, "API key", {});
   call(R"({"prompt": "x"})", 401, "API key", {{"Authorization", "Bearer wrong"}});
   call(R"({"prompt": "x", )", 400, "not valid JSON", auth);
@@ -243,6 +250,8 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
   call(json({{"prompt", std::string(300, 'a')}}).dump(), 400, "context holds 256", auth);
   call(json({{"prompt", std::string(5000, 'a')}}).dump(), 413, "larger than", auth);
   // /health needs no key; the server still answers properly after all that
+  // none of it changed another request's answer: a greedy one that ran through all of the above
+  EXPECT_EQ(busy.get(), cli_generate(ckpt(), "And God said", 120, "--depth 40"));
   auto h = s.client().Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);

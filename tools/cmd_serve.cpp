@@ -308,6 +308,19 @@ struct Server {
     return kept ? s / kept : 0;
   }
 
+  // The looped summary of finished jobs: loop steps per token and the KV policy's bytes per position.
+  static json loop_summary(const std::vector<std::shared_ptr<Job>>& jobs, int depth) {
+    double steps = 0, kv = 0;
+    size_t tokens = 0;
+    for (const auto& j : jobs) {
+      std::lock_guard<std::mutex> lk(j->mu);
+      for (const auto& t : j->tokens) steps += t.steps;
+      tokens += j->tokens.size();
+      kv = std::max(kv, j->kv_bytes_per_token);
+    }
+    return {{"depth", depth}, {"mean_steps", tokens ? steps / tokens : 0.0}, {"kv_bytes_per_token", kv}};
+  }
+
   json usage(const std::vector<std::shared_ptr<Job>>& jobs, int n) const {
     int64_t p = 0, c = 0;
     for (size_t k = 0; k < jobs.size(); ++k) {
@@ -453,12 +466,12 @@ struct Server {
           },
           [=, this]() {
             return json{{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id},
-                        {"choices", json::array()}, {"usage", usage(jobs, n)}};
+                        {"choices", json::array()}, {"usage", usage(jobs, n)}, {"looplm", loop_summary(jobs, std::stoi(depth))}};
           });
       return;
     }
     json choices = json::array();
-    double steps = 0;
+    double steps = 0, kv_bytes = 0;
     int64_t counted = 0;
     for (size_t k = 0; k < jobs.size(); ++k) {
       Job& j = *jobs[k];
@@ -472,10 +485,11 @@ struct Server {
       choices.push_back(c);
       for (size_t q = 0; q < kept; ++q) steps += j.tokens[q].steps;
       counted += (int64_t)kept;
+      kv_bytes = std::max(kv_bytes, j.kv_bytes_per_token);
     }
     json out = {{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id}, {"choices", choices},
                 {"usage", usage(jobs, n)},
-                {"looplm", {{"depth", std::stoi(depth)}, {"mean_steps", counted ? steps / counted : 0.0}}}};
+                {"looplm", {{"depth", std::stoi(depth)}, {"mean_steps", counted ? steps / counted : 0.0}, {"kv_bytes_per_token", kv_bytes}}}};
     res.set_content(dump(out), "application/json");
   }
 

@@ -180,6 +180,10 @@ void Engine::emit(Job& j, const SessionToken& t) {
     ++metrics_.completion_tokens;
     metrics_.loop_steps += t.steps;
   }
+  if (finished || t.last) {
+    std::lock_guard<std::mutex> lk(j.mu);
+    j.kv_bytes_per_token = sessions_[j.loop]->kv_bytes_per_token();
+  }
   if (finished) {
     if (!t.last) sessions_[j.loop]->cancel(t.slot);
     running_[j.loop][t.slot] = nullptr;

@@ -51,6 +51,7 @@ struct Job {
   std::string finish_reason;         // "length", "stop"; "cancelled"; "error" (with `error`)
   std::string error;
   double queued_s = 0, first_token_s = 0;  // seconds from submit to a slot, and to the first token
+  double kv_bytes_per_token = 0;            // what its session's KV policy keeps per position (at its end)
 
   std::atomic<bool> cancelled{false};  // set by the HTTP side (client gone); the engine frees the slot
   // engine-side state

@@ -1,6 +1,7 @@
 // The page `looplm serve` shows at / (docs/serve.md): a prompt, a generate button and the streamed
 // completion, each token shaded by the loop steps it used (darker: deeper), with the looped
-// controls (depth, exit rule, threshold) and a summary per request. One self-contained file: no
+// controls (depth, exit rule, threshold) and a summary per request (tokens/s, loop steps per
+// token, the KV policy's bytes per position). One self-contained file: no
 // build step, no external assets. Element ids the browser test drives: #prompt, #generate,
 // #output (a span per streamed piece, data-steps = the loop steps of its token), #threshold.
 #pragma once
@@ -78,7 +79,7 @@ $('generate').addEventListener('click', async () => {
   if (body.exit_rule !== 'fixed') body.exit_threshold = Number($('threshold').value);
   $('generate').disabled = true;
   const t0 = performance.now();
-  let tokens = 0, steps = 0, usage = null, finish = '';
+  let tokens = 0, steps = 0, usage = null, finish = '', loop = null;
   try {
     const r = await fetch('/v1/completions', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
     if (!r.ok) { const e = await r.json(); throw new Error(e.error ? e.error.message : r.statusText); }
@@ -96,6 +97,7 @@ $('generate').addEventListener('click', async () => {
         const chunk = JSON.parse(line.slice(6));
         if (chunk.error) throw new Error(chunk.error.message);
         if (chunk.usage) usage = chunk.usage;
+        if (chunk.looplm) loop = chunk.looplm;
         for (const c of chunk.choices) {
           const st = c.looplm ? c.looplm.steps : [];
           if (c.text) {
@@ -116,7 +118,8 @@ $('generate').addEventListener('click', async () => {
     const secs = (performance.now() - t0) / 1000;
     summary.textContent = tokens + ' tokens in ' + secs.toFixed(2) + ' s (' + (tokens / secs).toFixed(1) + ' tokens/s), ' +
       (tokens ? (steps / tokens).toFixed(2) : '0') + ' loop steps per token of ' + depthMax + (finish ? ', finished: ' + finish : '') +
-      (usage ? ', prompt ' + usage.prompt_tokens + ' tokens' : '');
+      (usage ? ', prompt ' + usage.prompt_tokens + ' tokens' : '') +
+      (loop ? ', KV cache ' + Math.round(loop.kv_bytes_per_token) + ' bytes per position' : '');
   } catch (e) {
     summary.textContent = 'error: ' + e.message;
     summary.className = 'error';

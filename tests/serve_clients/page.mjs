@@ -42,7 +42,7 @@ try {
   await page.click('#generate');
   await page.waitForFunction(() => document.querySelector('#summary').textContent.length > 0, { timeout: 60000 });
   const summary = await page.$eval('#summary', (el) => el.textContent);
-  check(summary.includes('tokens/s') && summary.includes('loop steps per token'), 'summary: ' + summary);
+  check(summary.includes('tokens/s') && summary.includes('loop steps per token') && summary.includes('bytes per position'), 'summary: ' + summary);
   let spans = await page.$$eval('#output span', (s) => s.map((x) => ({ text: x.textContent, steps: Number(x.dataset.steps), bg: x.style.backgroundColor })));
   check(spans.length >= expected.max_tokens / 2, 'a span per streamed token: ' + spans.length);
   check(spans.map((s) => s.text).join('') === expected.text, 'the text: ' + JSON.stringify(spans.map((s) => s.text).join('')));
