@@ -186,6 +186,12 @@ struct PyModel {
   }
 };
 
+// A decode session (continuous batching) on a model it keeps alive.
+struct PySession {
+  std::shared_ptr<LanguageModel> lm;
+  std::unique_ptr<DecodeSession> session;
+};
+
 py::dict trace_dict(LanguageModel::Trace&& t) {
   auto tr = std::make_shared<LanguageModel::Trace>(std::move(t));
   py::dict d;
@@ -459,7 +465,81 @@ PYBIND11_MODULE(looplm, m) {
            py::arg("kv_cache") = py::none(), py::arg("batch") = 8, py::arg("max_windows") = py::none(),
            py::arg("window") = 0, py::arg("file") = false,
            "Held-out loss, accuracy and per-exit diagnostics (the CLI's eval --json) of `data`: text, token ids, a "
-           "file's path with file=True, or None for the run's validation data.");
+           "file's path with file=True, or None for the run's validation data.")
+      .def("session",
+           [](const PyModel& s, int slots, std::optional<int> depth, const std::string& exit_rule, double exit_threshold,
+              const std::string& kv_policy, const std::string& kv_cache) {
+             SessionOptions o;
+             o.slots = slots;
+             o.depth = s.depth_of(depth);
+             o.exit = exit_of(exit_rule, exit_threshold);
+             o.kv_policy = parse_kv_policy(kv_policy);
+             o.kv_cache = kv_cache;
+             CallLock l;
+             return PySession{s.lm, std::make_unique<DecodeSession>(*s.lm, o)};
+           },
+           py::arg("slots") = 8, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed", py::arg("exit_threshold") = 0.0,
+           py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
+           "A decode session: up to `slots` sequences decoding together, joining and leaving between tokens "
+           "(what looplm serve runs on).");
+
+  py::class_<PySession>(m, "Session",
+                        "Continuous batching (Model.session): sequences start and stop between tokens; each makes what "
+                        "generate() makes for it alone.")
+      .def("start",
+           [](PySession& s, const py::object& prompt, int max_tokens, double temperature, int top_k, double top_p, uint64_t seed,
+              std::optional<int> logprobs) {
+             std::vector<int32_t> ids;
+             if (py::isinstance<py::str>(prompt)) {
+               const std::string text = prompt.cast<std::string>();
+               CallLock l;
+               ids = s.lm->encode_prompt(text);
+             } else {
+               ids = ids_of(prompt, s.lm->config().vocab_size, "start");
+             }
+             SequenceOptions o;
+             o.max_new = max_tokens;
+             o.temperature = temperature;
+             o.top_k = top_k;
+             o.top_p = top_p;
+             o.seed = seed;
+             o.logprobs = logprobs.value_or(-1);
+             CallLock l;
+             return s.session->start(ids, o);
+           },
+           py::arg("prompt"), py::arg("max_tokens") = 200, py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+           py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("logprobs") = py::none(),
+           "Start a sequence (its prompt runs now): its slot, or -1 when every slot is taken.")
+      .def("step",
+           [](PySession& s) {
+             std::vector<SessionToken> toks;
+             {
+               CallLock l;
+               toks = s.session->step();
+             }
+             py::list out;
+             for (const auto& t : toks) {
+               py::dict d;
+               d["slot"] = t.slot;
+               d["id"] = t.id;
+               d["steps"] = t.steps;
+               d["last"] = t.last;
+               d["logprob"] = t.logprob;
+               d["top"] = t.top;
+               out.append(d);
+             }
+             return out;
+           },
+           "Every running sequence one token further: a list of {slot, id, steps (the loop steps behind the token), "
+           "last, logprob, top}.")
+      .def("cancel", [](PySession& s, int slot) {
+             CallLock l;
+             s.session->cancel(slot);
+           }, py::arg("slot"))
+      .def_property_readonly("active", [](const PySession& s) { return s.session->active(); })
+      .def_property_readonly("slots", [](const PySession& s) { return s.session->slots(); })
+      .def_property_readonly("mean_steps", [](const PySession& s) { return s.session->mean_steps(); })
+      .def_property_readonly("kv_bytes_per_token", [](const PySession& s) { return s.session->kv_bytes_per_token(); });
 
   m.def("load",
         [](const std::string& path, const std::string& weights, bool allow_nonfinite) {

@@ -158,6 +158,31 @@ class Trained(unittest.TestCase):
                 for r in range(1, 6)]
         np.testing.assert_allclose(cos, mine, rtol=1e-6)
 
+    def test_a_session_decodes_each_sequence_as_alone(self):
+        s = self.m.session(slots=2)
+        prompts = [("the lord said", 20, 0.0, 1), ("go in to", 9, 0.8, 2), ("moses", 14, 0.8, 3)]
+        got = {}
+        pending = list(prompts)
+        owner = {}
+        for step in range(200):
+            while pending and len(owner) < 2 and step >= 3 * (3 - len(pending)):  # arrivals spread over steps
+                p, n, temp, seed = pending.pop(0)
+                slot = s.start(p, max_tokens=n, temperature=temp, seed=seed)
+                self.assertGreaterEqual(slot, 0)
+                owner[slot] = p
+                got[p] = []
+            if not owner and not pending:
+                break
+            for t in s.step():
+                got[owner[t["slot"]]].append(t["id"])
+                self.assertEqual(t["steps"], TINY["R"])
+                if t["last"]:
+                    del owner[t["slot"]]
+        self.assertEqual(s.active, 0)
+        for p, n, temp, seed in prompts:
+            want = self.m.generate(self.m.tokenize(p), max_tokens=n, temperature=temp, seed=seed)
+            self.assertEqual(got[p], list(want), msg=p)
+
     def test_arrays_hold_the_library_memory(self):
         z = self.m.logits("go in")
         self.assertFalse(z.flags["OWNDATA"])  # a view of the library's buffer, kept alive by a capsule
