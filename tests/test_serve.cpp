@@ -249,6 +249,13 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
   call(R"({"prompt": "x", "exit_rule": "gate", "exit_threshold": 0.5})", 400, "exit gate", auth);
   call(json({{"prompt", std::string(300, 'a')}}).dump(), 400, "context holds 256", auth);
   call(json({{"prompt", std::string(5000, 'a')}}).dump(), 413, "larger than", auth);
+  call(R"({"prompt": "x", "max_tokens": 1e300})", 400, "'max_tokens' is out of range", auth);
+  {  // curl -d's default type: the HTTP library caps it at 8 KB, and the answer says what to send
+    auto r = s.client().Post("/v1/completions", auth, std::string(9000, 'a'), "application/x-www-form-urlencoded");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+    EXPECT_NE(r->body.find("Content-Type: application/json"), std::string::npos) << r->body;
+  }
   // /health needs no key; the server still answers properly after all that
   // none of it changed another request's answer: a greedy one that ran through all of the above
   EXPECT_EQ(busy.get(), cli_generate(ckpt(), "And God said", 120, "--depth 40"));

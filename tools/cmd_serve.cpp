@@ -69,7 +69,10 @@ struct Fields {
     } else if constexpr (std::is_integral_v<T>) {
       if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
         throw bad(std::string("'") + key + "' must be an integer", key);
-      return v.is_number_integer() ? (T)v.get<int64_t>() : (T)v.get<double>();
+      // within ±2^53 (a double's integers; far beyond any real value): no overflowing conversion
+      const double d = v.is_number_unsigned() ? (double)v.get<uint64_t>() : v.is_number_integer() ? (double)v.get<int64_t>() : v.get<double>();
+      if (std::fabs(d) > 9007199254740992.0) throw bad(std::string("'") + key + "' is out of range", key);
+      return (T)d;
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!v.is_number()) throw bad(std::string("'") + key + "' must be a number", key);
       return v.get<double>();
@@ -720,9 +723,12 @@ int cmd_serve(int argc, char** argv) {
     send_error(res, HttpError{401, "a valid API key is needed: 'Authorization: Bearer KEY'", "invalid_api_key"});
     return httplib::Server::HandlerResponse::Handled;
   });
-  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 413) send_error(res, HttpError{413, "the request body is larger than the server takes (--max-body)"});
+    // (cpp-httplib caps a form-encoded body, curl -d's default type, at 8 KB whatever --max-body says)
+    if (res.status == 413 && req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0)
+      send_error(res, HttpError{413, "a form-encoded body is limited to 8 KB: send JSON with 'Content-Type: application/json'"});
+    else if (res.status == 413) send_error(res, HttpError{413, "the request body is larger than the server takes (--max-body)"});
     else if (res.status == 404) send_error(res, HttpError{404, "no such route (see docs/serve.md)", "not_found"});
     else send_error(res, HttpError{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error"});
   });
