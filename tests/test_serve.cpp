@@ -370,6 +370,18 @@ TEST_F(Serve, ChatModelsAndThePage) {
   ASSERT_TRUE(page);
   for (const char* id : {"id=\"prompt\"", "id=\"generate\"", "id=\"output\"", "id=\"threshold\""})
     EXPECT_NE(page->body.find(id), std::string::npos) << id;
+  // curl, as the README calls it
+  const std::string base = "http://127.0.0.1:" + std::to_string(s.port);
+  const auto c = run_shell("curl -s " + base + "/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"mine\", "
+                           "\"prompt\": \"In the\", \"max_tokens\": 12, \"temperature\": 0}'");
+  if (c.code == 127) {
+    std::printf("note: no curl here; its call was not made\n");
+  } else {
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_EQ(json::parse(c.out)["choices"][0]["text"], cli_generate(ckpt(), "In the", 12));
+    const auto sse = run_shell("curl -sN " + base + "/v1/completions -d '{\"prompt\": \"In the\", \"max_tokens\": 12, \"temperature\": 0, \"stream\": true}'");
+    EXPECT_NE(sse.out.find("data: [DONE]"), std::string::npos) << sse.out;
+  }
   auto none = s.client().Get("/v2/nothing");
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 404);

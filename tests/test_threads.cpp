@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cmath>
 
@@ -16,6 +18,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "core/threads.h"
+#include "looplm/looplm.h"
 
 using namespace looplm;
 
@@ -133,4 +136,73 @@ TEST(Threads, GemmBitsDoNotDependOnTheThreadCount) {
     }
   }
   set_threads(0);
+}
+
+// Several host threads at once (a server's, a Python program's): a ThreadCap limits only the
+// thread that holds it, each thread's OpenMP count follows the pool, and one loaded model serves
+// threads generating and evaluating at the same time with the results each gets alone.
+TEST(Threads, OneModelServesSeveralThreadsAtOnce) {
+  set_threads(2);
+  {
+    std::atomic<int> stage{0};
+    int inside = -1, outside = -1, outside_omp = -1;
+    std::thread capped([&] {
+      ThreadCap one(1);
+      inside = current_threads();
+      stage = 1;
+      while (stage < 2) std::this_thread::yield();
+    });
+    while (stage < 1) std::this_thread::yield();
+    std::thread other([&] {
+      adapt_threads();
+      outside = current_threads();
+      outside_omp = omp_get_max_threads();
+    });
+    other.join();
+    stage = 2;
+    capped.join();
+    EXPECT_EQ(inside, 1);
+    EXPECT_EQ(outside, 2) << "another thread's cap does not hold here";
+    EXPECT_EQ(outside_omp, 2);
+  }
+  set_threads(0);
+
+  Config c = load_preset("looped");
+  c.d_model = 48;
+  c.n_heads = 2;
+  c.context = 32;
+  c.init_std = 0.3;
+  const LanguageModel lm = LanguageModel::from_config(c, 5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int p = 0; p < 4; ++p) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < 5 + 3 * p; ++i) t.push_back((i * 31 + p * 17) % 90 + 32);
+    prompts.push_back(t);
+  }
+  GenerateOptions g;
+  g.max_new = 40;  // past the context: window restarts too
+  g.temperature = 0.8;
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    g.seed = p;
+    alone.push_back(lm.generate(prompts[p], g));
+  }
+  std::vector<int32_t> text;
+  for (int i = 0; i < 3 * c.context + 1; ++i) text.push_back((i * 7) % 90 + 32);
+  const double loss_alone = lm.evaluate(text).loss;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::vector<int32_t>> got(prompts.size());
+    double loss = 0;
+    std::vector<std::thread> th;
+    for (size_t p = 0; p < prompts.size(); ++p)
+      th.emplace_back([&, p] {
+        GenerateOptions gp = g;
+        gp.seed = p;
+        got[p] = lm.generate(prompts[p], gp);
+      });
+    th.emplace_back([&] { loss = lm.evaluate(text).loss; });
+    for (auto& t : th) t.join();
+    EXPECT_EQ(got, alone) << "round " << round;
+    EXPECT_EQ(loss, loss_alone) << "round " << round;
+  }
 }

@@ -9,19 +9,25 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <omp.h>
 
 namespace looplm {
 
 namespace {
 
+// One per process, behind a mutex: several host threads (a server's, a Python program's) may
+// decode or train at once. What OpenMP reads is per thread: omp_set_num_threads sets the calling
+// thread's own count, so each thread applies the governor's size to itself (apply), and a
+// ThreadCap caps only the thread that holds it.
 struct Governor {
   bool adaptive = true;
   bool decided = false;  // the first measurement (kFirstWindow) has set the pool's size
   int cores = 0, threads = 0;
-  int cap = 0;  // ThreadCap: at most this many while > 0
   double last_wall = -1, last_self = 0, last_busy = 0, other = 0;
 };
+std::mutex g_mutex;
+thread_local int t_cap = 0;  // ThreadCap: at most this many on this thread while > 0
 
 // The first decision's window: long enough for /proc/stat's 10 ms ticks to tell one busy core
 // (5 ± 1 ticks) from none, short enough not to be felt by a command that lasts a second.
@@ -50,8 +56,8 @@ Governor& gov() {
   return g;
 }
 
-void apply(Governor& g) {
-  omp_set_num_threads(g.cap > 0 ? std::min(g.threads, g.cap) : g.threads);
+void apply(const Governor& g) {  // (g_mutex held)
+  omp_set_num_threads(t_cap > 0 ? std::min(g.threads, t_cap) : g.threads);
 }
 
 double seconds(clockid_t id) {
@@ -108,6 +114,7 @@ static void start_window(Governor& g) {
 }
 
 void set_threads(int n) {
+  std::lock_guard<std::mutex> lk(g_mutex);
   Governor& g = gov();
   g.adaptive = n <= 0;
   g.threads = n > 0 ? n : g.cores;
@@ -119,23 +126,27 @@ void set_threads(int n) {
 }
 
 int current_threads() {
+  std::lock_guard<std::mutex> lk(g_mutex);
   const Governor& g = gov();
-  return g.cap > 0 ? std::min(g.threads, g.cap) : g.threads;
+  return t_cap > 0 ? std::min(g.threads, t_cap) : g.threads;
 }
 
 ThreadCap::ThreadCap(int max_threads) {
-  Governor& g = gov();
-  previous_ = g.cap;
-  g.cap = max_threads > 0 && g.cap > 0 ? std::min(g.cap, max_threads) : std::max(max_threads, g.cap);
-  apply(g);
+  previous_ = t_cap;
+  t_cap = max_threads > 0 && t_cap > 0 ? std::min(t_cap, max_threads) : std::max(max_threads, t_cap);
+  std::lock_guard<std::mutex> lk(g_mutex);
+  apply(gov());
 }
 
 ThreadCap::~ThreadCap() {
-  Governor& g = gov();
-  g.cap = previous_;
-  apply(g);
+  t_cap = previous_;
+  std::lock_guard<std::mutex> lk(g_mutex);
+  apply(gov());
 }
-double measured_other_load() { return gov().other; }
+double measured_other_load() {
+  std::lock_guard<std::mutex> lk(g_mutex);
+  return gov().other;
+}
 
 int threads_for_load(int cores, int current, double other) {
   const int down = cores - (int)std::floor(other + 0.4);  // from 0.6 cores of other work: one fewer
@@ -146,7 +157,13 @@ int threads_for_load(int cores, int current, double other) {
 }
 
 void adapt_threads() {
+  std::lock_guard<std::mutex> lk(g_mutex);
   Governor& g = gov();
+  // Whatever happens below, this thread's own count follows the pool's size when it returns.
+  struct Apply {
+    const Governor& g;
+    ~Apply() { apply(g); }
+  } applied{g};
   if (!g.adaptive || g.cores < 2) return;
   double wall = seconds(CLOCK_MONOTONIC);
   if (g.last_wall < 0) {  // no window open: open one
@@ -173,7 +190,6 @@ void adapt_threads() {
   g.other = std::max(0.0, ((busy - g.last_busy) - (self - g.last_self)) / dt);
   g.threads = threads_for_load(g.cores, g.threads, g.other);
   g.decided = true;
-  apply(g);
   g.last_wall = wall;
   g.last_self = self;
   g.last_busy = busy;

@@ -25,6 +25,11 @@ int current_threads();  // the size of the next parallel region
 // command starts with the right count; later calls measure every 250 ms at most and are cheap.
 void adapt_threads();
 
+// Thread safety: every function here may be called from several threads at once. The pool's size
+// is the process's; each thread's parallel regions take it when that thread calls adapt_threads or
+// set_threads (OpenMP's thread count is per calling thread), and a ThreadCap limits only the thread
+// that holds it.
+//
 // While alive, parallel regions have at most max_threads threads (0: no cap), whether the pool
 // adapts or was fixed (--threads N is the most a command uses, as the kernels' own size thresholds
 // already run small products on one thread): for work too small to split, such as decoding one
