@@ -2,6 +2,7 @@
 // the model-config options (--preset / --config / --set) are one table used by train and bench.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -10,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "looplm/config.h"
 #include "looplm/error.h"
 #include "looplm/looplm.h"
-#include "backend/cpu/weight_format.h"
-#include "core/text.h"
-#include "io/json_input.h"
+#include "looplm/util.h"
 
 namespace looplm::cli {
 
@@ -25,8 +26,8 @@ inline CLI::Validator number_check(double lo, double hi, bool lo_excl, const std
       [=](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || *end != '\0') return "'" + io::brief(s) + "' is not a number";
-        if ((lo_excl ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "must be " + words + ", got " + io::brief(s);
+        if (s.empty() || *end != '\0') return "'" + brief(s) + "' is not a number";
+        if ((lo_excl ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "must be " + words + ", got " + brief(s);
         return "";
       },
       words, "number");
@@ -51,10 +52,10 @@ inline std::string explain_extras(const CLI::App& app) {
     if (a.size() > 1 && a[0] == '-' && !number) {
       const std::string opt = a.substr(0, a.find('='));
       const std::string best = did_you_mean(opt, names);
-      return "unknown option '" + io::brief(opt) + "'" + (best.empty() ? "" : " (did you mean " + best + "?)");
+      return "unknown option '" + brief(opt) + "'" + (best.empty() ? "" : " (did you mean " + best + "?)");
     }
   }
-  return "unexpected argument '" + io::brief(rest.empty() ? std::string() : rest[0]) +
+  return "unexpected argument '" + brief(rest.empty() ? std::string() : rest[0]) +
          "': every value follows its option (e.g. -p \"some text\": text with spaces goes in quotes)";
 }
 
@@ -68,7 +69,7 @@ inline bool parse(CLI::App& app, int argc, char** argv, const std::string& name)
   } catch (const CLI::ExtrasError&) {
     throw UsageError(name + ": " + explain_extras(app) + " (see 'looplm " + name + " --help')");
   } catch (const CLI::ParseError& e) {
-    throw UsageError(name + ": " + io::brief(e.what(), 500) + " (see 'looplm " + name + " --help')");
+    throw UsageError(name + ": " + brief(e.what(), 500) + " (see 'looplm " + name + " --help')");
   }
   return true;
 }
@@ -94,7 +95,7 @@ struct ConfigArgs {
   void apply_sets(Config& c) const {
     for (const auto& kv : sets) {
       auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw UsageError("--set '" + io::brief(kv) + "': expected KEY=VALUE");
+      if (eq == std::string::npos || eq == 0) throw UsageError("--set '" + brief(kv) + "': expected KEY=VALUE");
       c.set(kv.substr(0, eq), kv.substr(eq + 1));
     }
   }
@@ -133,7 +134,7 @@ inline void print_config_keys(std::ostream& out, const Config* values = nullptr,
       out << "\n" << owner << ":\n";
     }
     const std::string now = v.contains(k.key) ? v[k.key].dump() : k.default_value;
-    out << "  " << k.key << " = " << io::brief(now, 200);
+    out << "  " << k.key << " = " << brief(now, 200);
     if (now != k.default_value) out << "   (default " << k.default_value << ")";
     out << "\n      " << k.meaning << "\n";
   }
@@ -185,11 +186,13 @@ inline void print_exit_table(const EvalResult& e, int trained_R) {
   }
 }
 
-// --weights: one of the weight formats (backend/cpu/weight_format.h); "" = the checkpoint's own.
+// --weights: one of the library's weight formats (available_weight_formats); "" = the checkpoint's own.
 inline CLI::Validator weights_check() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        return find_weight_format(s) ? "" : "unknown weight format '" + io::brief(s) + "' (" + weight_format_names() + ")";
+        const auto names = available_weight_formats();
+        return std::find(names.begin(), names.end(), s) != names.end() ? ""
+               : "unknown weight format '" + brief(s) + "' (" + joined(names) + ")";
       },
       "FORMAT");
 }
@@ -206,13 +209,13 @@ struct ExitArgs {
                    "distributions), latent (|h_r - h_r-1| / |h_r|) or entropy (of the exit's distribution): a token "
                    "stops at the first step whose value is below --exit-threshold; gate (a model with a learned exit "
                    "gate, Ouro): at the first step whose cumulative exit probability reaches --exit-threshold q")
-        ->check(CLI::IsMember({"fixed", "kl", "latent", "entropy", "gate"}));
+        ->check(CLI::IsMember(available_exit_rules()));
     app.add_option("--exit-threshold", threshold, "the early-exit threshold (needed with a rule other than fixed)");
     policy_opt = app.add_option("--kv-policy", policy,
                                 "keys/values for the steps an exited token did not run: per_step (run them: exact), mean "
                                 "(one averaged slot per block: least memory), last or first (reuse that step's)" +
                                     policy_note)
-                     ->check(CLI::IsMember({"per_step", "mean", "last", "first"}));
+                     ->check(CLI::IsMember(available_kv_policies()));
   }
   bool policy_given() const { return policy_opt->count() > 0; }
   EarlyExit exit() const {

@@ -137,7 +137,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--gen-batch", gen_batch, "sequences of the batched generation test (default 8; 1: none)")
       ->check(at_least(1));
   app.add_option("--kv-cache", kv_cache, "the generation tests' KV cache: fp32, bf16 or int8 (default fp32)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+      ->check(CLI::IsMember(available_kv_caches()))
       ->type_name("TYPE");
   app.add_flag("--contended", contended,
                "run the benchmark idle and again beside a process that keeps one core busy, and report the slowdown");

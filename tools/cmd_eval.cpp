@@ -9,10 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
-#include "data/dataset.h"
 #include "looplm/looplm.h"
 #include "signals.h"
 
@@ -34,7 +32,7 @@ int cmd_eval(int argc, char** argv) {
                  "gigabytes per window: a shorter one scores the same text in less memory)")
       ->check(at_least(1));
   app.add_option("--weights", lo.weights,
-                 "weight format: " + weight_format_names() + " (default: the checkpoint's own; q8_0 / q4_0 / q4_k quantize at load)")
+                 "weight format: " + joined(available_weight_formats()) + " (default: the checkpoint's own; q8_0 / q4_0 / q4_k quantize at load)")
       ->check(weights_check());
   ExitArgs ex;
   ex.add(app, "; given, eval scores through incremental decoding, token by token (default: full passes, per_step)");
@@ -42,7 +40,7 @@ int cmd_eval(int argc, char** argv) {
   CLI::Option* kv_opt = app.add_option("--kv-cache", kv_cache,
                                        "KV cache precision for incremental scoring: fp32, bf16 or int8 (given, eval scores "
                                        "incrementally; default fp32)")
-                            ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+                            ->check(CLI::IsMember(available_kv_caches()))
                             ->type_name("TYPE");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   ThreadsArg threads;

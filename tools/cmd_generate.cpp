@@ -7,10 +7,6 @@
 
 #include "cli.h"
 #include "cli_common.h"
-#include "data/dataset.h"
-#include "data/prompts.h"
-#include "io/atomic_file.h"
-#include "io/json_input.h"
 #include "looplm/looplm.h"
 
 namespace looplm::cli {
@@ -48,14 +44,14 @@ int cmd_generate(int argc, char** argv) {
       ->check(at_least(1));
   app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,
-                 "weight format read per token: " + weight_format_names() +
+                 "weight format read per token: " + joined(available_weight_formats()) +
                      " (default: the checkpoint's own; bf16 / q8_0 / q4_0 / q4_k copies are made at load)")
       ->check(weights_check());
   app.add_option("--kv-cache", g.kv_cache,
                  "KV cache precision: fp32 (exact), bf16 (half the bytes each attention pass reads: faster batched "
                  "decoding; logits within ~1e-2) or int8 (a quarter: each head vector in 8 bits with one scale) "
                  "(default fp32)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+      ->check(CLI::IsMember(available_kv_caches()))
       ->type_name("TYPE");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   app.add_flag("--quiet", quiet, "no timing summary");

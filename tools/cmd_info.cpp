@@ -13,6 +13,7 @@
 #include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
+#include "io/json_input.h"
 #include "data/tokenizer.h"
 #include "looplm/looplm.h"
 #include "model/model.h"

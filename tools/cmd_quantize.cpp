@@ -7,6 +7,7 @@
 #include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
+#include "io/json_input.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"

@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 #include "serve_engine.h"
 #include "serve_page.h"
 #include "signals.h"
@@ -678,9 +679,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on every route but /health and /");
   app.add_option("--model-name", name, "the model's id in /v1/models and responses (default: the checkpoint's directory name)");
   app.add_option("--max-body", max_body, "largest request body in bytes; larger ones get HTTP 413 (default 1 MiB)");
-  app.add_option("--weights", lo.weights, "weight format inference reads (fp32, bf16, q8_0, q4_0, q4_k; default the checkpoint's own)")
+  app.add_option("--weights", lo.weights, "weight format inference reads: " + joined(available_weight_formats()) + " (default the checkpoint's own)")
       ->check(weights_check());
-  app.add_option("--kv-cache", kv_cache, "KV cache precision: fp32 (exact), bf16 or int8")->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  app.add_option("--kv-cache", kv_cache, "KV cache precision: " + joined(available_kv_caches()) + " (fp32 is exact)")->check(CLI::IsMember(available_kv_caches()));
   ThreadsArg threads;
   threads.add(app);
   if (!parse(app, argc, argv, "serve")) return 0;

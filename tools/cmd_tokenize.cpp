@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "io/json_input.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/safetensors.h"

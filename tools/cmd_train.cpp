@@ -5,7 +5,6 @@
 
 #include "cli.h"
 #include "cli_common.h"
-#include "data/dataset.h"
 #include "signals.h"
 #include "looplm/looplm.h"
 

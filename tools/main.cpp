@@ -4,11 +4,10 @@
 #include <string>
 
 #include "cli.h"
-#include "core/memory.h"
-#include "io/json_input.h"
 #include "signals.h"
 #include "looplm/error.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 
 namespace {
 
@@ -54,21 +53,21 @@ int main(int argc, char** argv) {
     if (cmd == "export") return cmd_export(argc - 1, argv + 1);
     if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
     if (cmd == "serve") return cmd_serve(argc - 1, argv + 1);
-    std::fprintf(stderr, "looplm: unknown command '%s'\n%s", looplm::io::brief(cmd).c_str(), kUsage);
+    std::fprintf(stderr, "looplm: unknown command '%s'\n%s", looplm::brief(cmd).c_str(), kUsage);
     return 2;
   } catch (const looplm::Error& e) {
-    // Messages name values short (io::brief); this cap is the last guard against one that does not.
+    // Messages name values short (brief); this cap is the last guard against one that does not.
     const std::string what = e.what();
-    std::fprintf(stderr, "looplm %s: error: %s%s\n", looplm::io::brief(cmd, 40).c_str(), what.substr(0, 4000).c_str(),
+    std::fprintf(stderr, "looplm %s: error: %s%s\n", looplm::brief(cmd, 40).c_str(), what.substr(0, 4000).c_str(),
                  what.size() > 4000 ? "..." : "");
     return e.exit_code();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "looplm %s: error: out of memory (looplm may use %s here: the memory available, or LOOPLM_MEMORY_LIMIT)\n",
-                 looplm::io::brief(cmd, 40).c_str(), looplm::format_bytes((double)looplm::memory_budget()).c_str());
+                 looplm::brief(cmd, 40).c_str(), looplm::format_bytes((double)looplm::memory_budget()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "looplm %s: error: %s\n", looplm::io::brief(cmd, 40).c_str(),
-                 looplm::io::brief(looplm::plain_message(e), 4000).c_str());
+    std::fprintf(stderr, "looplm %s: error: %s\n", looplm::brief(cmd, 40).c_str(),
+                 looplm::brief(looplm::plain_message(e), 4000).c_str());
     return 1;
   }
 }

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "io/mapped_file.h"
+#include "looplm/util.h"
 
 namespace looplm::cli {
 
@@ -75,7 +75,7 @@ void on_sigbus(int) {
     (void)ignored;
   };
   put("\nlooplm: error: bus error reading a mapped file: a checkpoint in use (");
-  put(io::mapped_files_note());
+  put(mapped_files_note());
   put(") was truncated or overwritten in place. Replace a checkpoint by writing the new one beside it and renaming it "
       "over the old name (mv), which readers survive\n");
   _exit(1);

@@ -7,13 +7,13 @@
 // container or systemd slice), and LOOPLM_MEMORY_LIMIT (bytes, with an optional K/M/G suffix) when
 // set. Read once per call; 0 when none of them can be read (then nothing is refused).
 #pragma once
+#include "looplm/util.h"
 #include <cstdint>
 #include <string>
 
 namespace looplm {
 
-uint64_t memory_budget();
-std::string format_bytes(double bytes);  // "3.2 GB", "512.0 MB", "4.0 kB"
+// memory_budget, format_bytes: include/looplm/util.h.
 // Error unless `bytes` fit the budget: "<what> needs about X; looplm may use Y here (<hint>)".
 void require_memory(double bytes, const std::string& what, const std::string& hint);
 

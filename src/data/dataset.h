@@ -1,6 +1,7 @@
 // Token data: loading, llm.c shard writing, the training batch sampler and eval windows.
 // Formats and choices are described in docs/data.md.
 #pragma once
+#include "looplm/util.h"
 #include <cstdint>
 #include <span>
 #include <string>
@@ -47,13 +48,10 @@ struct TrainValTokens {
 };
 TrainValTokens load_train_val(const std::string& data_train, const std::string& data_val, double val_split,
                               const Tokenizer& tok);
-// "the last 10% of FILE (val_split)" or data_val.
-std::string validation_name(const std::string& data_train, const std::string& data_val, double val_split);
+// validation_name, read_file_bytes: include/looplm/util.h.
 // The tail of `all` that the split holds out: [held, all.size()); held = all.size() - round(split x size).
 size_t held_out_from(size_t n, double val_split);
 
-// Whole file as bytes; Error with the path and strerror.
-std::string read_file_bytes(const std::string& path);
 // Thin wrappers over io/atomic_file.h (read: Error with path + strerror; write: temp file in the
 // same directory, fsync, rename, fsync the directory).
 void write_file_atomic(const std::string& path, std::string_view bytes);

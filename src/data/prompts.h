@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "looplm/util.h"
+
 namespace looplm {
 
 // True for a name that ends in ".jsonl" (after at least one other character).
@@ -15,8 +17,6 @@ bool prompts_are_jsonl(const std::string& path);
 // "ORIGIN line N".
 std::vector<std::string> parse_prompts(const std::string& body, const std::string& origin, bool jsonl);
 
-// PATH ('-': standard input) read and parsed as above; `jsonl` is set from the name. UsageError
-// "generate: PATH holds no prompts" when there are none; Error if the file cannot be read.
-std::vector<std::string> read_prompts(const std::string& path, bool& jsonl);
+// read_prompts (PATH read and parsed as above): include/looplm/util.h.
 
 }  // namespace looplm

@@ -17,6 +17,7 @@
 #include "infer/sampler.h"
 #include "io/mapped_file.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 #include "model/model_io.h"
 
 namespace looplm {
@@ -72,6 +73,28 @@ std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { retur
 std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::vector<std::string>* unseen) const {
   return impl_->tok.encode_prompt(text, unseen);
 }
+std::vector<std::string> available_weight_formats() {
+  std::vector<std::string> v;
+  for (const WeightFormat* f : weight_formats()) v.push_back(f->name);
+  return v;
+}
+std::vector<std::string> available_kv_caches() { return {"fp32", "bf16", "int8"}; }  // kv_element's
+std::vector<std::string> available_exit_rules() {
+  std::vector<std::string> v;
+  for (ExitRule r : {ExitRule::fixed, ExitRule::kl, ExitRule::latent, ExitRule::entropy, ExitRule::gate}) v.push_back(exit_rule_name(r));
+  return v;
+}
+std::vector<std::string> available_kv_policies() {
+  std::vector<std::string> v;
+  for (KvPolicy p : {KvPolicy::per_step, KvPolicy::mean, KvPolicy::last, KvPolicy::first}) v.push_back(kv_policy_name(p));
+  return v;
+}
+std::string joined(const std::vector<std::string>& names, const char* sep) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : sep) + n;
+  return s;
+}
+
 LanguageModel::SpecialTokens LanguageModel::special_tokens() const {
   SpecialTokens st;
   const HfTokenizer* hf = impl_->tok.hf();

@@ -1,4 +1,5 @@
 #include "io/json_input.h"
+#include "looplm/util.h"
 
 namespace looplm::io {
 
@@ -47,3 +48,9 @@ std::string brief_json(const nlohmann::ordered_json& v, size_t max) {
 }
 
 }  // namespace looplm::io
+
+namespace looplm {
+// The public names (include/looplm/util.h) of the message helpers.
+std::string brief(std::string_view s, size_t max) { return io::brief(s, max); }
+std::string brief_path(std::string_view path) { return io::brief_path(path); }
+}  // namespace looplm

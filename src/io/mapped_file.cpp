@@ -1,4 +1,5 @@
 #include "io/mapped_file.h"
+#include "looplm/util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -149,3 +150,7 @@ void check_mapped_files() {
 const char* mapped_files_note() { return g_note; }
 
 }  // namespace looplm::io
+
+namespace looplm {
+const char* mapped_files_note() { return io::mapped_files_note(); }
+}  // namespace looplm

@@ -1,0 +1,46 @@
+// What a front end (the CLI, the server, a program of yours) needs around the model: the library's
+// tables of choices, the rules its messages follow, and its file readers. Public so that every
+// front end offers the same choices and says things the same way (a new weight format appears in
+// every --weights list without anyone editing one).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace looplm {
+
+// ---------------------------------------------------------------- the library's tables
+std::vector<std::string> available_weight_formats();  // LoadOptions::weights: fp32, bf16, q8_0, q4_0, q4_k
+std::vector<std::string> available_kv_caches();       // GenerateOptions::kv_cache: fp32, bf16, int8
+std::vector<std::string> available_exit_rules();      // ExitRule by name: fixed, kl, latent, entropy, gate
+std::vector<std::string> available_kv_policies();     // KvPolicy by name: per_step, mean, last, first
+std::string joined(const std::vector<std::string>& names, const char* sep = ", ");
+
+// ---------------------------------------------------------------- messages
+// `s` for a message: at most `max` bytes (then "..."), control bytes as '?'.
+std::string brief(std::string_view s, size_t max = 60);
+// A file path for a message: whole up to 240 bytes, else "..." and its last 237 (the file's name).
+std::string brief_path(std::string_view path);
+// The candidate nearest to `word` when it is within a few edits (at most 3, and less than half of
+// `word`'s length), else "". Words over 64 bytes get no suggestion.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+std::string format_bytes(double bytes);  // "3.2 GB", "512.0 MB", "4.0 kB"
+// The memory this process may use (the cgroup's limit, else physical memory): what reading a whole
+// file is bounded by.
+uint64_t memory_budget();
+// The files mapped now ("a, b"), for a message when one of them changed under the process (SIGBUS):
+// a fixed buffer, safe to read from a signal handler.
+const char* mapped_files_note();
+
+// ---------------------------------------------------------------- files
+// Whole file as bytes (at most memory_budget()); Error with the path and strerror.
+std::string read_file_bytes(const std::string& path);
+// Prompts for batch generation: PATH ('-': standard input), one prompt per line (blank lines
+// skipped), or JSONL (a PATH.jsonl name; `jsonl` is set from it) whose objects hold a string
+// "prompt" (or "text"). UsageError when there are none or a line is malformed, naming it.
+std::vector<std::string> read_prompts(const std::string& path, bool& jsonl);
+// How a run names its validation data: "the last 10% of FILE (val_split)", or data_val.
+std::string validation_name(const std::string& data_train, const std::string& data_val, double val_split);
+
+}  // namespace looplm
