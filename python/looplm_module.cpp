@@ -563,6 +563,39 @@ PYBIND11_MODULE(looplm, m) {
         py::arg("config") = py::none(), py::arg("preset") = py::none(), py::arg("seed") = 0, py::arg("weights") = "",
         "A model with freshly initialised weights: a preset (default looped) changed by `config`'s keys, or a JSON file.");
 
+  m.def("quantize",
+        [](const std::string& checkpoint, const std::string& out, const std::string& format, const std::string& method,
+           const std::string& calib, int64_t calib_tokens, bool calib_first_step_only) {
+          QuantizeOptions o;
+          o.format = format;
+          o.method = method;
+          o.calib = calib;
+          o.calib_tokens = calib_tokens;
+          o.calib_first_step_only = calib_first_step_only;
+          QuantizeResult r;
+          {
+            CallLock l;
+            r = quantize_checkpoint(checkpoint, out, o);
+          }
+          py::dict d;
+          d["format"] = r.format;
+          d["method"] = r.method;
+          d["matrices"] = r.matrices;
+          d["in_bytes"] = r.in_bytes;
+          d["out_bytes"] = r.out_bytes;
+          if (r.method == "gptq") {
+            d["calib"] = r.calib;
+            d["calib_tokens"] = r.calib_tokens;
+            d["rtn_error"] = r.rtn_error;
+            d["gptq_error"] = r.gptq_error;
+          }
+          return d;
+        },
+        py::arg("checkpoint"), py::arg("out"), py::arg("format"), py::arg("method") = "rtn", py::arg("calib") = "",
+        py::arg("calib_tokens") = 16384, py::arg("calib_first_step_only") = false,
+        "Quantize a fp32 checkpoint into the file `out` (the CLI's quantize): format q8_0, q4_0 or q4_k; method rtn or "
+        "gptq (calibration text `calib`, default the checkpoint's data_train).");
+
   m.def("train",
         [](const py::object& config, const std::string& out, std::optional<std::string> preset, bool resume, bool overwrite,
            const std::string& init_from, std::optional<int> stop_after, const py::object& callback, const py::object& log,

@@ -372,6 +372,30 @@ class DecodeSession {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---------------------------------------------------------------- quantization (docs/cli.md, quantize)
+struct QuantizeOptions {
+  std::string format;          // q8_0 | q4_0 | q4_k
+  std::string method = "rtn";  // rtn: round to nearest on each block's own grid; gptq: GPTQ on calibration text
+  std::string calib;           // gptq: calibration text ("" = the checkpoint's data_train)
+  int64_t calib_tokens = 16384;  // gptq: calibration tokens, in whole context windows
+  bool calib_first_step_only = false;  // gptq: a shared core block's inputs from its first loop step only (else every step)
+  bool allow_nonfinite = false;
+};
+struct QuantizeResult {
+  std::string format, method, calib;
+  int matrices = 0;            // weight matrices quantized (the rest stays fp32)
+  uint64_t in_bytes = 0, out_bytes = 0;
+  // gptq: calibration tokens run and the layer-output error summed over the matrices,
+  // Σ tr((W − Ŵ) H (W − Ŵ)ᵀ) / tr(W H Wᵀ), of round-to-nearest and of GPTQ
+  int64_t calib_tokens = 0;
+  double rtn_error = 0, gptq_error = 0;
+};
+// A fp32 checkpoint (model.safetensors or its run directory) quantized into the checkpoint file
+// `out` (written atomically), which eval, generate, serve and info read directly. UsageError for an
+// unknown format or method, an `out` that is a directory or the input itself, an input that is
+// quantized already.
+QuantizeResult quantize_checkpoint(const std::string& checkpoint, const std::string& out, const QuantizeOptions& o);
+
 // ---------------------------------------------------------------- interchange (docs/interchange.md)
 struct ConvertResult {
   std::string format;               // "gguf" or "huggingface"

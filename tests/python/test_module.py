@@ -183,6 +183,21 @@ class Trained(unittest.TestCase):
             want = self.m.generate(self.m.tokenize(p), max_tokens=n, temperature=temp, seed=seed)
             self.assertEqual(got[p], list(want), msg=p)
 
+    def test_quantize_as_the_cli(self):
+        out = os.path.join(self.dir, "q8.safetensors")
+        r = looplm.quantize(self.ckpt, out, "q8_0", method="gptq", calib=self.train_txt, calib_tokens=256)
+        self.assertEqual((r["format"], r["method"], r["calib_tokens"]), ("q8_0", "gptq", 256))
+        self.assertLessEqual(r["gptq_error"], r["rtn_error"])
+        self.assertLess(r["out_bytes"], r["in_bytes"])
+        q = looplm.load(out)
+        ids = q.tokenize("the lord said unto moses")
+        # 8-bit weights: logits within a few hundredths of the fp32 model's (values of a few units)
+        self.assertLess(np.abs(q.logits(ids) - self.m.logits(ids)).max(), 0.1)
+        want = json.loads(cli("eval", "--checkpoint", out, "--data", self.val_txt, "--json", "-t", "1"))
+        self.assertAlmostEqual(q.evaluate(self.val_txt, file=True)["loss"], want["loss"], delta=1e-9 * want["loss"])
+        with self.assertRaisesRegex(looplm.UsageError, "already q8_0"):
+            looplm.quantize(out, os.path.join(self.dir, "q4.safetensors"), "q4_0")
+
     def test_arrays_hold_the_library_memory(self):
         z = self.m.logits("go in")
         self.assertFalse(z.flags["OWNDATA"])  # a view of the library's buffer, kept alive by a capsule
