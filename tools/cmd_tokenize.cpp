@@ -1,9 +1,8 @@
 // `looplm tokenize`: a text's ids under a tokenizer (a Hugging Face tokenizer.json, or the one a
 // checkpoint carries), printed as one JSON array; --decode turns such an array back into text
 // (docs/data.md, "Hugging Face tokenizers").
-#include <sys/stat.h>
-
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -11,47 +10,49 @@
 
 #include "cli.h"
 #include "cli_common.h"
-#include "io/json_input.h"
-#include "data/dataset.h"
-#include "data/tokenizer.h"
-#include "io/safetensors.h"
+#include "looplm/looplm.h"
+#include "looplm/util.h"
 
 namespace looplm::cli {
 
 namespace {
 
-// A tokenizer.json, or a checkpoint (its directory or .safetensors file) whose config names one.
-Tokenizer open_tokenizer(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw Error("--tokenizer " + io::brief_path(path) + ": no such file or directory");
-  std::string file = path;
-  if (S_ISDIR(st.st_mode)) file += "/model.safetensors";
-  if (S_ISDIR(st.st_mode) || (file.size() >= 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0)) {
-    auto f = io::SafetensorsFile::open(file);
-    const auto it = f.metadata().find("config");
-    if (it == f.metadata().end()) throw Error(file + ": no 'config' in the metadata (not a looplm checkpoint?)");
-    Config c;
-    try {
-      c = Config::from_json_text(it->second, file + " (metadata 'config')");
-    } catch (const UsageError& e) {
-      throw Error(e.what());
-    }
-    return Tokenizer::from_checkpoint(c, f.metadata(), file);
-  }
-  return Tokenizer::hf_from_file(path);
-}
-
+// A JSON array of token ids ("[15496, 995]"), read by hand: nothing else is valid here, so no
+// general JSON parser (and its nesting limits) is needed.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& origin) {
-  const nlohmann::json j = io::parse_json(text, origin);
-  if (!j.is_array()) throw Error(origin + ": expected a JSON array of token ids, got " + io::brief_json(j));
+  size_t i = 0;
+  auto skip = [&] {
+    while (i < text.size() && std::isspace((unsigned char)text[i])) ++i;
+  };
+  skip();
+  if (i >= text.size() || text[i] != '[') throw Error(origin + ": expected a JSON array of token ids, got " + brief(text));
+  ++i;
   std::vector<int32_t> ids;
-  ids.reserve(j.size());
-  for (size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_number_integer() || j[i].get<int64_t>() < INT32_MIN || j[i].get<int64_t>() > INT32_MAX)
-      throw Error(origin + ": element " + std::to_string(i) + " is " + io::brief_json(j[i]) + ", not a token id");
-    ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
+  skip();
+  if (i < text.size() && text[i] == ']') return ids;
+  for (;;) {
+    skip();
+    const size_t start = i;
+    if (i < text.size() && text[i] == '-') ++i;
+    while (i < text.size() && std::isdigit((unsigned char)text[i])) ++i;
+    const std::string num = text.substr(start, i - start);
+    if (num.empty() || num == "-" || num.size() > 11 || std::stoll(num) < INT32_MIN || std::stoll(num) > INT32_MAX)
+      throw Error(origin + ": element " + std::to_string(ids.size()) + " is " +
+                  brief(text.substr(start, std::min<size_t>(text.size() - start, 20))) + ", not a token id");
+    ids.push_back((int32_t)std::stoll(num));
+    skip();
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < text.size() && text[i] == ']') {
+      ++i;
+      skip();
+      if (i != text.size()) throw Error(origin + ": text after the array of token ids");
+      return ids;
+    }
+    throw Error(origin + ": expected ',' or ']' after element " + std::to_string(ids.size() - 1));
   }
-  return ids;
 }
 
 }  // namespace
@@ -85,10 +86,9 @@ int cmd_tokenize(int argc, char** argv) {
   if (add_special && decode) throw UsageError("tokenize: --add-special applies to encoding, not to --decode");
 
   const auto t0 = std::chrono::steady_clock::now();
-  const Tokenizer tok = open_tokenizer(tok_path);
-  if (add_special && tok.kind() != Tokenizer::Kind::Hf)
-    throw UsageError("tokenize: --add-special needs a Hugging Face tokenizer; the " + std::string(tok.kind_name()) +
-                     " tokenizer has no special tokens");
+  const TextTokenizer tok = TextTokenizer::open(tok_path);
+  if (add_special && tok.kind() != "hf")
+    throw UsageError("tokenize: --add-special needs a Hugging Face tokenizer; the " + tok.kind() + " tokenizer has no special tokens");
   const std::string text = in_opt->count() ? read_file_bytes(input) : prompt;
   const auto t1 = std::chrono::steady_clock::now();
   if (decode) {
@@ -100,7 +100,7 @@ int cmd_tokenize(int argc, char** argv) {
   double secs = 0;
   for (int r = 0; r < repeat; ++r) {
     const auto t2 = std::chrono::steady_clock::now();
-    ids = add_special ? tok.encode_with_special(text) : tok.encode(text);
+    ids = tok.encode(text, add_special);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count();
     secs = r == 0 ? s : std::min(secs, s);
   }

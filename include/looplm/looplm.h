@@ -372,6 +372,30 @@ class DecodeSession {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---------------------------------------------------------------- tokenizers (docs/data.md)
+// A tokenizer on its own (without a model): a Hugging Face tokenizer.json, or the one a checkpoint
+// carries (byte, char or Hugging Face). Thread-safe: encode and decode may run on several threads.
+class TextTokenizer {
+ public:
+  // A tokenizer.json, or a checkpoint (a run directory or a .safetensors file). Error naming the
+  // file when it is missing, not a tokenizer, or a tokenizer looplm does not compute.
+  static TextTokenizer open(const std::string& path);
+  TextTokenizer(TextTokenizer&&) noexcept;
+  TextTokenizer& operator=(TextTokenizer&&) noexcept;
+  ~TextTokenizer();
+  std::string kind() const;  // byte | char | hf
+  int vocab_size() const;
+  // add_special: the post-processor's special tokens too (e.g. <s> first); UsageError for a byte or
+  // char tokenizer, which has none.
+  std::vector<int32_t> encode(const std::string& text, bool add_special = false) const;
+  std::string decode(const std::vector<int32_t>& ids) const;  // Error naming an id outside the vocabulary
+
+ private:
+  struct Impl;
+  explicit TextTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 // ---------------------------------------------------------------- quantization (docs/cli.md, quantize)
 struct QuantizeOptions {
   std::string format;          // q8_0 | q4_0 | q4_k

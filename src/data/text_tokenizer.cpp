@@ -1,0 +1,52 @@
+// TextTokenizer (include/looplm/looplm.h): the public face of a Tokenizer opened from a
+// tokenizer.json or a checkpoint.
+#include <sys/stat.h>
+
+#include "data/tokenizer.h"
+#include "io/json_input.h"
+#include "io/safetensors.h"
+#include "looplm/looplm.h"
+
+namespace looplm {
+
+struct TextTokenizer::Impl {
+  Tokenizer tok;
+};
+
+TextTokenizer::TextTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TextTokenizer::TextTokenizer(TextTokenizer&&) noexcept = default;
+TextTokenizer& TextTokenizer::operator=(TextTokenizer&&) noexcept = default;
+TextTokenizer::~TextTokenizer() = default;
+
+TextTokenizer TextTokenizer::open(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(io::brief_path(path) + ": no such file or directory");
+  std::string file = path;
+  if (S_ISDIR(st.st_mode)) file += "/model.safetensors";
+  if (S_ISDIR(st.st_mode) || (file.size() >= 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0)) {
+    auto f = io::SafetensorsFile::open(file);
+    const auto it = f.metadata().find("config");
+    if (it == f.metadata().end()) throw Error(file + ": no 'config' in the metadata (not a looplm checkpoint?)");
+    Config c;
+    try {
+      c = Config::from_json_text(it->second, file + " (metadata 'config')");
+    } catch (const UsageError& e) {
+      throw Error(e.what());  // a damaged file, not a bad flag
+    }
+    return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::from_checkpoint(c, f.metadata(), file)}));
+  }
+  return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::hf_from_file(path)}));
+}
+
+std::string TextTokenizer::kind() const { return impl_->tok.kind_name(); }
+int TextTokenizer::vocab_size() const { return impl_->tok.vocab_size(); }
+std::vector<int32_t> TextTokenizer::encode(const std::string& text, bool add_special) const {
+  if (!add_special) return impl_->tok.encode(text);
+  if (impl_->tok.kind() != Tokenizer::Kind::Hf)
+    throw UsageError("special tokens need a Hugging Face tokenizer; the " + std::string(impl_->tok.kind_name()) +
+                     " tokenizer has none");
+  return impl_->tok.encode_with_special(text);
+}
+std::string TextTokenizer::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
+
+}  // namespace looplm
