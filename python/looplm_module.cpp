@@ -3,9 +3,9 @@
 //
 // Conventions. Arrays come back as numpy arrays that own the library's result buffer (no copy: a
 // capsule keeps it alive). The GIL is released while C++ runs; a callback takes it back for its
-// call. Library calls take one process-wide lock (CallLock): the library's thread governor is
-// process state, so two Python threads run their calls one after the other, while other Python
-// code runs beside them. Errors: looplm.UsageError (a bad option or value; also a ValueError) and
+// call. Library calls take one process-wide lock (CallLock): the library's parallel regions use the
+// cores already, and one lock covers every call (training, quantization) whatever its own thread
+// safety, so two Python threads run their calls one after the other while other Python code runs. Errors: looplm.UsageError (a bad option or value; also a ValueError) and
 // looplm.Error (a bad file, a runtime failure; a RuntimeError), with the library's message.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
