@@ -563,6 +563,70 @@ PYBIND11_MODULE(looplm, m) {
         py::arg("config") = py::none(), py::arg("preset") = py::none(), py::arg("seed") = 0, py::arg("weights") = "",
         "A model with freshly initialised weights: a preset (default looped) changed by `config`'s keys, or a JSON file.");
 
+  m.def("convert",
+        [](const std::string& from, const std::string& out) {
+          ConvertResult r;
+          {
+            CallLock l;
+            r = convert_model(from, out);
+          }
+          py::dict d;
+          d["format"] = r.format;
+          d["arch"] = r.arch;
+          d["weights"] = r.weights;
+          d["tensors"] = r.tensors;
+          d["files"] = r.files;
+          d["config"] = json_loads(r.config.to_json_text());
+          d["notes"] = r.notes;
+          return d;
+        },
+        py::arg("source"), py::arg("out"),
+        "A GGUF file or a Hugging Face model directory into a new run directory `out` (the CLI's convert).");
+  m.def("export",
+        [](const std::string& checkpoint, const std::string& out, const std::string& type, const std::string& name) {
+          ExportOptions o;
+          o.type = type;
+          o.name = name;
+          ExportResult r;
+          {
+            CallLock l;
+            r = export_model(checkpoint, out, o);
+          }
+          py::dict d;
+          d["arch"] = r.arch;
+          d["type"] = r.type;
+          d["tensors"] = r.tensors;
+          d["bytes"] = r.bytes;
+          d["exact_codes"] = r.exact_codes;
+          d["notes"] = r.notes;
+          return d;
+        },
+        py::arg("checkpoint"), py::arg("out"), py::arg("type") = "", py::arg("name") = "looplm",
+        "A checkpoint as llama.cpp's GGUF at `out` (the CLI's export): type f32, f16, q8_0, q4_0 or \"\" (its own).");
+
+  py::class_<TextTokenizer>(m, "Tokenizer", "A tokenizer on its own: a tokenizer.json or a checkpoint's (looplm.tokenizer).")
+      .def_property_readonly("kind", &TextTokenizer::kind)
+      .def_property_readonly("vocab_size", &TextTokenizer::vocab_size)
+      .def("encode",
+           [](const TextTokenizer& t, const std::string& text, bool add_special) {
+             std::vector<int32_t> ids;
+             {
+               py::gil_scoped_release nogil;  // thread-safe: no library lock
+               ids = t.encode(text, add_special);
+             }
+             const py::ssize_t n = (py::ssize_t)ids.size();
+             return owned_array(std::move(ids), {n});
+           },
+           py::arg("text"), py::arg("add_special") = false)
+      .def("decode",
+           [](const TextTokenizer& t, const py::object& ids) {
+             const std::vector<int32_t> v = ids_of(ids, t.vocab_size(), "decode");
+             return text_of(t.decode(v));
+           },
+           py::arg("ids"));
+  m.def("tokenizer", [](const std::string& path) { return TextTokenizer::open(path); }, py::arg("path"),
+        "A Hugging Face tokenizer.json, or the tokenizer a checkpoint carries.");
+
   m.def("quantize",
         [](const std::string& checkpoint, const std::string& out, const std::string& format, const std::string& method,
            const std::string& calib, int64_t calib_tokens, bool calib_first_step_only) {

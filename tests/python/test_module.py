@@ -198,6 +198,29 @@ class Trained(unittest.TestCase):
         with self.assertRaisesRegex(looplm.UsageError, "already q8_0"):
             looplm.quantize(out, os.path.join(self.dir, "q4.safetensors"), "q4_0")
 
+    def test_tokenizer_export_and_convert(self):
+        tok = looplm.tokenizer(self.ckpt)
+        self.assertEqual(tok.kind, "byte")
+        ids = tok.encode("moses and aaron")
+        np.testing.assert_array_equal(ids, self.m.tokenize("moses and aaron"))
+        self.assertEqual(tok.decode(ids), "moses and aaron")
+        gguf = os.path.join(self.dir, "m.gguf")
+        with self.assertRaisesRegex(looplm.UsageError, "llama"):  # the looped preset's blocks are not Llama's
+            looplm.export(self.ckpt, gguf)
+        # a looped model of Llama blocks (initial weights): GGUF arch nanbeige, and back to the same logits
+        llama = os.path.join(self.dir, "llama")
+        looplm.train(dict(TINY, steps=0, R=2, n_prelude=0, n_coda=0, data_train=self.train_txt, data_val=self.val_txt),
+                     preset="llama", out=llama, quiet=True)
+        e = looplm.export(llama, gguf, type="f32")
+        self.assertEqual((e["arch"], e["type"]), ("nanbeige", "f32"))
+        c = looplm.convert(gguf, os.path.join(self.dir, "back"))
+        self.assertEqual((c["format"], c["arch"]), ("gguf", "nanbeige"))
+        ids = tok.encode("go in to pharaoh")
+        np.testing.assert_allclose(looplm.load(os.path.join(self.dir, "back")).logits(ids), looplm.load(llama).logits(ids),
+                                   rtol=0, atol=1e-5)
+        with self.assertRaisesRegex(looplm.Error, "no-such"):
+            looplm.convert(os.path.join(self.dir, "no-such.gguf"), os.path.join(self.dir, "back2"))
+
     def test_arrays_hold_the_library_memory(self):
         z = self.m.logits("go in")
         self.assertFalse(z.flags["OWNDATA"])  # a view of the library's buffer, kept alive by a capsule
