@@ -239,7 +239,7 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
   call(R"({"max_tokens": 3})", 400, "'prompt' is missing", auth);
   call(R"({"prompt": 5})", 400, "'prompt' is", auth);
   call(R"({"prompt": "x", "max_tokens": "ten"})", 400, "'max_tokens' must be an integer", auth);
-  call(R"({"prompt": "x", "max_tokens": 100000})", 400, "beyond the model's context", auth);
+  call(R"({"prompt": "x", "max_tokens": 100000})", 400, "beyond the context (256)", auth);
   call(R"({"prompt": "x", "temperature": -1})", 400, "'temperature'", auth);
   call(R"({"prompt": "x", "top_p": 0})", 400, "'top_p'", auth);
   call(R"({"prompt": "x", "model": "gpt-4"})", 400, "does not exist here", auth);
@@ -349,6 +349,27 @@ TEST_F(Serve, SigtermFinishesWhatIsInFlight) {
   }
   EXPECT_EQ(text, cli_generate(ckpt(), "In", 200, "--depth 200"));
   EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// --context bounds each sequence's KV cache (a model trained to a long context): requests that fit
+// make what generate makes; longer ones are refused; a cache that cannot fit stops the server at
+// start with the memory it needs, not every request later.
+TEST_F(Serve, ContextBoundsTheCache) {
+  ServerProcess s("--checkpoint " + ckpt() + " --context 64 -t 1", *dir / "serve9.log");
+  ASSERT_GT(s.port, 0);
+  EXPECT_EQ(post(s, "/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 40}, {"temperature", 0}})["choices"][0]["text"],
+            cli_generate(ckpt(), "In the beginning", 40));
+  int status = 0;
+  const json e = post(s, "/v1/completions", {{"prompt", std::string(80, 'a')}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("the context holds 64"), std::string::npos) << e.dump();
+  auto info = s.client().Get("/tokenizer_info");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(json::parse(info->body)["model_max_length"], 64);
+  EXPECT_EQ(s.stop(), 0);
+  const auto r = run_shell("LOOPLM_MEMORY_LIMIT=1M " + kBin + " serve --checkpoint " + ckpt() + " --parallel 64 --port 0 -t 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("LOOPLM_MEMORY_LIMIT"), std::string::npos) << r.out;
 }
 
 TEST_F(Serve, ChatModelsAndThePage) {

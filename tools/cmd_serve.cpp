@@ -137,9 +137,9 @@ struct Server {
     }
     for (const auto& t : out) {
       if (t.empty()) throw bad("a prompt is empty", "prompt");
-      if ((int)t.size() > lm.config().context)
-        throw bad("a prompt has " + std::to_string(t.size()) + " tokens and the model's context holds " +
-                      std::to_string(lm.config().context), "prompt");
+      if ((int)t.size() > engine.context())
+        throw bad("a prompt has " + std::to_string(t.size()) + " tokens and the context holds " +
+                      std::to_string(engine.context()), "prompt");
     }
     return out;
   }
@@ -147,11 +147,11 @@ struct Server {
   // Sampling and the looped extensions, shared by completions and chat.
   void options_of(const json& body, Job& base, int default_max) const {
     const Fields f{body};
-    const int ctx = lm.config().context;
+    const int ctx = engine.context();
     const int64_t max_tokens = f.get<int64_t>("max_tokens", f.get<int64_t>("max_completion_tokens", default_max));
     if (max_tokens < 0) throw bad("'max_tokens' must be >= 0", "max_tokens");
     if (max_tokens > ctx)
-      throw bad("'max_tokens' " + std::to_string(max_tokens) + " is beyond the model's context (" + std::to_string(ctx) + ")", "max_tokens");
+      throw bad("'max_tokens' " + std::to_string(max_tokens) + " is beyond the context (" + std::to_string(ctx) + ")", "max_tokens");
     base.opt.max_new = (int)max_tokens;
     base.opt.temperature = f.get<double>("temperature", 1.0);
     if (!(base.opt.temperature >= 0 && base.opt.temperature <= 2)) throw bad("'temperature' must be between 0 and 2", "temperature");
@@ -525,14 +525,14 @@ struct Server {
     text += "<|im_start|>assistant\n";
     const Fields f{body};
     Job base;
-    options_of(body, base, std::min(256, lm.config().context));
+    options_of(body, base, std::min(256, engine.context()));
     base.stop.push_back("<|im_end|>");
     if (f.get<bool>("logprobs", false)) base.opt.logprobs = (int)std::min<int64_t>(f.get<int64_t>("top_logprobs", 0), 20);
     const int n = n_of(body);
     std::vector<int32_t> prompt = lm.encode_prompt(text);
-    if ((int)prompt.size() > lm.config().context) {
+    if ((int)prompt.size() > engine.context()) {
       // the conversation's end is what matters: keep its last context - max_tokens tokens
-      const int keep = std::max(1, lm.config().context - base.opt.max_new);
+      const int keep = std::max(1, engine.context() - base.opt.max_new);
       prompt.erase(prompt.begin(), prompt.end() - keep);
     }
     auto jobs = submit({prompt}, n, base);
@@ -584,7 +584,7 @@ struct Server {
     const char* key = body.contains("prompt") ? "prompt" : "content";
     if (!body.contains(key) || !body[key].is_string()) throw bad("give the text as 'prompt' (or 'content')", "prompt");
     const std::vector<int32_t> ids = lm.encode(body[key].get<std::string>());
-    json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", lm.config().context}};
+    json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.context()}};
     if (Fields{body}.get<bool>("with_pieces", false)) {
       json pieces = json::array();
       for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", lm.decode({id})}});
@@ -615,7 +615,7 @@ struct Server {
     res.set_content(dump({{"eos_token", or_null(sp.eos_text)}, {"eos_token_id", id_or_null(sp.eos)},
                           {"bos_token", or_null(sp.bos_text)}, {"bos_token_id", id_or_null(sp.bos)},
                           {"pad_token", json()}, {"chat_template", json()}, {"tokenizer_class", c.tokenizer},
-                          {"vocab_size", c.vocab_size}, {"model_max_length", c.context}}),
+                          {"vocab_size", c.vocab_size}, {"model_max_length", engine.context()}}),
                     "application/json");
   }
 
@@ -667,7 +667,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a checkpoint over HTTP: OpenAI-compatible completions and chat, continuous batching, a web page.",
                "looplm serve"};
   std::string ckpt, host = "127.0.0.1", api_key, name;
-  int port = 8080, parallel = 4, queue = 64;
+  int port = 8080, parallel = 4, queue = 64, context = 0;
   size_t max_body = 1 << 20;
   LoadOptions lo;
   std::string kv_cache = "fp32";
@@ -675,6 +675,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--host", host, "address to listen on (default 127.0.0.1: this machine only)");
   app.add_option("--port", port, "port (default 8080; 0: any free one, printed)")->check(CLI::Range(0, 65535));
   app.add_option("--parallel", parallel, "sequences decoded together (default 4)")->check(CLI::Range(1, 256));
+  app.add_option("--context", context,
+                 "positions each sequence may use (default: the model's context): a model trained to a long context "
+                 "(Ouro: 32,768) needs less to fit --parallel sequences' KV caches in memory")
+      ->check(CLI::Range(0, 1 << 24));
   app.add_option("--queue", queue, "requests that may wait for a slot beyond those; more get HTTP 429 (default 64)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on every route but /health and /");
   app.add_option("--model-name", name, "the model's id in /v1/models and responses (default: the checkpoint's directory name)");
@@ -694,7 +698,7 @@ int cmd_serve(int argc, char** argv) {
     if (p.filename() == "model.safetensors" || p.has_extension()) p = p.parent_path();
     name = p.filename().string().empty() ? "looplm" : p.filename().string();
   }
-  serve::Engine engine(lm, serve::EngineOptions{parallel, queue, kv_cache});
+  serve::Engine engine(lm, serve::EngineOptions{parallel, queue, kv_cache, context});
   Server s{lm, engine, name};
 
   httplib::Server http;
@@ -753,7 +757,7 @@ int cmd_serve(int argc, char** argv) {
   if (bound < 0) throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
   if (listen_fd >= 0) ::listen(listen_fd, 1024);
   std::fprintf(stderr, "looplm serve: %s (%s, R = %d, context %d) on http://%s:%d/ with %d parallel sequences\n", name.c_str(),
-               ckpt.c_str(), lm.config().R, lm.config().context, host.c_str(), bound, parallel);
+               ckpt.c_str(), lm.config().R, engine.context(), host.c_str(), bound, parallel);
   std::fflush(stderr);
   std::atomic<bool> listening{true};
   std::thread watcher([&] {

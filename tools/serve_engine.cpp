@@ -23,7 +23,31 @@ size_t complete_utf8(const std::string& s) {
 }
 
 Engine::Engine(const LanguageModel& lm, const EngineOptions& o) : lm_(lm), o_(o), special_(lm.special_tokens()) {
+  // The default settings' session now: a KV cache that does not fit is an error at start (naming
+  // the memory it needs), not a failure of every request.
+  context_ = session_for(LoopSettings{}).context();
   thread_ = std::thread([this] { run(); });
+}
+
+DecodeSession& Engine::session_for(const LoopSettings& loop) {
+  auto& session = sessions_[loop];
+  if (!session) {
+    SessionOptions so;
+    so.slots = o_.parallel;
+    so.context = o_.context;
+    so.depth = loop.depth;
+    so.exit = loop.exit;
+    so.kv_policy = loop.kv_policy;
+    so.kv_cache = o_.kv_cache;
+    try {
+      session = std::make_unique<DecodeSession>(lm_, so);
+    } catch (...) {
+      sessions_.erase(loop);
+      throw;
+    }
+    running_[loop].assign(o_.parallel, nullptr);
+  }
+  return *session;
 }
 
 Engine::~Engine() {
@@ -96,23 +120,7 @@ void Engine::admit() {
       continue;
     }
     try {
-      auto& session = sessions_[j->loop];
-      if (!session) {
-        SessionOptions so;
-        so.slots = o_.parallel;
-        so.depth = j->loop.depth;
-        so.exit = j->loop.exit;
-        so.kv_policy = j->loop.kv_policy;
-        so.kv_cache = o_.kv_cache;
-        try {
-          session = std::make_unique<DecodeSession>(lm_, so);
-        } catch (...) {
-          sessions_.erase(j->loop);
-          throw;
-        }
-        running_[j->loop].assign(o_.parallel, nullptr);
-      }
-      const int slot = session->start(j->prompt, j->opt);
+      const int slot = session_for(j->loop).start(j->prompt, j->opt);
       if (slot < 0) {  // (cannot happen: fewer than `parallel` run) back to the front
         std::lock_guard<std::mutex> lk(mu_);
         queue_.push_front(j);
@@ -122,7 +130,7 @@ void Engine::admit() {
       j->queued_s = now_s() - j->submitted;
       running_[j->loop][slot] = j;
       std::lock_guard<std::mutex> lk(mu_);
-      metrics_.prompt_tokens += (int64_t)std::min<size_t>(j->prompt.size(), lm_.config().context);
+      metrics_.prompt_tokens += (int64_t)std::min<size_t>(j->prompt.size(), context_);
     } catch (const std::exception& e) {
       finish(*j, "error", e.what());
     }

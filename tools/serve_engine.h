@@ -64,6 +64,7 @@ struct EngineOptions {
   int parallel = 4;       // sequences decoding at once, over all sessions
   int queue = 64;         // jobs waiting beyond those; more is refused (HTTP 429)
   std::string kv_cache = "fp32";
+  int context = 0;        // positions per sequence (SessionOptions::context; 0: the model's)
 };
 
 struct EngineMetrics {
@@ -80,6 +81,7 @@ class Engine {
   void wake() { cv_.notify_all(); }  // after setting a job's `cancelled`
   EngineMetrics metrics();
   const LanguageModel& model() const { return lm_; }
+  int context() const { return context_; }  // the positions a sequence may use
 
  private:
   void run();
@@ -87,6 +89,7 @@ class Engine {
   void emit(Job& j, const SessionToken& t);
   void finish(Job& j, const std::string& reason, const std::string& error = "");
   void count_running();  // metrics_.running from running_
+  DecodeSession& session_for(const LoopSettings& loop);
   const LanguageModel& lm_;
   EngineOptions o_;
   LanguageModel::SpecialTokens special_;
@@ -95,6 +98,7 @@ class Engine {
   std::deque<std::shared_ptr<Job>> queue_;
   EngineMetrics metrics_;
   bool stopping_ = false;
+  int context_ = 0;
   // engine thread only
   std::map<LoopSettings, std::unique_ptr<DecodeSession>> sessions_;
   std::map<LoopSettings, std::vector<std::shared_ptr<Job>>> running_;  // per session, by slot

@@ -327,6 +327,11 @@ struct SequenceOptions {
 };
 struct SessionOptions {
   int slots = 8;  // sequences at once
+  // Positions each slot's KV cache holds: 0 = the model's context. Less bounds the memory of a
+  // model trained to a long context (Ouro: 32,768): a sequence then keeps its last `context`
+  // tokens, and restarts its window on the last half when it is full, as generate() does at the
+  // model's context (so it makes generate()'s tokens while prompt + new tokens fit).
+  int context = 0;
   int depth = -1; // loop steps; -1 = trained R
   EarlyExit exit;
   KvPolicy kv_policy = KvPolicy::per_step;
@@ -359,6 +364,7 @@ class DecodeSession {
   int active() const;     // sequences running
   int slots() const;
   int depth() const;      // the loop steps each token runs at most
+  int context() const;    // the positions a slot holds (SessionOptions::context)
   // Totals since the session began: prompt tokens run, tokens made, and the loop steps those ran;
   // the KV policy's bytes per position and the cache's allocation (GenerateStats').
   int64_t prompt_tokens() const;

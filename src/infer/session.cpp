@@ -44,8 +44,10 @@ struct DecodeSession::Impl {
       : m(model),
         o(so),
         depth(model.config().depth_or_R(so.depth)),
-        dec(model, std::max(so.slots, 1), model.config().context,
-            DecoderOptions{depth, so.exit, so.kv_policy, 0, kv_element(so.kv_cache)}) {}
+        dec(model, std::max(so.slots, 1), window(model, so), DecoderOptions{depth, so.exit, so.kv_policy, 0, kv_element(so.kv_cache)}) {}
+  static int window(const Model& model, const SessionOptions& so) {
+    return so.context > 0 ? std::min(so.context, model.config().context) : model.config().context;
+  }
 
   int V() const { return m.config().vocab_size; }
   void prefill(int slot, int n) {
@@ -58,6 +60,7 @@ struct DecodeSession::Impl {
 
 DecodeSession::DecodeSession(const LanguageModel& lm, const SessionOptions& o) {
   if (o.slots < 1) throw UsageError("a decode session needs at least one slot");
+  if (o.context < 0) throw UsageError("a decode session's context must be >= 0 (0: the model's)");
   if (o.depth == 0 && o.exit.rule != ExitRule::fixed)
     throw UsageError("exit rule " + std::string(exit_rule_name(o.exit.rule)) + " needs loop steps (depth 0 runs none)");
   const Model& m = *lm.impl_->model;
@@ -72,7 +75,7 @@ DecodeSession::~DecodeSession() = default;
 
 int DecodeSession::start(const std::vector<int32_t>& prompt, const SequenceOptions& s) {
   Impl& im = *impl_;
-  const int V = im.V(), ctx = im.m.config().context;
+  const int V = im.V(), ctx = im.dec.capacity();
   if (prompt.empty()) throw UsageError("the prompt is empty");
   for (int32_t t : prompt)
     if (t < 0 || t >= V) throw UsageError("prompt token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
@@ -104,7 +107,7 @@ int DecodeSession::start(const std::vector<int32_t>& prompt, const SequenceOptio
 
 std::vector<SessionToken> DecodeSession::step() {
   Impl& im = *impl_;
-  const int V = im.V(), ctx = im.m.config().context;
+  const int V = im.V(), ctx = im.dec.capacity();
   if (const auto now = std::chrono::steady_clock::now(); now - im.checked > std::chrono::milliseconds(500)) {
     io::check_mapped_files();  // numbers from weights overwritten mid-run are not served
     im.checked = now;
@@ -175,6 +178,7 @@ int DecodeSession::active() const {
 }
 int DecodeSession::slots() const { return (int)impl_->slots.size(); }
 int DecodeSession::depth() const { return impl_->depth; }
+int DecodeSession::context() const { return impl_->dec.capacity(); }
 int64_t DecodeSession::prompt_tokens() const { return impl_->prompt_tokens; }
 int64_t DecodeSession::new_tokens() const { return impl_->new_tokens; }
 double DecodeSession::mean_steps() const {
