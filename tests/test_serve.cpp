@@ -412,13 +412,7 @@ TEST_F(Serve, ChatModelsAndThePage) {
 namespace {
 // The npm clients (tests/serve_clients/setup.sh): their cache, or "" with the reason.
 std::string clients_cache(std::string* why) {
-  const char* env = std::getenv("LOOPLM_SERVE_CLIENTS");
-  const char* home = std::getenv("HOME");
-  const std::string cache = env ? env : std::string(home ? home : "/tmp") + "/.cache/looplm-serve-clients";
-  const auto r = run_shell("LOOPLM_SERVE_CLIENTS='" + cache + "' " + std::string(LOOPLM_SOURCE_DIR) + "/tests/serve_clients/setup.sh");
-  if (r.code == 0) return cache;
-  *why = r.out;
-  return "";
+  return test::npm_cache(LOOPLM_SOURCE_DIR, "LOOPLM_SERVE_CLIENTS", "looplm-serve-clients", "serve_clients/setup.sh", why);
 }
 std::string quoted(const std::string& s) {  // one shell word
   std::string q = "'";

