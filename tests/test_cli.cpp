@@ -244,6 +244,13 @@ TEST_F(Cli, BadFlagValues) {
   EXPECT_EQ(r.code, 2) << r.out;
   r = run("frobnicate");
   EXPECT_EQ(r.code, 2) << r.out;
+  r = run("genrate --prompt x");  // one command table: the usage lists it, the suggestion comes from it
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("did you mean 'generate'"), std::string::npos) << r.out;
+  r = run("--help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* cmd : {"train", "eval", "generate", "bench", "data", "info", "quantize", "tokenize", "export", "convert", "serve"})
+    EXPECT_NE(r.out.find(std::string("\n  ") + cmd + " "), std::string::npos) << cmd << "\n" << r.out;
   r = run("eval --checkpoint " + dir + "/missing.safetensors --data " + dir + "/val.txt");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("missing.safetensors"), std::string::npos) << r.out;

@@ -77,24 +77,29 @@ class TwoStreamRule : public LoopRule {
   int d_;
 };
 
-void register_test_rule() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  registries().loop_rules.add(
-      {"test_two_stream", "two streams, readout = the first (tests only)",
-       {ConfigKey::number("test_stream_scale", 0.5, 0, 10, "scale of the second stream's old value (tests only)", true)},
-       [](ParamStore& ps, const Config& c) -> std::unique_ptr<LoopRule> { return std::make_unique<TwoStreamRule>(ps, c); },
-       [](const Config& c) {
-         if (c.get_float("test_stream_scale") == 7) throw UsageError("test_stream_scale must not be 7 (a test of rule validation)");
-       }});
-}
+// The rule is registered for the test that uses it and removed after it: the process-wide
+// registry holds only the built-ins outside such a test.
+class ScopedTestRule {
+ public:
+  ScopedTestRule() {
+    registries().loop_rules.add(
+        {"test_two_stream", "two streams, readout = the first (tests only)",
+         {ConfigKey::number("test_stream_scale", 0.5, 0, 10, "scale of the second stream's old value (tests only)", true)},
+         [](ParamStore& ps, const Config& c) -> std::unique_ptr<LoopRule> { return std::make_unique<TwoStreamRule>(ps, c); },
+         [](const Config& c) {
+           if (c.get_float("test_stream_scale") == 7) throw UsageError("test_stream_scale must not be 7 (a test of rule validation)");
+         }});
+  }
+  ~ScopedTestRule() { registries().loop_rules.remove("test_two_stream"); }
+  ScopedTestRule(const ScopedTestRule&) = delete;
+  ScopedTestRule& operator=(const ScopedTestRule&) = delete;
+};
 
 }  // namespace
 
 // ---------------------------------------------------------------- 1. a loop rule owns its state
 TEST(LoopRule, StateOfAnyShapeGoesThroughReadout) {
-  register_test_rule();
+  ScopedTestRule test_rule;
   TempDir d("two_stream");
   Config c = small_config(d);
   Model res(c);
@@ -134,7 +139,7 @@ TEST(LoopRule, StateOfAnyShapeGoesThroughReadout) {
 
 // ---------------------------------------------------------------- 2. components and their keys
 TEST(Registry, NamesAreRegisteredOnceAndValidatedFromTheRegistry) {
-  register_test_rule();
+  ScopedTestRule test_rule;
   auto dummy = [](ParamStore&, const Config&) -> std::unique_ptr<LoopRule> { return nullptr; };
   EXPECT_THROW(registries().loop_rules.add({"residual", "again", {}, dummy, {}}), Error);
   Config c;
@@ -153,7 +158,7 @@ TEST(Registry, NamesAreRegisteredOnceAndValidatedFromTheRegistry) {
 }
 
 TEST(Registry, ComponentConfigKeys) {
-  register_test_rule();
+  ScopedTestRule test_rule;
   Config c;
   EXPECT_DOUBLE_EQ(c.get_float("test_stream_scale"), 0.5);  // the declared default
   c.set("test_stream_scale", "2.5");
@@ -168,10 +173,29 @@ TEST(Registry, ComponentConfigKeys) {
     EXPECT_NE(std::string(e.what()).find("greater than 0 and at most 10"), std::string::npos) << e.what();
   }
   EXPECT_THROW(c.set("test_stream_scale", "0"), UsageError);
+  // The getters are public: an undeclared key or the wrong type is a UsageError naming it, not an abort.
+  EXPECT_THROW(c.get_bool("exit_gate_nonexistent"), UsageError);
+  EXPECT_THROW(c.get_bool("test_stream_scale"), UsageError);
+  EXPECT_THROW(c.get_float("d_model"), UsageError);  // a field, read as a field
   bool documented = false;
   for (auto& k : Config::documentation())
     if (k.key == "test_stream_scale") documented = k.owner == "loop_rule test_two_stream" && k.default_value == "0.5";
   EXPECT_TRUE(documented);
+}
+
+// A test's component lives as long as the test: afterwards the process-wide registry, the key list
+// and validation know only the built-ins again.
+TEST(Registry, TestComponentsLeaveTheProcessWideRegistry) {
+  {
+    ScopedTestRule test_rule;
+    ASSERT_NE(registries().loop_rules.find("test_two_stream"), nullptr);
+  }
+  EXPECT_EQ(registries().loop_rules.find("test_two_stream"), nullptr);
+  for (auto& k : Config::documentation()) EXPECT_NE(k.key, "test_stream_scale");
+  Config c;
+  EXPECT_THROW(c.set("test_stream_scale", "2"), UsageError);
+  c.loop_rule = "test_two_stream";
+  EXPECT_THROW(c.validate(), UsageError);
 }
 
 // docs/config.md lists every key of the built-ins (the fields and every built-in component's keys).
@@ -187,7 +211,7 @@ TEST(Registry, EveryKeyIsInDocsConfig) {
   for (auto& b : builtin.blocks.all()) owners.insert("block " + b.name);
   for (auto& r : builtin.loop_rules.all()) owners.insert("loop_rule " + r.name);
   for (auto& k : Config::documentation()) {
-    if (!owners.count(k.owner)) continue;  // a component registered by a test
+    EXPECT_TRUE(owners.count(k.owner)) << k.key << " of " << k.owner << " is not a built-in's";  // no test's component left over
     EXPECT_NE(doc.find("`" + k.key + "`"), std::string::npos) << "docs/config.md does not mention `" << k.key << "`";
   }
   for (auto& b : builtin.blocks.names()) EXPECT_NE(doc.find("`" + b + "`"), std::string::npos) << b;

@@ -4,6 +4,11 @@
 #pragma once
 
 namespace looplm::cli {
+struct Command {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  const char* summary;  // one line for `looplm --help`
+};
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 #include "cli.h"
 #include "signals.h"
@@ -11,20 +13,36 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: looplm <command> [options]   (looplm <command> --help for its options; looplm --version)\n"
-    "commands:\n"
-    "  train      train a model (--preset NAME | --config FILE) [--set key=value ...] --out DIR\n"
-    "  eval       loss at every exit r = 1..R of a checkpoint on a data file\n"
-    "  generate   sample text from a checkpoint (KV cache per block and loop step)\n"
-    "  bench      training and generation speed against the machine's GEMM peak\n"
-    "  data       tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets\n"
-    "  info       layout, parameters, FLOPs and memory per token of a config, and its dense controls\n"
-    "  quantize   a checkpoint's weight matrices to q8_0 / q4_0 / q4_k (read by eval, generate, info)\n"
-    "  tokenize   a text's token ids (a Hugging Face tokenizer.json or a checkpoint's tokenizer), or ids back to text\n"
-    "  export     a checkpoint as GGUF for llama.cpp / ollama (--format gguf)\n"
-    "  convert    a GGUF file (llama, nanbeige) into a looplm run directory\n"
-    "  serve      an OpenAI-compatible HTTP server with continuous batching and a web page\n";
+using looplm::cli::Command;
+
+// The commands: name, entry point, one line of help. The usage text, the dispatch and the
+// "did you mean" suggestion all read this table.
+const Command kCommands[] = {
+    {"train", looplm::cli::cmd_train, "train a model (--preset NAME | --config FILE) [--set key=value ...] --out DIR"},
+    {"eval", looplm::cli::cmd_eval, "loss at every exit r = 1..R of a checkpoint on a data file"},
+    {"generate", looplm::cli::cmd_generate, "sample text from a checkpoint (KV cache per block and loop step)"},
+    {"bench", looplm::cli::cmd_bench, "training and generation speed against the machine's GEMM peak"},
+    {"data", looplm::cli::cmd_data, "tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets"},
+    {"info", looplm::cli::cmd_info, "layout, parameters, FLOPs and memory per token of a config, and its dense controls"},
+    {"quantize", looplm::cli::cmd_quantize, "a checkpoint's weight matrices to q8_0 / q4_0 / q4_k (read by eval, generate, info)"},
+    {"tokenize", looplm::cli::cmd_tokenize,
+     "a text's token ids (a Hugging Face tokenizer.json or a checkpoint's tokenizer), or ids back to text"},
+    {"export", looplm::cli::cmd_export, "a checkpoint as GGUF for llama.cpp / ollama (--format gguf)"},
+    {"convert", looplm::cli::cmd_convert, "a GGUF file or a Hugging Face model directory into a looplm run directory"},
+    {"serve", looplm::cli::cmd_serve, "an OpenAI-compatible HTTP server with continuous batching and a web page"},
+};
+
+std::string usage() {
+  std::string u =
+      "usage: looplm <command> [options]   (looplm <command> --help for its options; looplm --version)\n"
+      "commands:\n";
+  for (const Command& c : kCommands) {
+    std::string name = c.name;
+    name.resize(std::max<size_t>(name.size() + 1, 11), ' ');
+    u += "  " + name + c.summary + "\n";
+  }
+  return u;
+}
 
 }  // namespace
 
@@ -36,24 +54,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(usage().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
   try {
-    using namespace looplm::cli;
-    if (cmd == "train") return cmd_train(argc - 1, argv + 1);
-    if (cmd == "eval") return cmd_eval(argc - 1, argv + 1);
-    if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
-    if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
-    if (cmd == "data") return cmd_data(argc - 1, argv + 1);
-    if (cmd == "info") return cmd_info(argc - 1, argv + 1);
-    if (cmd == "quantize") return cmd_quantize(argc - 1, argv + 1);
-    if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
-    if (cmd == "export") return cmd_export(argc - 1, argv + 1);
-    if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
-    if (cmd == "serve") return cmd_serve(argc - 1, argv + 1);
-    std::fprintf(stderr, "looplm: unknown command '%s'\n%s", looplm::brief(cmd).c_str(), kUsage);
+    std::vector<std::string> names;
+    for (const Command& c : kCommands) {
+      if (cmd == c.name) return c.run(argc - 1, argv + 1);
+      names.push_back(c.name);
+    }
+    const std::string best = looplm::did_you_mean(cmd, names);
+    std::fprintf(stderr, "looplm: unknown command '%s'%s\n%s", looplm::brief(cmd).c_str(),
+                 best.empty() ? "" : (" (did you mean '" + best + "'?)").c_str(), usage().c_str());
     return 2;
   } catch (const looplm::Error& e) {
     // Messages name values short (brief); this cap is the last guard against one that does not.

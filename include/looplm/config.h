@@ -75,7 +75,8 @@ struct Config {
 
   // ---- keys declared by components: key -> JSON text of the value, only for keys that were set
   // (an absent key reads as its declared default; to_json_text writes the keys of the block kind and
-  // loop rule in use).
+  // loop rule in use). The getters throw UsageError for a key no registered component declares,
+  // or one read as another type (get_bool of a number).
   std::map<std::string, std::string> component_values;
   double get_float(const std::string& key) const;
   int64_t get_int(const std::string& key) const;

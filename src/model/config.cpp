@@ -254,9 +254,18 @@ void assign_any(Config& c, const std::string& key, const json& v, const std::str
   unknown_key(key, origin);
 }
 
-json component_value(const Config& c, const std::string& key) {
+// A component key's value as `want`; the getters are public, so a key no component declares, or
+// one read as the wrong type, is an error naming it (not an abort).
+json component_value(const Config& c, const std::string& key, ConfigKey::Type want) {
   const ConfigKey* k = find_component_key(key);
-  LOOPLM_ASSERT(k, "a component reads a config key it did not declare");
+  if (!k) {
+    if (find_field(key)) throw UsageError("config key '" + io::brief(key) + "' is a field of Config, not a component's key: read the field");
+    unknown_key(key, "config");
+  }
+  static const char* kTypeName[] = {"an integer", "a number", "a flag", "a string"};
+  const bool ok = k->type == want || (want == ConfigKey::Type::Float && k->type == ConfigKey::Type::Int);
+  if (!ok)
+    throw UsageError("config key '" + key + "' is " + kTypeName[(int)k->type] + ", not " + kTypeName[(int)want]);
   auto it = c.component_values.find(key);
   return json::parse(it != c.component_values.end() ? it->second : k->default_json);
 }
@@ -299,10 +308,12 @@ ConfigKey ConfigKey::choice(std::string key, std::string def, std::vector<std::s
   return k;
 }
 
-double Config::get_float(const std::string& key) const { return component_value(*this, key).get<double>(); }
-int64_t Config::get_int(const std::string& key) const { return component_value(*this, key).get<int64_t>(); }
-bool Config::get_bool(const std::string& key) const { return component_value(*this, key).get<bool>(); }
-std::string Config::get_string(const std::string& key) const { return component_value(*this, key).get<std::string>(); }
+double Config::get_float(const std::string& key) const { return component_value(*this, key, ConfigKey::Type::Float).get<double>(); }
+int64_t Config::get_int(const std::string& key) const { return component_value(*this, key, ConfigKey::Type::Int).get<int64_t>(); }
+bool Config::get_bool(const std::string& key) const { return component_value(*this, key, ConfigKey::Type::Bool).get<bool>(); }
+std::string Config::get_string(const std::string& key) const {
+  return component_value(*this, key, ConfigKey::Type::String).get<std::string>();
+}
 
 // ---------------------------------------------------------------- parse / print
 std::vector<std::string> Config::keys() {
@@ -360,7 +371,7 @@ Config Config::from_file(const std::string& path) {
 std::string Config::to_json_text(int indent) const {
   json j = json::object();
   for (auto& f : fields()) std::visit([&](auto m) { j[f.key] = this->*m; }, f.m);
-  for (auto& ck : used_component_keys(*this)) j[ck.key->key] = component_value(*this, ck.key->key);
+  for (auto& ck : used_component_keys(*this)) j[ck.key->key] = component_value(*this, ck.key->key, ck.key->type);
   return j.dump(indent);
 }
 

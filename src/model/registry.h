@@ -54,6 +54,17 @@ class Registry {
     if (find(c.name)) throw Error(what_ + " '" + c.name + "' is registered twice");
     items_.push_back(std::move(c));
   }
+  // Removes a component (false when it is not registered): a test's own component lives only as
+  // long as the test (ScopedComponent in tests/test_util.h), so no other test, and no key list such
+  // as `--help-config` or docs/config.md's check, sees it.
+  bool remove(const std::string& name) {
+    for (auto it = items_.begin(); it != items_.end(); ++it)
+      if (it->name == name) {
+        items_.erase(it);
+        return true;
+      }
+    return false;
+  }
   const Component<Factory>* find(const std::string& name) const {
     for (auto& c : items_)
       if (c.name == name) return &c;
