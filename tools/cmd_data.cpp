@@ -11,15 +11,11 @@
 #include <vector>
 
 #include "cli.h"
-#include "io/json_input.h"
 #include "cli_common.h"
-#include "looplm/looplm.h"
-#include "core/memory.h"
-#include "data/bpe_trainer.h"
-#include "data/dataset.h"
-#include "data/listops.h"
-#include "data/tokenizer.h"
+#include "looplm/data.h"
 #include "looplm/error.h"
+#include "looplm/looplm.h"
+#include "looplm/util.h"
 
 namespace looplm::cli {
 
@@ -110,58 +106,36 @@ int cmd_data_listops(int argc, char** argv) {
   // The directory: a file, or someone's data, is never written over silently.
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_directory(out, ec)) {
-    throw UsageError("data listops: --out '" + io::brief_path(out) + "' is a file, not a directory");
+    throw UsageError("data listops: --out '" + brief_path(out) + "' is a file, not a directory");
   }
   if (fs::is_directory(out, ec) && !fs::is_empty(out, ec) && !overwrite) {
-    throw UsageError("data listops: --out '" + io::brief_path(out) + "' is not empty; pass --overwrite to replace its "
+    throw UsageError("data listops: --out '" + brief_path(out) + "' is not empty; pass --overwrite to replace its "
                      "train.txt, test.txt and listops.json");
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  const ListOpsDataset d = make_listops_dataset(opts, seed, n_train, n_test);
-  fs::create_directories(out, ec);
-  if (ec) throw Error("cannot create directory '" + out + "': " + ec.message());
   const std::string dir = fs::path(out).string();
-  write_listops_file(dir + "/train.txt", d.train);
-  write_listops_file(dir + "/test.txt", d.test);
-  // listops.json last: its presence says the two sets beside it are complete.
-  write_file_atomic(dir + "/listops.json", listops_json(d, opts, preset, seed, overridden));
+  const ListOpsWritten d = write_listops(dir, opts, seed, n_train, n_test, preset, overridden);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s/train.txt: %zu examples (%lld distinct)\n", dir.c_str(), d.train.size(),
+  std::printf("wrote %s/train.txt: %lld examples (%lld distinct)\n", dir.c_str(), static_cast<long long>(d.train),
               static_cast<long long>(d.train_distinct));
-  std::printf("wrote %s/test.txt: %zu examples (%lld distinct; %lld candidates dropped as in train)\n",
-              dir.c_str(), d.test.size(), static_cast<long long>(d.test_distinct),
+  std::printf("wrote %s/test.txt: %lld examples (%lld distinct; %lld candidates dropped as in train)\n",
+              dir.c_str(), static_cast<long long>(d.test), static_cast<long long>(d.test_distinct),
               static_cast<long long>(d.test_dropped));
   std::printf("wrote %s/listops.json (preset %s, seed %llu) in %.2f s\n", dir.c_str(), preset.c_str(),
               static_cast<unsigned long long>(seed), secs);
   return 0;
 }
 
-// A text's tokens as OUT (an llm.c shard) with the sidecar that names its tokenizer; a sidecar of
-// another kind left beside OUT is removed (it would describe the wrong tokenizer).
-void write_shard(const std::string& input, const std::string& out, const Tokenizer& tok) {
-  namespace fs = std::filesystem;
-  const std::vector<int32_t> ids = load_tokens(input, tok);
-  if (ids.empty()) throw Error("data: " + io::brief_path(input) + " holds no text: nothing to tokenize (no shard written)");
-  write_llmc_shard(out, ids);
-  const bool wide = tok.vocab_size() > 65536 && *std::max_element(ids.begin(), ids.end()) > 0xFFFF;
-  std::printf("wrote %s: %zu tokens (%.2f bytes of text each), %s tokenizer, vocab %d%s\n", out.c_str(), ids.size(),
-              (double)fs::file_size(input) / (double)ids.size(), tok.kind_name(), tok.vocab_size(),
-              wide ? ", uint32 ids" : "");
-  const std::string chars_path = out + ".chars", hf_path = out + ".tokenizer";
-  if (tok.kind() == Tokenizer::Kind::Char) {
-    write_file_atomic(chars_path, tok.alphabet());
-    std::printf("wrote %s: alphabet of %d code points\n", chars_path.c_str(), tok.vocab_size());
-  }
-  if (tok.kind() == Tokenizer::Kind::Hf) write_tokenizer_sidecar(out, tok);
-  for (const std::string& stale : {chars_path, hf_path}) {
-    const bool ours = (stale == chars_path && tok.kind() == Tokenizer::Kind::Char) ||
-                      (stale == hf_path && tok.kind() == Tokenizer::Kind::Hf);
-    if (!ours && fs::exists(stale)) {
-      fs::remove(stale);
-      std::printf("removed stale %s\n", stale.c_str());
-    }
-  }
+// A text's tokens as OUT (an llm.c shard) with the sidecar that names its tokenizer.
+void write_shard(const std::string& input, const std::string& out, const TextTokenizer& tok) {
+  const ShardWritten w = write_token_shard(input, out, tok);
+  std::printf("wrote %s: %zu tokens (%.2f bytes of text each), %s tokenizer, vocab %d%s\n", out.c_str(), w.tokens,
+              (double)w.text_bytes / (double)w.tokens, tok.kind().c_str(), tok.vocab_size(), w.uint32_ids ? ", uint32 ids" : "");
+  for (const std::string& f : w.sidecars)
+    std::printf("wrote %s: %s\n", f.c_str(), tok.kind() == "char" ? ("alphabet of " + std::to_string(tok.vocab_size()) + " code points").c_str()
+                                                                   : "the tokenizer's identity");
+  for (const std::string& f : w.removed) std::printf("removed stale %s\n", f.c_str());
 }
 
 // `looplm data --tokenizer-train bpe --vocab-size N --input FILE [--val FILE] --out DIR`:
@@ -175,17 +149,15 @@ int data_train_bpe(const std::string& input, const std::string& val, const std::
   if (vocab_size <= 0) throw UsageError("data: --tokenizer-train bpe needs --vocab-size N (e.g. 2048)");
   for (const std::string& f : {input, val})
     if (!f.empty() && fs::path(f).extension() == ".bin")
-      throw UsageError("data: '" + io::brief_path(f) + "' is already a token file (.bin); a tokenizer trains on text");
+      throw UsageError("data: '" + brief_path(f) + "' is already a token file (.bin); a tokenizer trains on text");
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_directory(out, ec))
-    throw UsageError("data: --out '" + io::brief_path(out) + "' is a file; with --tokenizer-train it is a directory");
+    throw UsageError("data: --out '" + brief_path(out) + "' is a file; with --tokenizer-train it is a directory");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string text = load_text(input);
-  BpeTrainOptions o;
-  o.vocab_size = vocab_size;
-  BpeTrainResult r;
+  const std::string text = read_text(input);
+  BpeTraining r;
   try {
-    r = train_byte_level_bpe(text, o);
+    r = train_bpe_tokenizer(text, vocab_size);
   } catch (const UsageError&) {
     throw;
   } catch (const Error& e) {
@@ -199,7 +171,7 @@ int data_train_bpe(const std::string& input, const std::string& val, const std::
   std::printf("trained a byte-level BPE on %s (%s, %lld distinct words) in %.2f s: %d merges, vocab %d%s\nwrote %s\n",
               input.c_str(), format_bytes((double)text.size()).c_str(), (long long)r.words, secs, r.merges, r.vocab_size,
               r.vocab_size < vocab_size ? " (the corpus has no more pairs seen twice)" : "", tok_path.c_str());
-  const Tokenizer tok = Tokenizer::hf_from_json(r.tokenizer_json, tok_path);
+  const TextTokenizer tok = TextTokenizer::from_json(r.tokenizer_json, tok_path);
   write_shard(input, (fs::path(out) / "train.bin").string(), tok);
   if (!val.empty()) write_shard(val, (fs::path(out) / "val.bin").string(), tok);
   std::printf("train on it: looplm train --set tokenizer_file=%s --set data_train=%s/train.bin%s\n", tok_path.c_str(),
@@ -274,27 +246,27 @@ int cmd_data(int argc, char** argv) {
   }
   if (kind == "hf" && hf_file.empty()) throw UsageError("data: --tokenizer hf needs --tokenizer-file FILE (a tokenizer.json)");
   if (fs::path(out).extension() != ".bin") {
-    throw UsageError("data: --out '" + io::brief_path(out) + "' must end in .bin (the loader picks the format by "
+    throw UsageError("data: --out '" + brief_path(out) + "' must end in .bin (the loader picks the format by "
                      "extension)");
   }
   if (fs::path(input).extension() == ".bin") {
-    throw UsageError("data: --input '" + io::brief_path(input) + "' is already a token file (.bin)");
+    throw UsageError("data: --input '" + brief_path(input) + "' is already a token file (.bin)");
   }
 
-  Tokenizer tok = Tokenizer::byte_level();
-  if (kind == "hf") tok = Tokenizer::hf_from_file(hf_file);
+  TextTokenizer tok = TextTokenizer::byte_level();
+  if (kind == "hf") tok = TextTokenizer::open(hf_file);
   if (kind == "char") {
     if (!alphabet_file.empty()) {
       const std::string chars = read_file_bytes(alphabet_file);
       try {
-        tok = Tokenizer::char_level(chars);
+        tok = TextTokenizer::char_level(chars);
       } catch (const Error& e) {
         throw Error(alphabet_file + ": " + e.what());
       }
     } else {
-      const std::string text = load_text(input);
+      const std::string text = read_text(input);
       try {
-        tok = Tokenizer::char_level_from_text(text);
+        tok = TextTokenizer::char_level_from_text(text);
       } catch (const Error& e) {
         throw Error(input + ": " + e.what());
       }

@@ -2,83 +2,19 @@
 // parameters, unrolled depth, FLOPs per token, memory per token — and, for a looped model, the
 // dense controls a fair comparison needs: the dense depth with the same FLOPs (iso-FLOP) and with
 // the same parameters (iso-param).
-#include <sys/stat.h>
-
-#include <cmath>
 #include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/weight_format.h"
 #include "cli.h"
 #include "cli_common.h"
-#include "io/json_input.h"
-#include "data/tokenizer.h"
 #include "looplm/looplm.h"
-#include "model/model.h"
-#include "model/model_io.h"
-#include "ops/ops.h"
+#include "looplm/util.h"
 
 namespace looplm::cli {
 
 namespace {
-
-struct Counts {
-  int64_t total = 0, embedding = 0, prelude = 0, core = 0, coda = 0, loop = 0, other = 0;
-  int64_t non_embedding() const { return total - embedding; }
-};
-
-bool starts(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
-
-Counts count(const Config& c) {
-  Counts n;
-  for (const ParamInfo& p : Model::layout(c)) {
-    const int64_t k = (int64_t)p.numel;
-    n.total += k;
-    if (p.name == "tok_emb.weight" || p.name == "pos_emb.weight" || starts(p.name, "lm_head.")) n.embedding += k;
-    else if (starts(p.name, "prelude.")) n.prelude += k;
-    else if (starts(p.name, "core.")) n.core += k;
-    else if (starts(p.name, "coda.")) n.coda += k;
-    else if (starts(p.name, "loop.")) n.loop += k;
-    else n.other += k;
-  }
-  return n;
-}
-
-// The dense model of the same width and block kind with L blocks (n_prelude = n_coda = 0, R = 1,
-// the residual rule; DeepLoop's scaling, if any, keyed to its own depth).
-Config dense_with(const Config& c, int L) {
-  Config d = c;
-  d.n_prelude = d.n_coda = 0;
-  d.n_core = L;
-  d.R = 1;
-  d.loop_rule = "residual";
-  d.depth_sampler = "fixed";
-  d.bptt = 0;
-  return d;
-}
-
-struct Dense {
-  int L = 0;
-  Counts params;
-  double flops = 0;
-};
-
-// The dense depth L (1..1024) whose value(L) is nearest to `target`.
-template <class F>
-Dense nearest_dense(const Config& c, double target, F value) {
-  Dense best;
-  double best_gap = INFINITY;
-  for (int L = 1; L <= 1024; ++L) {
-    const Config d = dense_with(c, L);
-    Dense x{L, count(d), Model::skeleton(d)->flops_per_token(1)};
-    const double gap = std::fabs(value(x) - target);
-    if (gap < best_gap) { best_gap = gap; best = x; }
-    if (value(x) > target) break;  // grows with L
-  }
-  return best;
-}
 
 std::string with_commas(int64_t v) {
   std::string s = std::to_string(v), out;
@@ -104,62 +40,24 @@ int cmd_info(int argc, char** argv) {
   if (!parse(app, argc, argv, "info")) return 0;
   if (!ckpt.empty() && ca.explicit_base()) throw UsageError("--checkpoint names the config; do not give --preset or --config too");
   Config c;
-  // A checkpoint's weights: their format and bytes (a quantized checkpoint's packed matrices).
-  std::string weights = "fp32";
-  double weight_bytes = 0, file_bytes = 0;
-  size_t n_matrices = 0;
+  CheckpointSummary ck;  // a checkpoint's weights: their format and bytes (a quantized one's packed matrices)
   if (!ckpt.empty()) {
-    std::string path = ckpt;
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
-    std::unique_ptr<Model> lm = load_model(path);
-    if (const WeightFormat* f = lm->params().prepacked_format()) {
-      weights = f->name;
-      lm->prepare_inference(*f);
-      weight_bytes = (double)lm->params().packed_bytes();
-      n_matrices = lm->params().matrices().size();
-    }
-    if (::stat(path.c_str(), &st) == 0) file_bytes = (double)st.st_size;
-    c = lm->config();
+    ck = inspect_checkpoint(ckpt);
+    c = ck.config;
     ca.apply_sets(c);
-    c.validate();
   } else {
     c = ca.resolve();
   }
-  // What train refuses: a tokenizer the config cannot serve (a char alphabet still to be built
-  // from the data is train's to build).
-  if (!(c.tokenizer == "char" && c.tokenizer_chars.empty())) Tokenizer::from_config(c);
-
-  const Counts n = count(c);
-  auto skel = Model::skeleton(c);
-  const Model::FlopParts fp = skel->flop_parts();
-  const double infer = skel->flops_per_token(c.R), train = 3 * infer;  // backward ≈ 2 × forward
-  const int N = c.n_unrolled();
-  // The KV cache keeps keys and values per (block, loop step): 2 · kv_width floats for each
-  // application (n_kv_heads · d_head; the energy block's keys are n_heads · d_model wide).
-  const double kv_bytes = 2.0 * (double)skel->kv_width() * sizeof(float) * N;
-
-  // Activation memory per token, measured: one training forward and backward at batch 1, one
-  // context, depth R with every step keeping gradients.
-  double act = -1, act_grad = -1;
-  if (!no_measure) {
-    Model m(c);
-    m.init_weights(c.seed);
-    Graph g;
-    std::vector<int32_t> x(c.context, 0);
-    RunOptions ro;
-    ro.training = true;
-    g.backward(op::cross_entropy(g, m.logits(g, x.data(), 1, c.context, ro), x.data()));
-    act = (double)g.activation_bytes_peak() / c.context;
-    act_grad = (double)g.grad_bytes_peak() / c.context;
-  }
-
-  const bool looped = c.R > 1 || c.n_prelude + c.n_coda > 0 || c.loop_rule != "residual";
-  Dense iso_flop, iso_param;
-  if (looped) {
-    iso_flop = nearest_dense(c, infer, [](const Dense& d) { return d.flops; });
-    iso_param = nearest_dense(c, (double)n.non_embedding(), [](const Dense& d) { return (double)d.params.non_embedding(); });
-  }
+  const ModelDescription d = describe_model(c, !no_measure);
+  const ParamCounts& n = d.params;
+  const int N = d.unrolled_depth;
+  const double infer = d.infer_flops_per_token, train = d.train_flops_per_token, kv_bytes = d.kv_cache_bytes_per_token;
+  const double act = d.activation_bytes_per_token, act_grad = d.activation_grad_bytes_per_token;
+  const bool looped = d.looped;
+  const DenseControl &iso_flop = d.iso_flop, &iso_param = d.iso_param;
+  const std::string weights = ck.weights;
+  const double weight_bytes = (double)ck.packed_bytes, file_bytes = (double)ck.file_bytes;
+  const size_t n_matrices = ck.packed_matrices;
 
   if (as_json) {
     nlohmann::json j = {
@@ -173,8 +71,8 @@ int cmd_info(int argc, char** argv) {
         {"unrolled_depth", N},
         {"infer_flops_per_token", infer},
         {"train_flops_per_token", train},
-        {"flops_per_token_parts", {{"prelude", fp.prelude}, {"core_per_step", fp.core}, {"rule_per_step", fp.rule},
-                                   {"coda", fp.coda}, {"head", fp.head}}},
+        {"flops_per_token_parts", {{"prelude", d.flops_prelude}, {"core_per_step", d.flops_core_per_step},
+                                   {"rule_per_step", d.flops_rule_per_step}, {"coda", d.flops_coda}, {"head", d.flops_head}}},
         {"kv_cache_bytes_per_token", kv_bytes}};
     if (!ckpt.empty()) {
       j["weights"] = weights;
@@ -186,9 +84,9 @@ int cmd_info(int argc, char** argv) {
       j["activation_grad_bytes_per_token"] = act_grad;
     }
     if (looped) {
-      for (auto [key, d] : {std::pair{"iso_flop_dense", &iso_flop}, std::pair{"iso_param_dense", &iso_param}})
-        j[key] = {{"n_core", d->L}, {"params", d->params.total}, {"params_non_embedding", d->params.non_embedding()},
-                  {"infer_flops_per_token", d->flops}};
+      for (auto [key, dc] : {std::pair{"iso_flop_dense", &iso_flop}, std::pair{"iso_param_dense", &iso_param}})
+        j[key] = {{"n_core", dc->n_core}, {"params", dc->params.total}, {"params_non_embedding", dc->params.non_embedding()},
+                  {"infer_flops_per_token", dc->infer_flops_per_token}};
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -215,7 +113,7 @@ int cmd_info(int argc, char** argv) {
   std::printf("FLOPs per token at R: inference %.2f M, training %.2f M (forward + backward = 3 x forward)\n", infer / M,
               train / M);
   std::printf("  prelude %.2f M, core %.2f M per step, loop rule %.3f M per step, coda %.2f M, lm_head %.2f M\n",
-              fp.prelude / M, fp.core / M, fp.rule / M, fp.coda / M, fp.head / M);
+              d.flops_prelude / M, d.flops_core_per_step / M, d.flops_rule_per_step / M, d.flops_coda / M, d.flops_head / M);
   std::printf("  (matrix products and attention at its causal average, T/2 keys per query)\n");
   std::printf("memory per token: KV cache %.1f KiB (keys and values per block and loop step)", kv_bytes / 1024);
   if (act >= 0)
@@ -224,11 +122,11 @@ int cmd_info(int argc, char** argv) {
   std::printf("\n");
   if (looped) {
     std::printf("dense controls (%s blocks, d %d):\n", c.block.c_str(), c.d_model);
-    std::printf("  iso-FLOP:  n_core = %d (%.2f M FLOPs per token, %s parameters, %s non-embedding)\n", iso_flop.L,
-                iso_flop.flops / M, with_commas(iso_flop.params.total).c_str(),
+    std::printf("  iso-FLOP:  n_core = %d (%.2f M FLOPs per token, %s parameters, %s non-embedding)\n", iso_flop.n_core,
+                iso_flop.infer_flops_per_token / M, with_commas(iso_flop.params.total).c_str(),
                 with_commas(iso_flop.params.non_embedding()).c_str());
-    std::printf("  iso-param: n_core = %d (%.2f M FLOPs per token, %s parameters, %s non-embedding)\n", iso_param.L,
-                iso_param.flops / M, with_commas(iso_param.params.total).c_str(),
+    std::printf("  iso-param: n_core = %d (%.2f M FLOPs per token, %s parameters, %s non-embedding)\n", iso_param.n_core,
+                iso_param.infer_flops_per_token / M, with_commas(iso_param.params.total).c_str(),
                 with_commas(iso_param.params.non_embedding()).c_str());
   }
   return 0;

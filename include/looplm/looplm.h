@@ -378,6 +378,46 @@ class DecodeSession {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---------------------------------------------------------------- describing a model (looplm info)
+struct ParamCounts {
+  int64_t total = 0, embedding = 0, prelude = 0, core = 0, coda = 0, loop = 0, other = 0;  // other: the final norm
+  int64_t non_embedding() const { return total - embedding; }
+};
+// The dense model of the same width and block kind with n_core blocks (no prelude or coda, R = 1,
+// the residual rule): the control a looped model is compared with.
+struct DenseControl {
+  int n_core = 0;
+  ParamCounts params;
+  double infer_flops_per_token = 0;
+};
+struct ModelDescription {
+  ParamCounts params;
+  int unrolled_depth = 0;  // block applications at R
+  // At R, matrix products and attention at its causal average (T/2 keys per query); training =
+  // 3 x inference (backward ~ 2 x forward).
+  double infer_flops_per_token = 0, train_flops_per_token = 0;
+  double flops_prelude = 0, flops_core_per_step = 0, flops_rule_per_step = 0, flops_coda = 0, flops_head = 0;
+  double kv_cache_bytes_per_token = 0;  // fp32 keys and values per block and loop step
+  // Measured: one training forward and backward at batch 1, one context, depth R, full backprop
+  // (-1: not measured).
+  double activation_bytes_per_token = -1, activation_grad_bytes_per_token = -1;
+  bool looped = false;           // R > 1, a prelude or coda, or a loop rule other than residual
+  DenseControl iso_flop, iso_param;  // looped only: the dense depth nearest in FLOPs / in non-embedding parameters
+};
+// What `config` builds. UsageError for a config that does not validate or a tokenizer it cannot
+// serve (a char alphabet still to be built from the data is accepted).
+ModelDescription describe_model(const Config& config, bool measure_activations = true);
+
+// A checkpoint's config and weight format (its tensors are checked; the file is mapped, not copied).
+struct CheckpointSummary {
+  std::string file;         // the model.safetensors read (a run directory's)
+  Config config;
+  std::string weights = "fp32";  // a quantized checkpoint's format
+  size_t packed_matrices = 0;    // its packed weight matrices (the rest fp32)
+  uint64_t packed_bytes = 0, file_bytes = 0;
+};
+CheckpointSummary inspect_checkpoint(const std::string& checkpoint);
+
 // ---------------------------------------------------------------- tokenizers (docs/data.md)
 // A tokenizer on its own (without a model): a Hugging Face tokenizer.json, or the one a checkpoint
 // carries (byte, char or Hugging Face). Thread-safe: encode and decode may run on several threads.
@@ -386,6 +426,13 @@ class TextTokenizer {
   // A tokenizer.json, or a checkpoint (a run directory or a .safetensors file). Error naming the
   // file when it is missing, not a tokenizer, or a tokenizer looplm does not compute.
   static TextTokenizer open(const std::string& path);
+  // The byte tokenizer (256 ids); a char tokenizer of `alphabet` (UTF-8, id = a code point's
+  // position) or of the distinct code points of `text`, sorted; a tokenizer.json's text (`origin`
+  // names it in messages). Error naming what is wrong (a repeated code point, not UTF-8, ...).
+  static TextTokenizer byte_level();
+  static TextTokenizer char_level(const std::string& alphabet);
+  static TextTokenizer char_level_from_text(const std::string& text);
+  static TextTokenizer from_json(const std::string& json_text, const std::string& origin);
   TextTokenizer(TextTokenizer&&) noexcept;
   TextTokenizer& operator=(TextTokenizer&&) noexcept;
   ~TextTokenizer();
@@ -396,8 +443,10 @@ class TextTokenizer {
   std::vector<int32_t> encode(const std::string& text, bool add_special = false) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // Error naming an id outside the vocabulary
 
+  struct Impl;  // the library's tokenizer (src/data/tokenizer.h)
+  const Impl& impl() const { return *impl_; }
+
  private:
-  struct Impl;
   explicit TextTokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

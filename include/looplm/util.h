@@ -34,6 +34,12 @@ uint64_t memory_budget();
 const char* mapped_files_note();
 
 // ---------------------------------------------------------------- files
+// A checkpoint named by its file or its run directory: the directory's model.safetensors, else
+// `path` as given.
+std::string checkpoint_file(const std::string& path);
+// `bytes` as the file `path`, whole or not at all: a temporary file in the same directory, fsync,
+// rename, fsync of the directory. Error with the path and strerror.
+void write_file_atomic(const std::string& path, std::string_view bytes);
 // Whole file as bytes (at most memory_budget()); Error with the path and strerror.
 std::string read_file_bytes(const std::string& path);
 // Prompts for batch generation: PATH ('-': standard input), one prompt per line (blank lines

@@ -52,9 +52,7 @@ TrainValTokens load_train_val(const std::string& data_train, const std::string& 
 // The tail of `all` that the split holds out: [held, all.size()); held = all.size() - round(split x size).
 size_t held_out_from(size_t n, double val_split);
 
-// Thin wrappers over io/atomic_file.h (read: Error with path + strerror; write: temp file in the
-// same directory, fsync, rename, fsync the directory).
-void write_file_atomic(const std::string& path, std::string_view bytes);
+// write_file_atomic: include/looplm/util.h.
 // llm.c shard, written atomically: version 1 (uint16 tokens) when every id fits, else llm.c's
 // uint32 layout (kLlmcMagic32, version 7). Error on a negative id.
 void write_llmc_shard(const std::string& path, const std::vector<int32_t>& tokens);

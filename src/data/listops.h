@@ -17,52 +17,11 @@
 #include <string_view>
 #include <vector>
 
+#include "looplm/data.h"
+
 namespace looplm {
 
-enum class ListOp : uint8_t { Min, Max, Med, Sm };
-
-inline constexpr ListOp kAllListOps[] = {ListOp::Min, ListOp::Max, ListOp::Med, ListOp::Sm};
-
-const char* listop_name(ListOp op);   // "MIN", "MAX", "MED", "SM"
-char listop_char(ListOp op);          // 'N', 'X', 'D', 'S'
-// Parses a comma list such as "MIN,MAX" or "sm,med" (case-insensitive; spaces around names are
-// ignored). The result is in the canonical order MIN, MAX, MED, SM without repeats, so the same set
-// given in any order generates the same data. UsageError naming `what` on an empty list or an
-// unknown name.
-std::vector<ListOp> parse_listops_ops(std::string_view list, std::string_view what = "--ops");
-
-// The longest expression any setting may ask for (--max-len), and the deepest nesting
-// (--max-depth): they bound the generator's memory and the parser's stack. A model's context is far
-// shorter.
-inline constexpr int64_t kListOpsLenLimit = 1'000'000;
-inline constexpr int kListOpsDepthLimit = 1000;
-
-struct ListOpsOptions {
-  // A list's depth: the root is 1, a list inside it 2, ... An argument of a list at depth d is a
-  // nested list with probability fn_prob while d < max_depth, otherwise a uniform digit; so lists
-  // nest at most max_depth deep. (LRA's listops.py calls generate_tree(1, max_depth) and lets a node
-  // at depth d be a list only while d < max_depth, which counts the digits' level: its max_depth 10
-  // nests lists at most 9 deep, i.e. our max_depth 9.)
-  int max_depth = 10;
-  int max_args = 10;        // each list has uniform 2..max_args arguments
-  int64_t min_len = 500;    // accepted lengths in LRA tokens (= compact characters), inclusive
-  int64_t max_len = 2000;
-  double fn_prob = 0.25;    // LRA's VALUE_P: P(an argument below max_depth is a nested list)
-  std::vector<ListOp> ops{std::begin(kAllListOps), std::end(kAllListOps)};  // uniform choice
-
-  // LRA's settings (the default): depth 10, 2..10 arguments, lengths 500..2000, all four operators.
-  static ListOpsOptions lra();
-  // NRGPT's small preset: SM, MAX, MED (add-mod-10 / max / median), depth 2, 2..3 arguments,
-  // fn_prob 0.25, no length limit in practice (min_len 0, max_len kListOpsLenLimit; its expressions
-  // have at most 17 tokens).
-  static ListOpsOptions nrgpt_small();
-  // "lra" or "nrgpt_small"; UsageError naming the known presets otherwise.
-  static ListOpsOptions preset(std::string_view name);
-
-  // UsageError naming the field (max_depth 1..kListOpsDepthLimit, max_args >= 2, 0 <= min_len <=
-  // max_len <= kListOpsLenLimit, fn_prob in [0, 1], ops non-empty).
-  void validate() const;
-};
+// ListOp, ListOpsOptions, parse_listops_ops and the limits: include/looplm/data.h (public).
 
 struct ListOpsExample {
   std::string expr;  // compact form, without the '='

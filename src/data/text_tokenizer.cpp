@@ -2,16 +2,13 @@
 // tokenizer.json or a checkpoint.
 #include <sys/stat.h>
 
+#include "data/text_tokenizer_impl.h"
 #include "data/tokenizer.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 
 namespace looplm {
-
-struct TextTokenizer::Impl {
-  Tokenizer tok;
-};
 
 TextTokenizer::TextTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TextTokenizer::TextTokenizer(TextTokenizer&&) noexcept = default;
@@ -36,6 +33,17 @@ TextTokenizer TextTokenizer::open(const std::string& path) {
     return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::from_checkpoint(c, f.metadata(), file)}));
   }
   return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::hf_from_file(path)}));
+}
+
+TextTokenizer TextTokenizer::byte_level() { return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::byte_level()})); }
+TextTokenizer TextTokenizer::char_level(const std::string& alphabet) {
+  return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::char_level(alphabet)}));
+}
+TextTokenizer TextTokenizer::char_level_from_text(const std::string& text) {
+  return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::char_level_from_text(text)}));
+}
+TextTokenizer TextTokenizer::from_json(const std::string& json_text, const std::string& origin) {
+  return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::hf_from_json(json_text, origin)}));
 }
 
 std::string TextTokenizer::kind() const { return impl_->tok.kind_name(); }

@@ -44,9 +44,7 @@ const WeightFormat& format_of(const LoadOptions& o, const WeightFormat* own = nu
 
 LanguageModel LanguageModel::load(const std::string& checkpoint, const LoadOptions& o) {
   format_of(o);  // a bad name is a usage error before the file is read
-  std::string path = checkpoint;
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
+  const std::string path = checkpoint_file(checkpoint);
   LoadModelOptions lmo;
   lmo.allow_nonfinite = o.allow_nonfinite;
   lmo.lean = true;  // quantized: no fp32 copy of what is only multiplied (another --weights fills it)

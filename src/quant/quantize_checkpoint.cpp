@@ -8,6 +8,7 @@
 #include "data/tokenizer.h"
 #include "io/json_input.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 #include "model/model_io.h"
 #include "quant/gptq.h"
 
@@ -19,9 +20,8 @@ QuantizeResult quantize_checkpoint(const std::string& checkpoint, const std::str
     throw UsageError("quantize: the format is q8_0, q4_0 or q4_k, not '" + io::brief(o.format) + "'");
   if (o.method != "rtn" && o.method != "gptq") throw UsageError("quantize: the method is rtn or gptq, not '" + io::brief(o.method) + "'");
   if (o.calib_tokens < 1) throw UsageError("quantize: calibration tokens must be >= 1");
-  std::string in = checkpoint;
+  const std::string in = checkpoint_file(checkpoint);
   struct stat st, si;
-  if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) in += "/model.safetensors";
   if (::stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     throw UsageError("quantize: --out " + out + " is a directory; name the file to write (e.g. " + out + "/model." + o.format + ".safetensors)");
   if (::stat(in.c_str(), &si) == 0 && ::stat(out.c_str(), &st) == 0 && si.st_ino == st.st_ino && si.st_dev == st.st_dev)

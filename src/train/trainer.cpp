@@ -29,6 +29,7 @@
 #include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 #include "train/checkpoint.h"
 #include "train/depth_sampler.h"
 
@@ -338,9 +339,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
           "training state cannot be checked against each other; the next checkpoint writes one");
   } else {
     if (!opt.init_from.empty()) {
-      std::string path = opt.init_from;
-      struct stat st;
-      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/model.safetensors";
+      const std::string path = checkpoint_file(opt.init_from);
       LoadModelOptions lo;
       lo.for_training = true;
       init = load_model(path, lo);

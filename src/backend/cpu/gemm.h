@@ -3,6 +3,7 @@
 // own kernel by CPU feature and shares the OpenMP pool); double is a plain reference used by the
 // finite-difference tests.
 #pragma once
+#include "looplm/bench.h"
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -29,13 +30,8 @@ inline void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, double alpha
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // the double reference is serial per element
 }
 
-// The machine's fp32 GEMM rate in GFLOP/s on a model's training shapes (x W^T with M rows and
-// K, N from d and f: {M,3d,d}, {M,f,d}, {M,d,f}): the best shape's median of `reps` timed calls.
-// The reference for "fraction of peak" and MFU.
-double measure_gemm_gflops(int M, int d, int f, int reps);
-// The memory read rate in GB/s with the current OpenMP thread count: the best of `reps` streaming
-// passes over `bytes` (far beyond the caches). The reference for memory-bound decoding (bandwidth.cpp).
-double measure_read_gbps(std::size_t bytes = std::size_t(1) << 30, int reps = 5);
+// measure_gemm_gflops (the best shape's median of `reps` timed calls; the reference for MFU too)
+// and measure_read_gbps (bandwidth.cpp): include/looplm/bench.h.
 
 // Σ a[i] b[i] (ISA-cloned, 16 partial sums).
 float dot(const float* a, const float* b, int n);
