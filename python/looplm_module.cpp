@@ -110,12 +110,9 @@ Config config_of(const py::object& config, const std::optional<std::string>& pre
   return c;
 }
 
-EarlyExit exit_of(const std::string& rule, double threshold) {
-  EarlyExit e;
-  e.rule = parse_exit_rule(rule);
-  e.threshold = threshold;
-  if (e.rule != ExitRule::fixed && !(threshold > 0)) throw UsageError("exit_rule " + rule + " needs an exit_threshold > 0");
-  return e;
+// exit_threshold None: not given (NaN), as the CLI's flag left out.
+EarlyExit exit_of(const std::string& rule, std::optional<double> threshold) {
+  return early_exit(rule, threshold ? *threshold : std::nan(""));
 }
 
 py::dict eval_dict(const EvalResult& e, int R) {
@@ -333,7 +330,7 @@ PYBIND11_MODULE(looplm, m) {
            "diagnostics (name -> mean per loop step, as evaluate) and token_diagnostics (name -> [depth, T]).")
       .def("generate",
            [](const PyModel& s, const py::object& prompt, int max_tokens, std::optional<double> temperature, int top_k,
-              double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, double exit_threshold,
+              double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
               const std::string& kv_policy, const std::string& kv_cache, int speculative, int draft_depth,
               const py::object& on_token, bool return_stats) -> py::object {
              GenerateOptions g;
@@ -418,7 +415,7 @@ PYBIND11_MODULE(looplm, m) {
            },
            py::arg("prompt"), py::arg("max_tokens") = 200, py::arg("temperature") = py::none(), py::arg("top_k") = 0,
            py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
-           py::arg("exit_threshold") = 0.0, py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
+           py::arg("exit_threshold") = py::none(), py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            py::arg("speculative") = 0, py::arg("draft_depth") = 0, py::arg("on_token") = py::none(),
            py::arg("return_stats") = false,
            "Sample a continuation (the CLI's generate). prompt: text -> the new text; token ids -> the new ids "
@@ -426,7 +423,7 @@ PYBIND11_MODULE(looplm, m) {
            "on_token(id) (a batch: on_token(i, id)) sees each new token. temperature None: 1, or 0 with speculative.")
       .def("evaluate",
            [](const PyModel& s, const py::object& data, std::optional<int> depth, const std::string& exit_rule,
-              double exit_threshold, std::optional<bool> incremental, std::optional<std::string> kv_policy,
+              std::optional<double> exit_threshold, std::optional<bool> incremental, std::optional<std::string> kv_policy,
               std::optional<std::string> kv_cache, int batch, std::optional<int64_t> max_windows, int window,
               bool file) {
              EvalOptions o;
@@ -461,13 +458,13 @@ PYBIND11_MODULE(looplm, m) {
              return d;
            },
            py::arg("data") = py::none(), py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
-           py::arg("exit_threshold") = 0.0, py::arg("incremental") = py::none(), py::arg("kv_policy") = py::none(),
+           py::arg("exit_threshold") = py::none(), py::arg("incremental") = py::none(), py::arg("kv_policy") = py::none(),
            py::arg("kv_cache") = py::none(), py::arg("batch") = 8, py::arg("max_windows") = py::none(),
            py::arg("window") = 0, py::arg("file") = false,
            "Held-out loss, accuracy and per-exit diagnostics (the CLI's eval --json) of `data`: text, token ids, a "
            "file's path with file=True, or None for the run's validation data.")
       .def("session",
-           [](const PyModel& s, int slots, std::optional<int> depth, const std::string& exit_rule, double exit_threshold,
+           [](const PyModel& s, int slots, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
               const std::string& kv_policy, const std::string& kv_cache) {
              SessionOptions o;
              o.slots = slots;
@@ -478,7 +475,7 @@ PYBIND11_MODULE(looplm, m) {
              CallLock l;
              return PySession{s.lm, std::make_unique<DecodeSession>(*s.lm, o)};
            },
-           py::arg("slots") = 8, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed", py::arg("exit_threshold") = 0.0,
+           py::arg("slots") = 8, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed", py::arg("exit_threshold") = py::none(),
            py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            "A decode session: up to `slots` sequences decoding together, joining and leaving between tokens "
            "(what looplm serve runs on).");

@@ -31,6 +31,30 @@ std::vector<int32_t> some_tokens(int n) {
 
 }  // namespace
 
+// One check of the early-exit options for every front end (CLI, server, Python), naming the options
+// as the caller spells them.
+TEST(EarlyExit, OptionsAreCheckedOnce) {
+  EXPECT_EQ(early_exit("fixed", NAN).rule, ExitRule::fixed);
+  const EarlyExit kl = early_exit("kl", 0.05);
+  EXPECT_EQ(kl.rule, ExitRule::kl);
+  EXPECT_DOUBLE_EQ(kl.threshold, 0.05);
+  EXPECT_DOUBLE_EQ(early_exit("gate", 1.0).threshold, 1.0);
+  auto message = [](const std::string& rule, double t) {
+    try {
+      early_exit(rule, t, "--exit-rule", "--exit-threshold");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("kl", NAN).find("--exit-rule kl needs a finite --exit-threshold"), std::string::npos);
+  EXPECT_NE(message("entropy", INFINITY).find("finite"), std::string::npos);
+  EXPECT_NE(message("fixed", 0.5).find("--exit-threshold has no effect with --exit-rule fixed"), std::string::npos);
+  EXPECT_NE(message("gate", 1.5).find("(0, 1]"), std::string::npos);
+  EXPECT_NE(message("gate", 0).find("(0, 1]"), std::string::npos);
+  EXPECT_NE(message("sometimes", 1).find("unknown exit rule 'sometimes'"), std::string::npos);
+}
+
 TEST(EarlyExit, Criteria) {
   const int V = 8, d = 3;
   std::vector<float> z(V, 0.5f), z2 = {1, 0, 0, 0, 0, 0, 0, 0};

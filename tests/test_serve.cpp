@@ -247,6 +247,7 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
   call(R"({"prompt": "x", "exit_rule": "kl"})", 400, "exit_threshold", auth);
   call(R"({"prompt": "x", "exit_rule": "sometimes", "exit_threshold": 1})", 400, "sometimes", auth);
   call(R"({"prompt": "x", "exit_rule": "gate", "exit_threshold": 0.5})", 400, "exit gate", auth);
+  call(R"({"prompt": "x", "exit_threshold": 0.5})", 400, "no effect with 'exit_rule' fixed", auth);  // the library's one check
   call(json({{"prompt", std::string(300, 'a')}}).dump(), 400, "context holds 256", auth);
   call(json({{"prompt", std::string(5000, 'a')}}).dump(), 413, "larger than", auth);
   call(R"({"prompt": "x", "max_tokens": 1e300})", 400, "'max_tokens' is out of range", auth);

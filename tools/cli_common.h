@@ -218,18 +218,7 @@ struct ExitArgs {
                      ->check(CLI::IsMember(available_kv_policies()));
   }
   bool policy_given() const { return policy_opt->count() > 0; }
-  EarlyExit exit() const {
-    EarlyExit e;
-    e.rule = parse_exit_rule(rule);
-    if (e.rule != ExitRule::fixed && !std::isfinite(threshold))
-      throw UsageError("--exit-rule " + rule + " needs a finite --exit-threshold");
-    if (e.rule == ExitRule::fixed && !std::isnan(threshold))
-      throw UsageError("--exit-threshold has no effect with --exit-rule fixed (choose kl, latent, entropy or gate)");
-    if (e.rule == ExitRule::gate && !(threshold > 0 && threshold <= 1))
-      throw UsageError("--exit-rule gate takes a cumulative probability: --exit-threshold in (0, 1]");
-    e.threshold = threshold;
-    return e;
-  }
+  EarlyExit exit() const { return early_exit(rule, threshold, "--exit-rule", "--exit-threshold"); }
   KvPolicy kv_policy() const { return parse_kv_policy(policy); }
   // A note on stderr when --kv-policy was given without an exit rule: no token exits early, so
   // every step's keys and values exist and only mean (which averages them) differs.

@@ -185,20 +185,20 @@ struct Server {
     base.loop.depth = (int)depth;
     const std::string rule = f.get<std::string>("exit_rule", "fixed");
     try {
-      base.loop.exit.rule = parse_exit_rule(rule);
+      parse_exit_rule(rule);
       base.loop.kv_policy = parse_kv_policy(f.get<std::string>("kv_policy", "per_step"));
     } catch (const UsageError& e) {
       throw bad(e.what(), body.contains("kv_policy") ? "kv_policy" : "exit_rule");
     }
-    const double thr = f.get<double>("exit_threshold", std::nan(""));
+    try {  // the rule is known: what is wrong is its threshold
+      base.loop.exit = early_exit(rule, f.get<double>("exit_threshold", std::nan("")), "'exit_rule'", "'exit_threshold'");
+    } catch (const UsageError& e) {
+      throw bad(e.what(), "exit_threshold");
+    }
     if (base.loop.exit.rule != ExitRule::fixed) {
-      if (!std::isfinite(thr)) throw bad("'exit_rule' " + rule + " needs a finite 'exit_threshold'", "exit_threshold");
-      if (base.loop.exit.rule == ExitRule::gate && !(thr > 0 && thr <= 1))
-        throw bad("'exit_rule' gate takes a cumulative probability: 'exit_threshold' in (0, 1]", "exit_threshold");
       if (base.loop.depth == 0) throw bad("'exit_rule' " + rule + " needs loop steps ('depth' 0 runs none)", "exit_rule");
       if (base.loop.exit.rule == ExitRule::gate && !lm.has_exit_gate())
         throw bad("'exit_rule' gate needs a model with a learned exit gate (as Ouro has); this one has none", "exit_rule");
-      base.loop.exit.threshold = thr;
     }
   }
 

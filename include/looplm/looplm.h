@@ -148,6 +148,13 @@ struct EarlyExit {
   double threshold = 0;
 };
 ExitRule parse_exit_rule(const std::string& name);  // UsageError naming the choices
+// The early exit a front end was asked for, checked the same in every one: the rule by name and
+// its threshold (NaN: not given). UsageError, naming the options as the caller spells them
+// (`--exit-rule` on the command line, `'exit_rule'` in a request), for an unknown rule, a rule
+// other than fixed without a finite threshold, a threshold given with fixed (it would do nothing),
+// and gate's cumulative probability outside (0, 1].
+EarlyExit early_exit(const std::string& rule, double threshold, const std::string& rule_option = "exit_rule",
+                     const std::string& threshold_option = "exit_threshold");
 const char* exit_rule_name(ExitRule r);
 
 // What incremental decoding keeps for a token that exited before a loop step later tokens run

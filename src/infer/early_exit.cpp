@@ -18,6 +18,22 @@ ExitRule parse_exit_rule(const std::string& name) {
   throw UsageError("unknown exit rule '" + io::brief(name) + "' (choose fixed, kl, latent, entropy or gate)");
 }
 
+EarlyExit early_exit(const std::string& rule, double threshold, const std::string& rule_option,
+                     const std::string& threshold_option) {
+  EarlyExit e;
+  e.rule = parse_exit_rule(rule);
+  if (e.rule == ExitRule::fixed) {
+    if (!std::isnan(threshold))
+      throw UsageError(threshold_option + " has no effect with " + rule_option + " fixed (choose kl, latent, entropy or gate)");
+    return e;
+  }
+  if (!std::isfinite(threshold)) throw UsageError(rule_option + " " + rule + " needs a finite " + threshold_option);
+  if (e.rule == ExitRule::gate && !(threshold > 0 && threshold <= 1))
+    throw UsageError(rule_option + " gate takes a cumulative probability: " + threshold_option + " in (0, 1]");
+  e.threshold = threshold;
+  return e;
+}
+
 const char* exit_rule_name(ExitRule r) {
   switch (r) {
     case ExitRule::fixed: return "fixed";

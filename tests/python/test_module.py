@@ -250,6 +250,10 @@ class Trained(unittest.TestCase):
             self.m.logits([1, 2, 300])
         with self.assertRaises(ValueError):  # a UsageError is also a ValueError
             self.m.generate("x", exit_rule="sometimes", exit_threshold=1)
+        with self.assertRaisesRegex(looplm.UsageError, "needs a finite exit_threshold"):
+            self.m.generate("x", exit_rule="kl")  # the same check as the CLI's and the server's
+        with self.assertRaisesRegex(looplm.UsageError, "no effect with exit_rule fixed"):
+            self.m.evaluate("x y z", exit_threshold=0.1)
         with self.assertRaisesRegex(looplm.UsageError, "kv policy|kv_policy|per_step"):
             self.m.generate("x", kv_policy="everything")
         with self.assertRaisesRegex(looplm.UsageError, "0..3"):
