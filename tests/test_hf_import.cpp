@@ -8,6 +8,7 @@
 // tensors, adjacent-pair RoPE). Broken directories are refused and leave nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -41,6 +42,19 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   return e / std::sqrt(s / b.size());
 }
 
+// The converted checkpoint with `key` set to `value`: the same weights under another config (a
+// loop rule key adds no parameters). The Huginn port's logits start the state at zero.
+std::string with_key(const TempDir& d, const std::string& run, const std::string& key, const std::string& value) {
+  std::unique_ptr<Model> m = load_model(run + "/model.safetensors");
+  Config c = m->config();
+  c.set(key, value);
+  Model m2(c);
+  std::copy(m->params().values().begin(), m->params().values().end(), m2.params().values().begin());
+  const std::string out = d / (std::filesystem::path(run).filename().string() + "_" + key + "_" + value + ".safetensors");
+  save_model(out, m2);
+  return out;
+}
+
 }  // namespace
 
 TEST(HfImport, EachFamilyComputesWhatItsPortComputes) {
@@ -49,7 +63,8 @@ TEST(HfImport, EachFamilyComputesWhatItsPortComputes) {
     const std::string run = convert(d, name);
     const auto exp = io::SafetensorsFile::open(kFix + name + "/expected.safetensors");
     const std::vector<int32_t> ids = exp.read_i32("input.ids");
-    LanguageModel lm = LanguageModel::load(run);
+    // Huginn's port starts its state at zero (its init_scale 0); the import draws like-init (below).
+    LanguageModel lm = LanguageModel::load(std::string(name) == "huginn" ? with_key(d, run, "inject_state_init", "zero") : run);
     const int V = lm.config().vocab_size;
     const std::vector<float> want = exp.read_f32("out.logits", {(int64_t)ids.size(), V});
     const std::vector<float> got = lm.forward_logits(ids);
@@ -90,6 +105,8 @@ TEST(HfImport, NanbeigeAndOuroLayouts) {
   EXPECT_EQ(hu.loop_rule, "inject_linear");
   EXPECT_TRUE(hu.get_bool("inject_readout_norm"));
   EXPECT_NEAR(hu.emb_scale, std::sqrt(32.0), 1e-12);
+  EXPECT_EQ(hu.get_string("inject_state_init"), "like_init");  // the file's state_init "like-init"
+  EXPECT_EQ(hu.get_int("inject_state_seed"), 0);
   const Config qw = LanguageModel::load(convert(d, "qwen2")).config();
   EXPECT_TRUE(qw.bias);
   EXPECT_TRUE(qw.tie_embeddings);
@@ -241,4 +258,39 @@ TEST(HfImport, LibraryEntryPoints) {
   EXPECT_EQ(back.config.tokenizer, "hf");
   EXPECT_EQ(back.config.n_kv_heads, 2);
   EXPECT_EQ(LanguageModel::load(d / "back").encode("the sand and the sea"), LanguageModel::load(d / "lib").encode("the sand and the sea"));
+}
+
+// Huginn's like-init state (inject_state_init = like_init): a seeded draw per position, so eval and
+// generation are reproducible (the same logits on every run), cached greedy decoding picks what the
+// full pass picks, the seed changes the draw and the draw changes the logits (against the zero state).
+TEST(HfImport, HuginnLikeInitStateIsSeededAndReproducible) {
+  TempDir d("hf_huginn_state");
+  const std::string run = convert(d, "huginn");
+  const std::vector<int32_t> ids = io::SafetensorsFile::open(kFix + "huginn/expected.safetensors").read_i32("input.ids");
+  const LanguageModel lm = LanguageModel::load(run);
+  const std::vector<float> a = lm.forward_logits(ids), b = LanguageModel::load(run).forward_logits(ids);
+  EXPECT_EQ(a, b) << "the same seed must give the same state, run after run";
+  const std::vector<float> zero = LanguageModel::load(with_key(d, run, "inject_state_init", "zero")).forward_logits(ids);
+  const std::vector<float> seed7 = LanguageModel::load(with_key(d, run, "inject_state_seed", "7")).forward_logits(ids);
+  ASSERT_EQ(zero.size(), a.size());
+  EXPECT_GT(rel_err(a, zero), 1e-3) << "the like-init state must reach the logits";
+  EXPECT_GT(rel_err(a, seed7), 1e-3) << "another seed, another state";
+  // A token's state depends on its position only: greedy decoding with the KV cache makes what the
+  // full pass over the same tokens predicts at each position, and a batch row what it makes alone.
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 4);
+  GenerateOptions go;
+  go.max_new = 6;
+  go.temperature = 0;
+  const std::vector<int32_t> made = lm.generate(prompt, go);  // the new tokens
+  ASSERT_EQ(made.size(), 6u);
+  std::vector<int32_t> out = prompt;
+  out.insert(out.end(), made.begin(), made.end());
+  const int V = lm.config().vocab_size;
+  const std::vector<float> z = lm.forward_logits(std::vector<int32_t>(out.begin(), out.end() - 1));
+  for (size_t t = prompt.size(); t < out.size(); ++t) {
+    const float* row = z.data() + (t - 1) * V;
+    EXPECT_EQ((int32_t)(std::max_element(row, row + V) - row), out[t]) << "position " << t;
+  }
+  const auto batch = lm.generate_batch({prompt, std::vector<int32_t>(ids.begin(), ids.begin() + 6)}, go);
+  EXPECT_EQ(batch[0], made);
 }

@@ -39,6 +39,7 @@ struct Rng {
 };
 
 // Named streams so that adding a new random draw never shifts another one.
-enum RngStream : uint64_t { kStreamInit = 1, kStreamDepth = 2, kStreamData = 3, kStreamNoise = 4, kStreamSample = 5 };
+enum RngStream : uint64_t { kStreamInit = 1, kStreamDepth = 2, kStreamData = 3, kStreamNoise = 4, kStreamSample = 5,
+                        kStreamState = 6 };
 
 }  // namespace looplm

@@ -169,7 +169,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
   // Early exit: the rows still running are gathered into each step's batch; a row's loop state
   // and h_pre live here between steps (one row per token, LoopRule).
   Node* hp = m_.embed(g_, tokens, n, 1, o);
-  Node* s0 = m_.init_state(g_, hp, o);
+  Node* s0 = m_.init_state(g_, hp, 1, o);
   const int64_t S = s0->cols;
   state_.assign(s0->v, s0->v + n * S);
   h_pre_.assign(hp->v, hp->v + (int64_t)n * d);

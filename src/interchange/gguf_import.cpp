@@ -92,7 +92,7 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
     if (c.R > 1 && !f.get_bool("nanbeige.skip_loop_final_norm", false)) c.set("loop_norm", "true");
   }
 
-  // The vocabulary: looplm's byte tokenizer, or a byte-level BPE (gguf_vocab.h), carried in the checkpoint.
+  // The vocabulary: looplm's byte tokenizer, a byte-level BPE or a SentencePiece BPE (gguf_vocab.h), carried in the checkpoint.
   const ImportedVocab vocab = read_gguf_vocab(f, path);
   c.tokenizer = vocab.kind;
   c.tokenizer_json = vocab.tokenizer_json;

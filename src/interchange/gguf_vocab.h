@@ -1,7 +1,9 @@
 // A model's vocabulary as GGUF's tokenizer.ggml.* keys and back (docs/interchange.md, "Vocabulary"):
-// looplm's byte vocabulary, and Hugging Face byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2 / 3,
+// looplm's byte vocabulary, Hugging Face byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2 / 3,
 // looplm's own `data --tokenizer-train bpe`) as llama.cpp's `gpt2` tokenizer model with the
-// pre-tokenizer llama.cpp names for their split pattern.
+// pre-tokenizer llama.cpp names for their split pattern, and SentencePiece-style BPE tokenizers
+// (byte fallback, "▁" for spaces: Llama 2, Mistral, Gemma) as llama.cpp's `llama` (SentencePiece)
+// tokenizer model, each token scored by the rank of the first merge that makes it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,13 +17,16 @@ class GgufFile;
 }  // namespace io
 
 struct GgufVocab {
-  std::string model = "gpt2";  // tokenizer.ggml.model
+  std::string model = "gpt2";  // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece)
   std::string pre = "default";  // tokenizer.ggml.pre: llama.cpp's name of the split pattern
   std::vector<std::string> tokens;
-  std::vector<int32_t> types;  // llama.cpp's token types: 1 normal, 3 control, 4 user-defined, 5 unused
-  std::vector<std::string> merges;  // "left right", by rank
-  int32_t bos = -1, eos = -1;
+  // llama.cpp's token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;  // gpt2: "left right", by rank
+  std::vector<float> scores;  // llama: the merge priority of each token (higher merges first)
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false;
+  bool add_space_prefix = false;  // llama: "▁" before the text and after each special token
   std::vector<std::string> notes;  // what the user should know (a normalizer llama.cpp does not run)
 };
 
@@ -34,7 +39,8 @@ GgufVocab gguf_vocab_of_hf(const std::string& tokenizer_json, int64_t V);
 void write_gguf_vocab(io::GgufWriter& w, const GgufVocab& v);
 
 // The file's vocabulary: {"byte", ""} for looplm's byte vocabulary, {"hf", tokenizer.json text}
-// for a `gpt2` BPE with a pre-tokenizer this table knows. Error naming `path` otherwise.
+// for a `gpt2` BPE with a pre-tokenizer this table knows or a `llama` (SentencePiece BPE)
+// vocabulary with byte tokens. Error naming `path` otherwise.
 struct ImportedVocab {
   std::string kind;  // "byte" | "hf"
   std::string tokenizer_json;

@@ -215,9 +215,25 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     if (h.has("init_values") && h.j["init_values"].is_object() && h.j["init_values"].contains("embed_scale") &&
         h.j["init_values"]["embed_scale"].is_number())
       c.emb_scale = h.j["init_values"]["embed_scale"].get<double>();
-    if (h.text("state_init", "zero") != "zero")
-      rep.notes.push_back("the recurrent state starts at zero (Huginn draws it at random, state_init '" + h.text("state_init", "") +
-                          "'): every run of a prompt gives the same logits, as the authors advise for comparisons");
+    // The state before the first loop: Huginn-0125 draws it at random ("like-init": a normal of std
+    // √(2 / (5 n_embd)) cut at ±3 std, times the embedding scale) on every call; looplm draws it from
+    // a seed and each token's position (inject_state_seed), so a prompt always gives the same logits.
+    const std::string state_init = h.text("state_init", "like-init");
+    if (state_init == "like-init") {
+      c.set("inject_state_init", "like_init");
+      if (h.has("init_values") && h.j["init_values"].is_object() && h.j["init_values"].contains("std") && h.j["init_values"]["std"].is_number()) {
+        const double std_file = h.j["init_values"]["std"].get<double>(), std_rule = std::sqrt(2.0 / (5.0 * c.d_model));
+        if (std::abs(std_file - std_rule) > 1e-6 * std_rule)
+          throw UsageError(h.path + ": init_values.std " + std::to_string(std_file) + " (looplm's like_init state draws with sqrt(2 / (5 n_embd)) = " +
+                           std::to_string(std_rule) + ", Huginn-0125's)");
+      }
+      rep.notes.push_back("the recurrent state starts at Huginn's like-init draw, seeded (inject_state_seed 0) instead of fresh on every call: "
+                          "every run of a prompt gives the same logits (the config key inject_state_init = zero starts it at zero)");
+    } else if (state_init == "zero") {
+      c.set("inject_state_init", "zero");
+    } else {
+      throw UsageError(h.path + ": state_init '" + state_init + "' (looplm draws Huginn's \"like-init\" state, or starts from \"zero\")");
+    }
   } else {
     c.d_model = (int)h.integer("hidden_size", 1, 65536);
     c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/rng.h"
+#include "ops/cache_ref.h"
 #include "looplm/config.h"
 #include "model/params.h"
 
@@ -27,6 +28,11 @@ struct LoopCtx {
   uint64_t seed = 0, step = 0;
   int micro = 0;          // micro-batch within the step (gradient accumulation)
   int rank = 0;           // data-parallel rank (multi-process training, later)
+  // Where init_state's rows sit: row n is token n % T of batch row n / T, at position
+  // place.at(n / T) + n % T (a forward pass: 0..T-1; generation: each row's own position).
+  int T = 1;
+  op::RowPlace place;
+  int position(int64_t n) const { return place.at((int)(n / T)) + (int)(n % T); }
   Rng rng(uint64_t purpose, int r) const {
     return Rng(seed, kStreamNoise,
                splitmix64(step) ^ splitmix64(((uint64_t)micro << 32) ^ (uint64_t)rank) ^

@@ -111,8 +111,11 @@ Node* Model::embed(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
   return run_blocks(g, prelude_, 0, 0, x, B, T, o);
 }
 
-Node* Model::init_state(Graph& g, Node* h_pre, const RunOptions& o) const {
-  return rule_->init_state(g, h_pre, loop_ctx(cfg_, o));
+Node* Model::init_state(Graph& g, Node* h_pre, int T, const RunOptions& o) const {
+  LoopCtx lc = loop_ctx(cfg_, o);
+  lc.T = T;
+  lc.place = o.place;
+  return rule_->init_state(g, h_pre, lc);
 }
 
 Node* Model::loop_step(Graph& g, Node* state, Node* h_pre, int r, int B, int T, const RunOptions& o) const {
@@ -128,7 +131,7 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
   const int keep = (no_grad || o.grad_steps < 0) ? depth : std::min(o.grad_steps, depth);
 
   Node* h_pre = embed(g, tokens, B, T, o);
-  Node* state = init_state(g, h_pre, o);
+  Node* state = init_state(g, h_pre, T, o);
 
   // The exit of step r: readout, the "state" tap, the caller's callback.
   auto exit = [&](int r, Node* s) {

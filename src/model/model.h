@@ -72,7 +72,7 @@ class Model {
   // the exit's hidden state. A loop state has one row per token (LoopRule), so a caller may keep
   // any subset of the rows from one step to the next.
   Node* embed(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const;
-  Node* init_state(Graph& g, Node* h_pre, const RunOptions& o) const;
+  Node* init_state(Graph& g, Node* h_pre, int T, const RunOptions& o) const;  // h_pre [B·T, d]
   Node* loop_step(Graph& g, Node* state, Node* h_pre, int r, int B, int T, const RunOptions& o) const;
   Node* readout(Graph& g, Node* state) const { return rule_->readout(g, state); }
   Node* logits(Graph& g, const int32_t* tokens, int B, int T, const RunOptions& o) const {
