@@ -206,6 +206,21 @@ TEST_F(Hostile, ATokenizerTheConfigCannotServe) {
   }
 }
 
+// Attention keeps one head's query and rotated key on the stack: a head wider than that scratch is
+// refused by validation (kMaxHeadDim, one constant for both), through d_head or d_model / n_heads.
+TEST_F(Hostile, AHeadWiderThanAttentionsScratchIsRefused) {
+  const std::string limit = std::to_string(kMaxHeadDim);
+  for (const auto& [sets, says] :
+       {std::pair{"--set d_head=" + std::to_string(kMaxHeadDim + 2), "from 0 to " + limit},
+        std::pair{"--set d_model=" + std::to_string(2 * kMaxHeadDim + 4) + " --set n_heads=2", "at most " + limit}}) {
+    CmdResult r = run("info --preset looped --no-measure " + sets);
+    EXPECT_EQ(r.code, 2) << sets << "\n" << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << sets << "\n" << r.out;
+  }
+  CmdResult r = run("info --preset looped --no-measure --set d_head=" + std::to_string(kMaxHeadDim) + " --set n_heads=1");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 // Memory is checked up front, with the figure: a data file too large to hold with its token ids,
 // a stream that does not end (/dev/zero), a batch whose KV cache does not fit. LOOPLM_MEMORY_LIMIT
 // stands in for a small machine.

@@ -15,6 +15,10 @@
 
 namespace looplm {
 
+// The largest head dimension (d_head, or d_model / n_heads): attention keeps one head's query and
+// rotated key on the stack (src/ops/ops.cpp), and validation refuses a config beyond it.
+inline constexpr int kMaxHeadDim = 1024;
+
 struct Config {
   // ---- model layout: tokens -> embed -> prelude -> core x R -> coda -> norm_f -> lm_head
   int vocab_size = 256;

@@ -58,7 +58,7 @@ const std::vector<Field>& fields() {
       {"n_heads", &Config::n_heads, "model", ints(1, 65536), "attention (query) heads"},
       {"n_kv_heads", &Config::n_kv_heads, "model", ints(0, 65536),
        "key/value heads; 0 means n_heads; fewer is grouped-query attention (n_heads / n_kv_heads query heads share one)"},
-      {"d_head", &Config::d_head, "model", ints(0, 1024), "the head dimension; 0 means d_model / n_heads (at most 1024)"},
+      {"d_head", &Config::d_head, "model", ints(0, kMaxHeadDim), "the head dimension; 0 means d_model / n_heads (at most 1024)"},
       {"context", &Config::context, "model", ints(1, 1 << 20), "training window and generation window (tokens)"},
       {"d_ff", &Config::d_ff, "model", ints(0, 1 << 20), "MLP width; 0 means 4 * d_model"},
       {"n_prelude", &Config::n_prelude, "model", ints(0, 1024), "blocks run once before the loop"},
@@ -442,7 +442,8 @@ void Config::validate() const {
                                       std::to_string(kv_heads()) + ")");
   need(head_dim() % 2 == 0 || pos != "rope", "rope needs an even head dimension (it is " +
                                                  std::to_string(head_dim()) + ")");
-  need(head_dim() <= 1024, "the head dimension must be at most 1024 (it is " + std::to_string(head_dim()) + ")");
+  need(head_dim() <= kMaxHeadDim,
+       "the head dimension must be at most " + std::to_string(kMaxHeadDim) + " (it is " + std::to_string(head_dim()) + ")");
   const Registries& r = registries();
   if (auto& v = r.blocks.get(block, "block").validate) v(*this);
   if (auto& v = r.loop_rules.get(loop_rule, "loop_rule").validate) v(*this);

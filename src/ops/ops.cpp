@@ -145,7 +145,8 @@ void store(E* dst, float*, const float* x, int hd, float keep, float take) {
     for (int i = 0; i < hd; ++i) put(dst, i, x[i]);
 }
 void store(int8_t* dst, float* scale, const float* x, int hd, float keep, float take) {
-  float blend[1024];
+  float blend[kMaxHeadDim];
+  LOOPLM_ASSERT(hd <= kMaxHeadDim, "a head wider than Config::validate allows");
   if (keep > 0) {
     for (int i = 0; i < hd; ++i) blend[i] = keep * (*scale * (float)dst[i]) + take * x[i];
     x = blend;
@@ -169,8 +170,9 @@ void attend_group(const float* X, int T, int ld, int dq, int dkv, int hd, int kv
                   int w, RopeAngles rope, const CacheRef& cache, float keep, float take, float scale, int shift, float* s,
                   float* Y) {
   const int half = hd / 2;
-  float q[1024];  // head dims are small; checked by Config::validate
-  float kr[1024];
+  LOOPLM_ASSERT(hd <= kMaxHeadDim, "a head wider than Config::validate allows");  // a config's limit, checked here too
+  float q[kMaxHeadDim];
+  float kr[kMaxHeadDim];
   for (int t = 0; t < T && cache.write; ++t) {
     const float* kn = X + (int64_t)t * ld + dq + (int64_t)kvh * hd;
     const float* vn = kn + dkv;
