@@ -19,6 +19,7 @@
 #include "ops/ops.h"
 #include "quant/gptq.h"
 #include "train/optimizer.h"
+#include "train/train_step.h"
 
 namespace looplm {
 
@@ -127,23 +128,18 @@ Bench::~Bench() = default;
 
 void Bench::Impl::train_steps(std::map<std::string, double>& v) {
   const int B = c.batch_size, T = c.context;
-  // Training: fwd + bwd + clip + AdamW on random tokens, median step time after warm-up.
+  // Training: fwd + bwd + clip + AdamW on random tokens (train()'s step on one micro-batch), median
+  // step time after warm-up.
   Graph g;
+  Config one = c;
+  one.grad_accum = 1;
   std::vector<double> step_s;
   for (int s = 0; s < o.steps + 2; ++s) {
-    Model& m = *train_model;
     adapt_threads();
     auto t0 = clk::now();
-    m.params().zero_grad();
-    RunOptions ro;
-    ro.training = true;
-    Node* l = op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data());
-    g.backward(l);
-    act_peak = std::max(act_peak, g.activation_bytes_peak());
-    grad_peak = std::max(grad_peak, g.grad_bytes_peak());
-    g.reset();
-    clip_grad_norm(m.params(), c.grad_clip);
-    opt->step(m.params(), c.lr, c);
+    const StepOutcome so = train_step(*train_model, *opt, g, one, RunOptions{}, c.lr, [](int32_t*, int32_t*) {}, x, y);
+    act_peak = std::max(act_peak, so.activation_bytes_peak);
+    grad_peak = std::max(grad_peak, so.grad_bytes_peak);
     if (s >= 2) step_s.push_back(secs(t0, clk::now()));
   }
   v["train_tokens_per_s"] = B * T / median(step_s);

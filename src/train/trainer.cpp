@@ -12,8 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +34,7 @@
 #include "looplm/util.h"
 #include "train/checkpoint.h"
 #include "train/depth_sampler.h"
+#include "train/train_step.h"
 
 namespace looplm {
 
@@ -266,399 +269,475 @@ bool all_finite(std::span<const float> v) {
   return ok;
 }
 
+using Log = std::function<void(const std::string&)>;
+
+// The run directory of one train() call: locked for this process alone (RunLock), and what an
+// earlier run left there settled before anything is written — resumed from its verified
+// checkpoint, started over (--overwrite, or a run that stopped before its first checkpoint), or
+// refused: a run directory is never lost by accident. `c` becomes the config of a run resumed
+// before its first checkpoint (its config.json).
+struct RunDirectory {
+  const std::string dir;
+  RunLock lock;
+  std::optional<FoundCheckpoint> found;  // --resume: the checkpoint to continue
+
+  RunDirectory(const TrainOptions& opt, const Config& config_abs, Config& c, const Log& log) : dir(opt.out_dir), lock(dir) {
+    found = opt.resume ? find_checkpoint(dir) : std::nullopt;  // a damaged one is refused (checkpoint.h)
+    if (!opt.resume && holds_run(dir) && !holds_weights(dir) && !opt.overwrite) {
+      // What a run that failed before its first checkpoint left (its config, its log): nothing of
+      // value, and a retry into the same directory is the natural next step.
+      remove_run(dir);
+      log("note: " + dir + " held a run that stopped before its first checkpoint (no weights); starting over");
+    }
+    if (!opt.resume && holds_run(dir)) {
+      if (!opt.overwrite) {
+        std::string at;
+        try {
+          if (auto ck = find_checkpoint(dir)) at = " (checkpoint at step " + std::to_string(ck->step) + ")";
+        } catch (const Error&) {
+        }
+        throw UsageError(dir + " already holds a run" + at + "; continue it with --resume, start over with --overwrite, or choose another --out");
+      }
+      remove_run(dir);
+      log("--overwrite: removed the previous run in " + dir);
+    }
+    if (opt.resume && !found) {
+      if (holds_weights(dir))
+        throw Error("cannot resume " + dir + ": it holds a run's weights but no checkpoint to resume from "
+                    "(checkpoint.json is missing, and there is no train_state.safetensors of an older looplm). Nothing in " +
+                    dir + " was changed. To go on: --overwrite starts this run over (its files are removed), or "
+                    "'looplm train --init-from " + dir + "/model.safetensors --out NEW_DIR' trains a new run from "
+                    "its weights");
+      if (exists(dir + "/config.json")) {
+        // Stopped before its first checkpoint: the same run again from step 0, with its own config.
+        c = resumed_config(with_absolute_data_paths(run_config(dir)), config_abs, dir);
+        log("--resume: " + dir + " holds no checkpoint yet (it stopped before its first); starting it again "
+            "from step 0 with its config.json");
+      } else {
+        log("--resume: no checkpoint in " + dir + ", starting a new run");
+      }
+      remove_run(dir);  // what an unfinished first attempt left
+    }
+  }
+  std::string metrics_path() const { return dir + "/metrics.jsonl"; }
+};
+
+// The weights a run starts from besides its own init: the resumed checkpoint's (and its config,
+// with the keys a resume may change), or --init-from's (whose tokenizer the run takes).
+std::unique_ptr<Model> starting_weights(const RunDirectory& run, const TrainOptions& opt, const Config& config_abs, Config& c,
+                                        const Log& log) {
+  LoadModelOptions lo;
+  lo.for_training = true;
+  if (run.found) {
+    std::unique_ptr<Model> init;
+    try {
+      init = load_model(run.found->model_path, lo);
+    } catch (const Error& e) {
+      throw Error(resume_refused(run.dir, e.what()));
+    }
+    // The weights go into a model of the resumed config (its safe keys, e.g. steps, may differ
+    // from the file's, and the next checkpoint records them).
+    c = resumed_config(with_absolute_data_paths(init->config()), config_abs, run.dir);
+    if (run.found->legacy)
+      log("note: " + run.dir + " was written by an older looplm without a checkpoint manifest, so its weights and "
+          "training state cannot be checked against each other; the next checkpoint writes one");
+    return init;
+  }
+  if (opt.init_from.empty()) return nullptr;
+  const std::string path = checkpoint_file(opt.init_from);
+  std::unique_ptr<Model> init = load_model(path, lo);
+  const Config& from = init->config();
+  if (c.tokenizer == "hf" && c.tokenizer_json.empty() && !c.tokenizer_file.empty())
+    c.tokenizer_json = Tokenizer::hf_from_file(c.tokenizer_file).hf_json();
+  if (c.tokenizer != from.tokenizer || (!c.tokenizer_chars.empty() && c.tokenizer_chars != from.tokenizer_chars) ||
+      (!c.tokenizer_json.empty() && c.tokenizer_json != from.tokenizer_json))
+    throw UsageError("--init-from " + path + ": its tokenizer (" + from.tokenizer + ") differs from the run's (" + c.tokenizer +
+                     (c.tokenizer == from.tokenizer ? ", another " + c.tokenizer + " vocabulary" : std::string()) +
+                     "); the weights are tied to their token ids");
+  c.tokenizer_chars = from.tokenizer_chars;
+  c.tokenizer_json = from.tokenizer_json;
+  if (c.tokenizer_file.empty()) c.tokenizer_file = from.tokenizer_file;
+  return init;
+}
+
+// A new run's tokenizer made whole in its config (docs/format.md: the run carries it): the
+// tokenizer.json's text, read once here, or the char alphabet from a shard's sidecar or from the
+// text the run will read.
+void complete_tokenizer(Config& c) {
+  if (c.tokenizer == "hf" && c.tokenizer_json.empty()) {
+    if (c.tokenizer_file.empty())
+      throw UsageError("tokenizer hf needs its tokenizer.json: --set tokenizer_file=FILE (e.g. one 'looplm data "
+                       "--tokenizer-train bpe' wrote)");
+    Tokenizer::hf_from_file(c.tokenizer_file).to_config(c);
+  }
+  if (c.tokenizer == "char" && c.tokenizer_chars.empty()) {
+    const std::string side = c.data_train + ".chars";
+    if (detect_format(c.data_train) == DataFormat::LlmcShard || detect_format(c.data_train) == DataFormat::NanoGptBin) {
+      if (!exists(side))
+        throw UsageError(c.data_train + ": a token shard without its alphabet (" + side +
+                         "); make it with 'looplm data --tokenizer char' or --set tokenizer_chars=...");
+      Tokenizer::char_level(read_file_bytes(side)).to_config(c);
+    } else {
+      // Every character the run will read: training and validation text (a char missing from the
+      // alphabet would fail the validation data at the start or the end of the run).
+      std::string text = load_text(c.data_train);
+      if (!c.data_val.empty()) {
+        const DataFormat f = detect_format(c.data_val);
+        if (f != DataFormat::LlmcShard && f != DataFormat::NanoGptBin) text += load_text(c.data_val);  // not tokenised yet
+      }
+      Tokenizer::char_level_from_text(text).to_config(c);
+    }
+  }
+}
+
+// A run's data: its training batches (windows of a token stream, or examples: prompt<TAB>answer
+// lines, data/examples.h) and its validation set, held in memory for the whole run (it may be a
+// pipe; it is read once).
+struct TrainData {
+  bool examples = false;
+  std::unique_ptr<BatchSource> batches;
+  std::vector<int32_t> val_tokens;
+  Examples val_examples;
+  std::string val_origin;
+
+  TrainData(const Config& c, const Tokenizer& tok) : examples(c.data_mode == "examples") {
+    val_origin = validation_name(c.data_train, c.data_val, c.val_split);  // data_val empty: the last val_split of data_train
+    if (examples) {
+      Examples train_examples = load_examples(c.data_train, tok, c.context);
+      val_examples = c.data_val.empty() ? hold_out_examples(train_examples, c.val_split) : load_examples(c.data_val, tok, c.context);
+      if (val_examples.size() == 0 || train_examples.size() == 0)
+        throw Error(c.data_train + ": " + std::to_string(train_examples.size() + val_examples.size()) +
+                    " examples are too few to hold out val_split " + std::to_string(c.val_split) +
+                    " for validation; give more, or a validation file (--set data_val=FILE)");
+      batches = std::make_unique<ExampleStream>(std::move(train_examples), c.context, c.batch_size, c.seed);
+    } else {
+      TrainValTokens d = load_train_val(c.data_train, c.data_val, c.val_split, tok);
+      eval_windows(d.val, c.context, val_origin);  // fail early on too little validation data
+      batches = std::make_unique<TokenStream>(std::move(d.train), c.context, c.batch_size, c.seed, c.data_train);
+      val_tokens = std::move(d.val);
+    }
+  }
+  // The validation loss of `m` at every depth (eval_batches batches).
+  EvalResult evaluate(Model& m, const Config& c) const {
+    const int64_t n = (int64_t)c.eval_batches * c.batch_size;
+    return examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n) : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
+  }
+};
+
+// The model of config `c`: from `init`'s values by name and shape (the config may change training
+// keys, not the model's shape), else initialised from the seed.
+std::unique_ptr<Model> build_model(const Config& c, std::unique_ptr<Model> init, const std::string& init_from) {
+  auto model = std::make_unique<Model>(c);
+  if (!init) {
+    model->init_weights(c.seed);
+    return model;
+  }
+  const auto& to = model->params().infos();
+  const auto& from = init->params().infos();
+  bool same = to.size() == from.size();
+  for (size_t i = 0; same && i < to.size(); ++i) same = to[i].name == from[i].name && to[i].shape == from[i].shape;
+  if (!same)
+    throw UsageError("--init-from " + init_from + ": the config's model has other parameters than the file's "
+                     "(a --set changed the model's shape); --set may change training keys only");
+  for (size_t i = 0; i < to.size(); ++i)
+    std::copy(init->params().value((int)i), init->params().value((int)i) + to[i].numel, model->params().value((int)i));
+  return model;
+}
+
+// The memory plan: one forward and backward at the largest depth the sampler draws, with as many
+// steps keeping gradients as training ever keeps, sizes the activation arena and the gradient pool
+// before the first step (steps without gradients keep only the loop state, so only the steps that
+// keep gradients cost memory). Weights and optimizer state are untouched. Returns the activation
+// peak; Error with the figures when it does not fit.
+size_t plan_memory(Model& m, const Config& c, Graph& g, std::vector<int32_t>& x, std::vector<int32_t>& y, const Log& log) {
+  const int B = c.batch_size, T = c.context;
+  const int dmax = max_depth(c), kept = c.bptt > 0 ? std::min(c.bptt, dmax) : dmax;
+  try {
+    RunOptions ro;
+    ro.depth = dmax;
+    ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
+    ro.training = true;
+    std::fill(x.begin(), x.end(), 0);
+    std::fill(y.begin(), y.end(), 0);
+    g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
+  } catch (const std::bad_alloc&) {
+    const double P = (double)m.n_params() * 4;
+    throw Error("out of memory in the memory plan (one forward and backward at batch " + std::to_string(B) + " x " +
+                std::to_string(T) + " tokens, depth up to " + std::to_string(dmax) + ", " + std::to_string(kept) +
+                " loop steps keeping gradients): the activations did not fit beside the parameters, gradients and "
+                "AdamW (" + format_bytes(4 * P) + "); looplm may use " + format_bytes((double)memory_budget()) +
+                " here. Lower batch_size (with grad_accum for the same batch), context, or the depth (bptt)");
+  }
+  g.reset();
+  m.params().zero_grad();
+  const double MiB = 1048576.0, P = (double)m.n_params() * 4;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "memory plan: parameters %.1f MiB, gradients %.1f MiB, AdamW %.1f MiB, activations %.1f MiB + "
+                "activation gradients %.1f MiB (batch %d x %d tokens, depth up to %d, %d loop step%s keeping gradients)",
+                P / MiB, P / MiB, 2 * P / MiB, g.activation_bytes_peak() / MiB, g.grad_bytes_peak() / MiB, B, T, dmax, kept,
+                kept == 1 ? "" : "s");
+  if (log) log(line);
+  return g.activation_bytes_peak();
+}
+
+// MFU: the training FLOPs achieved per second over the machine's fp32 GEMM rate on this model's
+// shapes (at most 1024 rows: a fraction of a second), measured with the threads the steps run on:
+// the cores actually available, so a step on one thread beside a busy process is measured against
+// one thread's rate, not the idle machine's. A rate measured while the load was briefly higher is
+// measured again once a step beats it, and MFU is never reported above 1.
+class MfuMeter {
+ public:
+  explicit MfuMeter(const Config& c) : c_(c) {}
+  double gemm_gflops(int threads) {
+    Rate& r = rate_[threads];
+    if (r.gflops == 0) r.gflops = measure();
+    return r.gflops;
+  }
+  // A step of `depth` loop steps at `tokens_per_s`: forward over every step plus backward (≈ 2×
+  // forward) over the steps that keep gradients.
+  double mfu(const Model& m, int depth, double tokens_per_s) {
+    const int kept = c_.bptt > 0 ? std::min(c_.bptt, depth) : depth;
+    const double flops_tok = m.flops_per_token(depth) + 2.0 * m.flops_per_token(kept);
+    const int threads = current_threads();
+    double mfu = flops_tok * tokens_per_s / (gemm_gflops(threads) * 1e9);
+    if (Rate& r = rate_[threads]; mfu > 1 && !r.remeasured) {
+      r.remeasured = true;
+      r.gflops = std::max(r.gflops, measure());
+      mfu = flops_tok * tokens_per_s / (r.gflops * 1e9);
+    }
+    return std::min(mfu, 1.0);
+  }
+
+ private:
+  struct Rate {
+    double gflops = 0;
+    bool remeasured = false;
+  };
+  double measure() const { return measure_gemm_gflops(std::min(c_.batch_size * c_.context, 1024), c_.d_model, c_.ff_dim(), 5); }
+  const Config& c_;
+  std::map<int, Rate> rate_;  // by pool size
+};
+
+// What a training step reports: a line of metrics.jsonl, the console's step line, the caller's
+// on_step.
+struct StepReport {
+  int64_t step = 0, last = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, tokens_seen = 0, elapsed_s = 0, eta_s = 0, mfu = 0;
+  int depth = 0;
+};
+
+// metrics.jsonl: one JSON object per training step and per validation (docs/cli.md).
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, bool resumed_at_step, int64_t step) {
+    if (resumed_at_step) truncate_metrics(path, step);  // the lines of steps after the checkpoint are gone with them
+    else std::ofstream(path, std::ios::trunc);
+    out_.open(path, std::ios::app);
+  }
+  void train(const StepReport& r) {
+    out_ << nlohmann::json({{"step", r.step}, {"split", "train"}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                            {"depth", r.depth}, {"tokens_per_s", r.tokens_per_s}, {"tokens_seen", r.tokens_seen},
+                            {"elapsed_s", r.elapsed_s}, {"mfu", r.mfu}})
+                .dump()
+         << "\n";
+  }
+  void val(int64_t step, const EvalResult& e) {
+    out_ << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth},
+                            {"val_accuracy", e.accuracy}})
+                .dump()
+         << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::string step_line(const StepReport& r, int steps) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "step %lld/%d | loss %.4f | lr %.2e | grad norm %.3f | depth %d | %.0f tok/s | MFU %.2f | %s tokens | "
+                "%s elapsed | ETA %s",
+                (long long)r.step, steps, r.loss, r.lr, r.grad_norm, r.depth, r.tokens_per_s, r.mfu,
+                fmt_count(r.tokens_seen).c_str(), fmt_duration(r.elapsed_s).c_str(), fmt_duration(r.eta_s).c_str());
+  return line;
+}
+
+std::string val_line(int64_t step, const EvalResult& e, bool examples, int R) {
+  std::string s = "step " + std::to_string(step) + " | val loss " + std::to_string(e.loss).substr(0, 6);
+  if (examples) s += " | accuracy " + std::to_string(e.accuracy).substr(0, 6);
+  if (R > 1) {
+    s += " | by depth";
+    for (double l : e.loss_by_depth) s += " " + std::to_string(l).substr(0, 5);
+  }
+  return s;
+}
+
+[[noreturn]] void diverged(int64_t step, const StepOutcome& o, double lr, const Config& c, int64_t last_checkpoint,
+                           const std::string& dir) {
+  char msg[512];
+  std::snprintf(msg, sizeof msg,
+                "training diverged at step %lld: loss %s, gradient norm %s (the optimizer step was not taken). "
+                "%s Likely cause: the learning rate (lr = %g, %g at this step) is too high for this model; try a "
+                "lower --set lr=... or a longer warmup",
+                (long long)step, fmt_num(o.loss).c_str(), fmt_num(o.grad_norm).c_str(),
+                last_checkpoint >= 0 ? ("The checkpoint in " + dir + " is the last finite one (step " + std::to_string(last_checkpoint) + ").").c_str()
+                                     : "No checkpoint was written.",
+                c.lr, lr);
+  throw Error(msg);
+}
+
 }  // namespace
 
 TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (opt.out_dir.empty()) throw UsageError("train: --out DIR is required");
-  auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-  const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
   if (opt.resume && opt.overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
   if (opt.resume && !opt.init_from.empty())
     throw UsageError("train: --resume continues DIR's own weights; --init-from starts a new run from other weights; give one");
-  RunLock lock(opt.out_dir);  // from here on this process alone writes in out_dir (creating it)
-  // --resume continues the committed checkpoint, verified (checkpoint.h); a damaged one is refused.
-  const std::optional<FoundCheckpoint> found = opt.resume ? find_checkpoint(opt.out_dir) : std::nullopt;
-  const bool resuming = found.has_value();
-  // A run directory is never lost by accident: starting over needs --overwrite.
-  if (!opt.resume && holds_run(opt.out_dir) && !holds_weights(opt.out_dir) && !opt.overwrite) {
-    // What a run that failed before its first checkpoint left (its config, its log): nothing of
-    // value, and a retry into the same directory is the natural next step.
-    remove_run(opt.out_dir);
-    log("note: " + opt.out_dir + " held a run that stopped before its first checkpoint (no weights); starting over");
-  }
-  if (!opt.resume && holds_run(opt.out_dir)) {
-    if (!opt.overwrite) {
-      std::string at;
-      try {
-        if (auto ck = find_checkpoint(opt.out_dir)) at = " (checkpoint at step " + std::to_string(ck->step) + ")";
-      } catch (const Error&) {
-      }
-      throw UsageError(opt.out_dir + " already holds a run" + at +
-                       "; continue it with --resume, start over with --overwrite, or choose another --out");
-    }
-    remove_run(opt.out_dir);
-    log("--overwrite: removed the previous run in " + opt.out_dir);
-  }
+  const Log log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  const Log info = opt.quiet ? Log{} : log;
   // Data paths absolute, so the run evaluates (and resumes) from any directory; a resumed run's
   // saved paths the same way, so a relative path given again still matches.
   const Config config_abs = with_absolute_data_paths(config_in);
   Config c = config_abs;
-  if (opt.resume && !resuming) {
-    if (holds_weights(opt.out_dir))
-      throw Error("cannot resume " + opt.out_dir + ": it holds a run's weights but no checkpoint to resume from "
-                  "(checkpoint.json is missing, and there is no train_state.safetensors of an older looplm). Nothing in " +
-                  opt.out_dir + " was changed. To go on: --overwrite starts this run over (its files are removed), or "
-                  "'looplm train --init-from " + opt.out_dir + "/model.safetensors --out NEW_DIR' trains a new run from "
-                  "its weights");
-    if (exists(opt.out_dir + "/config.json")) {
-      // Stopped before its first checkpoint: the same run again from step 0, with its own config.
-      c = resumed_config(with_absolute_data_paths(run_config(opt.out_dir)), config_abs, opt.out_dir);
-      log("--resume: " + opt.out_dir + " holds no checkpoint yet (it stopped before its first); starting it again "
-          "from step 0 with its config.json");
-    } else {
-      log("--resume: no checkpoint in " + opt.out_dir + ", starting a new run");
-    }
-    remove_run(opt.out_dir);  // what an unfinished first attempt left
-  }
-
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Model> init;  // --init-from: the weights a new run starts from
-  if (resuming) {
-    // The weights into a model of the resumed config (its safe keys, e.g. steps, may differ from the
-    // file's, and the next checkpoint records them).
-    LoadModelOptions lo;
-    lo.for_training = true;
-    try {
-      init = load_model(found->model_path, lo);
-    } catch (const Error& e) {
-      throw Error(resume_refused(opt.out_dir, e.what()));
-    }
-    c = resumed_config(with_absolute_data_paths(init->config()), config_abs, opt.out_dir);
-    if (found->legacy)
-      log("note: " + opt.out_dir + " was written by an older looplm without a checkpoint manifest, so its weights and "
-          "training state cannot be checked against each other; the next checkpoint writes one");
-  } else {
-    if (!opt.init_from.empty()) {
-      const std::string path = checkpoint_file(opt.init_from);
-      LoadModelOptions lo;
-      lo.for_training = true;
-      init = load_model(path, lo);
-      const Config& from = init->config();
-      if (c.tokenizer == "hf" && c.tokenizer_json.empty() && !c.tokenizer_file.empty())
-        c.tokenizer_json = Tokenizer::hf_from_file(c.tokenizer_file).hf_json();
-      if (c.tokenizer != from.tokenizer || (!c.tokenizer_chars.empty() && c.tokenizer_chars != from.tokenizer_chars) ||
-          (!c.tokenizer_json.empty() && c.tokenizer_json != from.tokenizer_json))
-        throw UsageError("--init-from " + path + ": its tokenizer (" + from.tokenizer + ") differs from the run's (" +
-                         c.tokenizer + (c.tokenizer == from.tokenizer ? ", another " + c.tokenizer + " vocabulary" : std::string()) +
-                         "); the weights are tied to their token ids");
-      c.tokenizer_chars = from.tokenizer_chars;
-      c.tokenizer_json = from.tokenizer_json;
-      if (c.tokenizer_file.empty()) c.tokenizer_file = from.tokenizer_file;
-    }
-    if (c.tokenizer == "hf" && c.tokenizer_json.empty()) {
-      // The file is read once, here; from now on the run carries its text (docs/format.md).
-      if (c.tokenizer_file.empty())
-        throw UsageError("tokenizer hf needs its tokenizer.json: --set tokenizer_file=FILE (e.g. one 'looplm data "
-                         "--tokenizer-train bpe' wrote)");
-      Tokenizer::hf_from_file(c.tokenizer_file).to_config(c);
-    }
-    if (c.tokenizer == "char" && c.tokenizer_chars.empty()) {
-      // The alphabet: from a shard's sidecar (looplm data --tokenizer char), or built from the text.
-      const std::string side = c.data_train + ".chars";
-      if (detect_format(c.data_train) == DataFormat::LlmcShard || detect_format(c.data_train) == DataFormat::NanoGptBin) {
-        if (!exists(side))
-          throw UsageError(c.data_train + ": a token shard without its alphabet (" + side +
-                           "); make it with 'looplm data --tokenizer char' or --set tokenizer_chars=...");
-        Tokenizer::char_level(read_file_bytes(side)).to_config(c);
-      } else {
-        // Every character the run will read: training and validation text (a char missing from
-        // the alphabet would fail the validation data at the start or the end of the run).
-        std::string text = load_text(c.data_train);
-        if (!c.data_val.empty()) {
-          const DataFormat f = detect_format(c.data_val);
-          if (f != DataFormat::LlmcShard && f != DataFormat::NanoGptBin) text += load_text(c.data_val);  // not tokenised yet
-        }
-        Tokenizer::char_level_from_text(text).to_config(c);
-      }
-    }
+  RunDirectory run(opt, config_abs, c, log);  // from here on this process alone writes in out_dir
+  std::unique_ptr<Model> init = starting_weights(run, opt, config_abs, c, log);
+  if (!run.found) {
+    complete_tokenizer(c);
     c.validate();
   }
-  Tokenizer tok = Tokenizer::from_config(c);
+  const Tokenizer tok = Tokenizer::from_config(c);
   if (tok.vocab_size() > c.vocab_size)
-    throw UsageError("vocab_size " + std::to_string(c.vocab_size) + " is smaller than the " + c.tokenizer +
-                     " tokenizer's " + std::to_string(tok.vocab_size()));
-  // Batches: windows of a token stream, or examples (prompt<TAB>answer lines, data/examples.h).
-  const bool examples = c.data_mode == "examples";
-  std::vector<int32_t> val_tokens;
-  Examples val_examples;
-  std::unique_ptr<BatchSource> batches;
-  // data_val empty: the last val_split of data_train is validation, and is not trained on.
-  const std::string val_origin = validation_name(c.data_train, c.data_val, c.val_split);
-  if (examples) {
-    Examples train_examples = load_examples(c.data_train, tok, c.context);
-    val_examples = c.data_val.empty() ? hold_out_examples(train_examples, c.val_split)
-                                      : load_examples(c.data_val, tok, c.context);
-    if (val_examples.size() == 0 || train_examples.size() == 0)
-      throw Error(c.data_train + ": " + std::to_string(train_examples.size() + val_examples.size()) +
-                  " examples are too few to hold out val_split " + std::to_string(c.val_split) +
-                  " for validation; give more, or a validation file (--set data_val=FILE)");
-    batches = std::make_unique<ExampleStream>(std::move(train_examples), c.context, c.batch_size, c.seed);
-  } else {
-    TrainValTokens d = load_train_val(c.data_train, c.data_val, c.val_split, tok);
-    eval_windows(d.val, c.context, val_origin);  // fail early on too little validation data
-    batches = std::make_unique<TokenStream>(std::move(d.train), c.context, c.batch_size, c.seed, c.data_train);
-    val_tokens = std::move(d.val);
-  }
-  if (!opt.quiet) log("validation: " + val_origin);
-  BatchSource& stream = *batches;
-
-  if (!model) {
-    model = std::make_unique<Model>(c);
-    if (!init) model->init_weights(c.seed);
-    if (init) {  // every parameter by name, with its shape: the config may change training keys, not the model's shape
-      const auto& to = model->params().infos();
-      const auto& from = init->params().infos();
-      bool same = to.size() == from.size();
-      for (size_t i = 0; same && i < to.size(); ++i) same = to[i].name == from[i].name && to[i].shape == from[i].shape;
-      if (!same)
-        throw UsageError("--init-from " + opt.init_from + ": the config's model has other parameters than the file's "
-                         "(a --set changed the model's shape); --set may change training keys only");
-      for (size_t i = 0; i < to.size(); ++i)
-        std::copy(init->params().value((int)i), init->params().value((int)i) + to[i].numel, model->params().value((int)i));
-      init.reset();
-    }
-  }
+    throw UsageError("vocab_size " + std::to_string(c.vocab_size) + " is smaller than the " + c.tokenizer + " tokenizer's " +
+                     std::to_string(tok.vocab_size()));
+  TrainData data(c, tok);
+  if (info) info("validation: " + data.val_origin);
+  BatchSource& stream = *data.batches;
+  std::unique_ptr<Model> model = build_model(c, std::move(init), opt.init_from);
   Model& m = *model;
   AdamW adam(m.params());
   TrainState st;
   TrainResult res;
   int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
-  if (resuming) {
+  if (run.found) {
     try {
-      load_train_state(found->state_path, m, c, found->step, adam, st);
+      load_train_state(run.found->state_path, m, c, run.found->step, adam, st);
     } catch (const Error& e) {
-      throw Error(resume_refused(opt.out_dir, e.what()));
+      throw Error(resume_refused(run.dir, e.what()));
     }
-    tidy_run_directory(opt.out_dir, *found, st.best_step == st.step);
+    tidy_run_directory(run.dir, *run.found, st.best_step == st.step);
     stream.set_cursor(st.data_cursor);
     last_checkpoint = st.step;
-    truncate_metrics(metrics_path, st.step);
-    if (st.step >= c.steps)
-      log(opt.out_dir + " is complete: step " + std::to_string(st.step) + " of " + std::to_string(c.steps) +
-          " (a larger --steps extends it)");
-    else
-      log("resumed " + opt.out_dir + " at step " + std::to_string(st.step));
-  } else {
-    std::ofstream(metrics_path, std::ios::trunc);
+    log(st.step >= c.steps ? run.dir + " is complete: step " + std::to_string(st.step) + " of " + std::to_string(c.steps) +
+                                 " (a larger --steps extends it)"
+                           : "resumed " + run.dir + " at step " + std::to_string(st.step));
   }
+  MetricsFile metrics(run.metrics_path(), run.found.has_value(), st.step);
   {
     std::string cfg = c.to_json_text(2) + "\n";
-    io::write_file_atomic(opt.out_dir + "/config.json", cfg.data(), cfg.size());
+    io::write_file_atomic(run.dir + "/config.json", cfg.data(), cfg.size());
   }
-
   const int B = c.batch_size, T = c.context;
-  char line[512];
-  std::snprintf(line, sizeof line, "model: %lld parameters, layout %d + %dx%d + %d (%s blocks, %s loop rule), d %d, context %d, vocab %d",
-                (long long)m.n_params(), c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(),
-                c.d_model, T, c.vocab_size);
-  if (!opt.quiet) log(line);
-
+  if (info) {
+    char line[512];
+    std::snprintf(line, sizeof line, "model: %lld parameters, layout %d + %dx%d + %d (%s blocks, %s loop rule), d %d, context %d, vocab %d",
+                  (long long)m.n_params(), c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(), c.d_model, T,
+                  c.vocab_size);
+    info(line);
+  }
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   Graph g;
-  // The memory plan: one forward and backward at the largest depth the sampler draws, with as many
-  // steps keeping gradients as training ever keeps, sizes the activation arena and the gradient
-  // pool before the first step (steps without gradients keep only the loop state, so only the
-  // steps that keep gradients cost memory). Weights and optimizer state are untouched.
-  {
-    const int dmax = max_depth(c), kept = c.bptt > 0 ? std::min(c.bptt, dmax) : dmax;
-    try {
-      RunOptions ro;
-      ro.depth = dmax;
-      ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
-      ro.training = true;
-      std::fill(x.begin(), x.end(), 0);
-      std::fill(y.begin(), y.end(), 0);
-      g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
-    } catch (const std::bad_alloc&) {
-      const double P = (double)m.n_params() * 4;
-      throw Error("out of memory in the memory plan (one forward and backward at batch " + std::to_string(B) + " x " +
-                  std::to_string(T) + " tokens, depth up to " + std::to_string(dmax) + ", " + std::to_string(kept) +
-                  " loop steps keeping gradients): the activations did not fit beside the parameters, gradients and "
-                  "AdamW (" + format_bytes(4 * P) + "); looplm may use " + format_bytes((double)memory_budget()) +
-                  " here. Lower batch_size (with grad_accum for the same batch), context, or the depth (bptt)");
-    }
-    g.reset();
-    m.params().zero_grad();
-    const double MiB = 1048576.0, P = (double)m.n_params() * 4;
-    std::snprintf(line, sizeof line,
-                  "memory plan: parameters %.1f MiB, gradients %.1f MiB, AdamW %.1f MiB, activations %.1f MiB + "
-                  "activation gradients %.1f MiB (batch %d x %d tokens, depth up to %d, %d loop step%s keeping gradients)",
-                  P / MiB, P / MiB, 2 * P / MiB, g.activation_bytes_peak() / MiB, g.grad_bytes_peak() / MiB, B, T, dmax,
-                  kept, kept == 1 ? "" : "s");
-    if (!opt.quiet) log(line);
-    res.activation_bytes_peak = g.activation_bytes_peak();
-  }
-
-  // MFU: the training FLOPs achieved per second over the machine's fp32 GEMM rate on this
-  // model's shapes (at most 1024 rows: a fraction of a second), measured here with the threads the
-  // steps run on: the cores actually available, so a step on one thread beside a busy process is
-  // measured against one thread's rate, not the idle machine's. A rate measured while the load was
-  // briefly higher is measured again once a step beats it, and MFU is never reported above 1.
+  res.activation_bytes_peak = plan_memory(m, c, g, x, y, info);
   adapt_threads();
-  struct GemmRate {
-    double gflops = 0;
-    bool remeasured = false;
-  };
-  std::map<int, GemmRate> gemm_rate;  // by pool size
-  auto measure_gemm = [&] { return measure_gemm_gflops(std::min(B * T, 1024), c.d_model, c.ff_dim(), 5); };
-  auto gemm_gflops = [&](int threads) {
-    GemmRate& r = gemm_rate[threads];
-    if (r.gflops == 0) r.gflops = measure_gemm();
-    return r.gflops;
-  };
-  if (!opt.quiet) {
+  MfuMeter mfu(c);
+  if (info) {
+    char line[256];
     std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes (%d thread%s)",
-                  gemm_gflops(current_threads()), current_threads(), current_threads() == 1 ? "" : "s");
-    log(line);
+                  mfu.gemm_gflops(current_threads()), current_threads(), current_threads() == 1 ? "" : "s");
+    info(line);
   }
 
-  std::ofstream metrics(metrics_path, std::ios::app);
   // Never write a model that is not finite: the checkpoint on disk stays the last good one. Each
   // checkpoint is the weights and the training state committed as one (train/checkpoint.h); the
   // last keep_checkpoints weights stay in DIR/checkpoints, the best by validation loss as
   // model.best.safetensors (hard links to the files written: no copies).
   auto checkpoint = [&](double val_loss) {
     if (!all_finite(m.params().values()))
-      throw Error("training diverged before step " + std::to_string(st.step) +
-                  ": a weight is not finite; the checkpoint in " + opt.out_dir + " was not overwritten");
+      throw Error("training diverged before step " + std::to_string(st.step) + ": a weight is not finite; the checkpoint in " +
+                  run.dir + " was not overwritten");
     const bool best = std::isfinite(val_loss) && (st.best_val_loss < 0 || val_loss < st.best_val_loss);
     if (best) {
       st.best_val_loss = val_loss;
       st.best_step = st.step;
     }
     st.data_cursor = stream.cursor();
-    write_checkpoint(opt.out_dir, m, adam, st, best, c.keep_checkpoints);
+    write_checkpoint(run.dir, m, adam, st, best, c.keep_checkpoints);
     last_checkpoint = st.step;
   };
   int64_t report_step = -1;  // the step res.report was computed at
-  auto validate = [&](int64_t step) {
-    const int64_t n = (int64_t)c.eval_batches * c.batch_size;
-    EvalResult e = examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n)
-                            : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
-    res.report = e;
-    report_step = step;
-    metrics << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth},
-                               {"val_accuracy", e.accuracy}})
-                   .dump()
-            << "\n";
-    metrics.flush();
-    if (!opt.quiet) {
-      std::string s = "step " + std::to_string(step) + " | val loss " + std::to_string(e.loss).substr(0, 6);
-      if (examples) s += " | accuracy " + std::to_string(e.accuracy).substr(0, 6);
-      if (c.R > 1) {
-        s += " | by depth";
-        for (double l : e.loss_by_depth) s += " " + std::to_string(l).substr(0, 5);
-      }
-      log(s);
-    }
-    return e.loss;
+  auto validate_and_checkpoint = [&] {
+    res.report = data.evaluate(m, c);
+    report_step = st.step;
+    metrics.val(st.step, res.report);
+    if (info) info(val_line(st.step, res.report, data.examples, c.R));
+    res.val_loss = res.report.loss;
+    checkpoint(res.val_loss);
   };
 
   // A stop request (TrainOptions::stop; the CLI sets it on Ctrl-C from its signal thread, never
   // from a handler: tools/signals.h says why) ends the run after the current step, with a
   // checkpoint. Checkpoints are atomic, so a run killed outright resumes from the last one.
   const int64_t last = opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, c.steps) : c.steps;
-  auto t_start = std::chrono::steady_clock::now();
+  const auto t_start = std::chrono::steady_clock::now();
   int64_t steps_this_run = 0;
   while (st.step < last) {
     adapt_threads();  // fewer threads while other processes keep the cores busy (core/threads.h)
     const int64_t step = st.step;
-    auto t0 = std::chrono::steady_clock::now();
-    const double lr = lr_at(c, (int)step);
-    const int depth = sample_depth(c, (uint64_t)step);
+    const auto t0 = std::chrono::steady_clock::now();
+    StepReport r;
+    r.lr = lr_at(c, (int)step);
+    r.depth = sample_depth(c, (uint64_t)step);
     RunOptions ro;
-    ro.depth = depth;
+    ro.depth = r.depth;
     ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
-    ro.training = true;
     ro.step = (uint64_t)step;
-    m.params().zero_grad();
-    double loss = 0;
-    for (int micro = 0; micro < c.grad_accum; ++micro) {
-      ro.micro = micro;  // random terms are keyed per micro-batch (LoopCtx::rng)
-      stream.next_batch(x.data(), y.data());
-      Node* l = op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data());
-      loss += l->v[0] / c.grad_accum;
-      g.backward(l, 1.0f / c.grad_accum);
-      g.reset();
-    }
-    const double gnorm = clip_grad_norm(m.params(), c.grad_clip);
-    // Divergence is caught before the optimizer step, so the weights (and every checkpoint) stay
-    // the last finite ones.
-    if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
-      char msg[512];
-      std::snprintf(msg, sizeof msg,
-                    "training diverged at step %lld: loss %s, gradient norm %s (the optimizer step was not taken). "
-                    "%s Likely cause: the learning rate (lr = %g, %g at this step) is too high for this model; try a "
-                    "lower --set lr=... or a longer warmup",
-                    (long long)step, fmt_num(loss).c_str(), fmt_num(gnorm).c_str(),
-                    last_checkpoint >= 0 ? ("The checkpoint in " + opt.out_dir + " is the last finite one (step " +
-                                            std::to_string(last_checkpoint) + ").").c_str()
-                                         : "No checkpoint was written.",
-                    c.lr, lr);
-      throw Error(msg);
-    }
-    adam.step(m.params(), lr, c);
+    const StepOutcome o = train_step(m, adam, g, c, ro, r.lr, [&](int32_t* bx, int32_t* by) { stream.next_batch(bx, by); }, x, y);
+    if (!o.taken) diverged(step, o, r.lr, c, last_checkpoint, run.dir);
     st.step = step + 1;
     st.tokens_seen += (double)B * T * c.grad_accum;
     ++steps_this_run;
-    res.losses.push_back(loss);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    double tps = (double)B * T * c.grad_accum / dt;
-    // Forward over every step plus backward (≈ 2× forward) over the steps that keep gradients.
-    const int kept = c.bptt > 0 ? std::min(c.bptt, depth) : depth;
-    const double flops_tok = m.flops_per_token(depth) + 2.0 * m.flops_per_token(kept);
-    const int step_threads = current_threads();
-    double mfu = flops_tok * tps / (gemm_gflops(step_threads) * 1e9);
-    if (GemmRate& r = gemm_rate[step_threads]; mfu > 1 && !r.remeasured) {
-      r.remeasured = true;
-      r.gflops = std::max(r.gflops, measure_gemm());
-      mfu = flops_tok * tps / (r.gflops * 1e9);
-    }
-    mfu = std::min(mfu, 1.0);
-    metrics << nlohmann::json({{"step", st.step}, {"split", "train"}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                               {"depth", depth}, {"tokens_per_s", tps}, {"tokens_seen", st.tokens_seen},
-                               {"elapsed_s", elapsed}, {"mfu", mfu}})
-                   .dump()
-            << "\n";
-    if (!opt.quiet && (st.step % c.log_every == 0 || st.step == last)) {
-      double eta = elapsed / steps_this_run * (last - st.step);
-      std::snprintf(line, sizeof line,
-                    "step %lld/%d | loss %.4f | lr %.2e | grad norm %.3f | depth %d | %.0f tok/s | MFU %.2f | %s tokens | "
-                    "%s elapsed | ETA %s",
-                    (long long)st.step, c.steps, loss, lr, gnorm, depth, tps, mfu, fmt_count(st.tokens_seen).c_str(),
-                    fmt_duration(elapsed).c_str(), fmt_duration(eta).c_str());
-      log(line);
-    }
+    res.losses.push_back(o.loss);
+    const auto now = std::chrono::steady_clock::now();
+    r.step = st.step;
+    r.last = last;
+    r.loss = o.loss;
+    r.grad_norm = o.grad_norm;
+    r.tokens_per_s = (double)B * T * c.grad_accum / std::chrono::duration<double>(now - t0).count();
+    r.tokens_seen = st.tokens_seen;
+    r.elapsed_s = std::chrono::duration<double>(now - t_start).count();
+    r.eta_s = r.elapsed_s / steps_this_run * (last - st.step);
+    r.mfu = mfu.mfu(m, r.depth, r.tokens_per_s);
+    metrics.train(r);
+    if (info && (st.step % c.log_every == 0 || st.step == last)) info(step_line(r, c.steps));
+
     bool interrupted = opt.stop && opt.stop->load();
     bool validated = false;
-    auto validate_and_checkpoint = [&] {
-      res.val_loss = validate(st.step);
-      checkpoint(res.val_loss);
+    if (st.step % c.eval_every == 0 || st.step == last || interrupted) {
+      validate_and_checkpoint();
       validated = true;
-    };
-    if (st.step % c.eval_every == 0 || st.step == last || interrupted) validate_and_checkpoint();
+    }
     if (opt.on_step) {
       TrainStep ts;
-      ts.step = st.step;
-      ts.last = last;
-      ts.loss = loss;
-      ts.lr = lr;
-      ts.grad_norm = gnorm;
-      ts.depth = depth;
-      ts.tokens_per_s = tps;
-      ts.tokens_seen = st.tokens_seen;
-      ts.elapsed_s = elapsed;
+      ts.step = r.step;
+      ts.last = r.last;
+      ts.loss = r.loss;
+      ts.lr = r.lr;
+      ts.grad_norm = r.grad_norm;
+      ts.depth = r.depth;
+      ts.tokens_per_s = r.tokens_per_s;
+      ts.tokens_seen = r.tokens_seen;
+      ts.elapsed_s = r.elapsed_s;
       ts.validated = validated;
       ts.val_loss = validated ? res.report.loss : std::nan("");
       if (validated) ts.val_loss_by_depth = res.report.loss_by_depth;
@@ -678,17 +757,14 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (st.step >= c.steps) {
     // The end-of-run report, from the validation data already in memory (never read again: it may
     // be a pipe, or gone).
-    const int64_t n = (int64_t)c.eval_batches * c.batch_size;
-    if (report_step != st.step)
-      res.report = examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n)
-                            : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
-    for (int64_t i = 0; examples && i < std::min<int64_t>(3, val_examples.size()); ++i) {
-      const auto* t = val_examples.tokens.data() + val_examples.offset[i];
-      res.report_examples.push_back({std::vector<int32_t>(t, t + val_examples.prompt_len[i]),
-                                     std::vector<int32_t>(t + val_examples.prompt_len[i], t + val_examples.length(i))});
+    if (report_step != st.step) res.report = data.evaluate(m, c);
+    for (int64_t i = 0; data.examples && i < std::min<int64_t>(3, data.val_examples.size()); ++i) {
+      const auto* t = data.val_examples.tokens.data() + data.val_examples.offset[i];
+      const int64_t pl = data.val_examples.prompt_len[i];
+      res.report_examples.push_back({std::vector<int32_t>(t, t + pl), std::vector<int32_t>(t + pl, t + data.val_examples.length(i))});
     }
     res.complete = true;
-    res.sample_prompt.assign(val_tokens.begin(), val_tokens.begin() + std::min<size_t>(val_tokens.size(), 48));
+    res.sample_prompt.assign(data.val_tokens.begin(), data.val_tokens.begin() + std::min<size_t>(data.val_tokens.size(), 48));
   }
   return res;
 }

@@ -1,0 +1,29 @@
+// One optimizer step, as train() and the benchmark (Bench) run it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/model.h"
+#include "ops/graph.h"
+#include "train/optimizer.h"
+
+namespace looplm {
+
+struct StepOutcome {
+  double loss = 0;       // mean cross-entropy over the micro-batches
+  double grad_norm = 0;  // before clipping
+  bool taken = false;    // false: the loss or the norm was not finite and the weights were left as they were
+  size_t activation_bytes_peak = 0, grad_bytes_peak = 0;
+};
+
+// Gradients of the mean cross-entropy over c.grad_accum micro-batches (`next_batch` fills x and y,
+// B x T each; `ro.micro` is set per micro-batch, which keys its random terms), clipped to
+// c.grad_clip, then AdamW at `lr`. Divergence is caught before the optimizer step, so the weights
+// (and every checkpoint) stay the last finite ones; the caller reports it.
+StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOptions ro, double lr,
+                       const std::function<void(int32_t* x, int32_t* y)>& next_batch, std::vector<int32_t>& x,
+                       std::vector<int32_t>& y);
+
+}  // namespace looplm
