@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include <omp.h>
@@ -112,70 +113,243 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
 
 namespace {
 
+// The metrics of an evaluation, each an observer of the same pass: it sees every batch and every
+// exit, and writes its part of the result at the end.
+
+// Loss and top-1 accuracy at every exit r = 1..depth (or of h_pre at depth 0), and the per-token
+// losses at exits 1 and `depth`: hard tokens gain most from depth? Tokens in deciles of their
+// exit-1 loss (the difficulty), and each decile's mean loss at the first and the last exit.
+class ExitLosses {
+ public:
+  ExitLosses(int depth, bool exact) : depth_(depth), exact_(exact), loss_(depth + 1, 0.0), correct_(depth + 1, 0) {}
+  void at_exit(Graph& g, int step, Node* logits, const int32_t* y, int B, int T, int64_t scored) {
+    Node* l = op::cross_entropy(g, logits, y);
+    loss_[step] += l->v[0] * (double)scored;
+    correct_[step] += exact_ ? exact_rows(logits, y, B, T) : correct_top1(logits, y);
+    if (step == 1) token_losses(logits, y, first_);
+    if (step == depth_ && depth_ > 0) token_losses(logits, y, last_);
+  }
+  void finish(EvalResult& r, double acc_over, int R) const {
+    for (int s = 1; s <= depth_; ++s) {
+      r.loss_by_depth.push_back(loss_[s] / (double)r.tokens);
+      r.accuracy_by_depth.push_back((double)correct_[s] / acc_over);
+    }
+    r.loss = depth_ == 0 ? loss_[0] / (double)r.tokens : r.loss_by_depth[std::min(depth_, R) - 1];
+    r.accuracy = depth_ == 0 ? (double)correct_[0] / acc_over : r.accuracy_by_depth[std::min(depth_, R) - 1];
+    if (depth_ == 0 || first_.empty()) return;
+    const size_t n = first_.size();
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return first_[a] < first_[b]; });
+    for (int q = 0; q < 10; ++q) {
+      const size_t lo = n * q / 10, hi = n * (q + 1) / 10;
+      double f = 0, l = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        f += first_[order[i]];
+        l += last_[order[i]];
+      }
+      r.difficulty_first.push_back(hi > lo ? f / (double)(hi - lo) : std::nan(""));
+      r.difficulty_last.push_back(hi > lo ? l / (double)(hi - lo) : std::nan(""));
+    }
+  }
+
+ private:
+  int depth_;
+  bool exact_;  // examples: accuracy counts items whose every target is right
+  std::vector<double> loss_;
+  std::vector<int64_t> correct_;
+  std::vector<float> first_, last_;  // per-token losses at exit 1 and at exit depth
+};
+
+// state_cosine: the mean cosine between the states of successive loop steps, per step.
+class StateCosine {
+ public:
+  StateCosine(int depth, int d) : d_(d), cosine_(depth + 1, 0.0) {}
+  void at_step(int step, const Node* h, int64_t rows) {
+    if (step > 0) {
+      double cs = 0;
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* a = h->v + row * d_;
+        const float* p = prev_.data() + row * d_;
+        double ab = 0, aa = 0, pp = 0;
+        for (int i = 0; i < d_; ++i) {
+          ab += (double)a[i] * p[i];
+          aa += (double)a[i] * a[i];
+          pp += (double)p[i] * p[i];
+        }
+        cs += ab / std::sqrt(aa * pp + 1e-30);
+      }
+      cosine_[step] += cs;
+    }
+    prev_.assign(h->v, h->v + rows * d_);  // h^(r-1) for step r (the memory is reused)
+  }
+  void end_batch(int64_t rows) { rows_seen_ += rows; }
+  void finish(EvalResult& r) const {
+    if (cosine_.size() < 2) return;
+    auto& cs = r.diagnostics["state_cosine"];
+    for (size_t s = 1; s < cosine_.size(); ++s) cs.push_back(cosine_[s] / (double)rows_seen_);
+  }
+
+ private:
+  int d_;
+  std::vector<double> cosine_;
+  std::vector<float> prev_;
+  int64_t rows_seen_ = 0;
+};
+
+// The components' named diagnostics (Graph::diagnostic) averaged per step, and for descent
+// diagnostics (per-token [N, 1]) "<name>_fell": the fraction of tokens whose value fell from step
+// s to s + 1. A block that diagnoses its input state (NRGPT's energy) is seen at one more step
+// (`extra`), reported as "<name>_final".
+class StepDiagnostics {
+ public:
+  StepDiagnostics(int depth, int extra) : depth_(depth), extra_(extra) {}
+  void attach(Graph& g) {
+    g.set_observer([this](Graph&, const TapSite& s, Node* t) { observe(s, t); }, /*diagnostics_only=*/true);
+  }
+  void new_batch() {
+    for (auto& [key, seen] : last_seen_) seen.first = -1;  // no previous step
+  }
+  void finish(EvalResult& r) const {
+    for (auto& [name, v] : sums_) {
+      auto& out = r.diagnostics[name];
+      for (int s = 1; s <= depth_; ++s) out.push_back(v[s].second > 0 ? v[s].first / v[s].second : std::nan(""));
+      if (extra_ && v[depth_ + 1].second > 0) r.diagnostics[name + "_final"] = {v[depth_ + 1].first / v[depth_ + 1].second};
+    }
+    for (auto& [name, f] : fell_) {
+      auto& out = r.diagnostics[name + "_fell"];
+      for (int s = 1; s <= depth_; ++s) out.push_back(f[s].second > 0 ? f[s].first / f[s].second : std::nan(""));
+    }
+  }
+
+ private:
+  void observe(const TapSite& s, const Node* t) {
+    if (!s.diagnostic || s.step < 1 || s.step > depth_ + extra_) return;
+    auto& v = sums_[s.name];
+    if (v.empty()) v.assign(depth_ + extra_ + 1, {0.0, 0.0});
+    double sum = 0;
+    for (int64_t i = 0; i < t->numel(); ++i) sum += t->v[i];
+    v[s.step].first += sum;
+    v[s.step].second += (double)t->numel();
+    if (!s.descent) return;
+    auto& [step, prev_v] = last_seen_[{s.name, s.block}];
+    if (step == s.step - 1 && (int64_t)prev_v.size() == t->numel()) {
+      auto& f = fell_[s.name];
+      if (f.empty()) f.assign(depth_ + 1, {0.0, 0.0});
+      int64_t down = 0;
+      for (int64_t i = 0; i < t->numel(); ++i) down += t->v[i] < prev_v[i];
+      f[s.step - 1].first += (double)down;
+      f[s.step - 1].second += (double)t->numel();
+    }
+    step = s.step;
+    prev_v.assign(t->v, t->v + t->numel());
+  }
+  int depth_, extra_;
+  std::map<std::string, std::vector<std::pair<double, double>>> sums_;  // per name and step: sum, count
+  std::map<std::pair<std::string, int>, std::pair<int, std::vector<float>>> last_seen_;  // per (name, block): last step, values
+  std::map<std::string, std::vector<std::pair<double, double>>> fell_;  // per name and step: tokens that fell, count
+};
+
+// Per-token early exit: each scored token's loss, top-1 hit and loop step at its own exit.
+class EarlyExits {
+ public:
+  EarlyExits(const EarlyExit& early, int depth, int V, int d, bool exact)
+      : early_(early), depth_(depth), V_(V), d_(d), exact_(exact), count_(depth + 1, 0) {}
+  void begin_batch(int64_t rows) {
+    tracker_.emplace(early_, depth_, rows, V_, d_);
+    row_hit_.assign(rows, 1);
+  }
+  void at_exit(int step, const Node* logits, const Node* h, const float* lambda, const int32_t* y) {
+    for (int64_t n : tracker_->step(step, logits->v, h->v, lambda)) {
+      if (y[n] < 0) continue;
+      const double* lp = tracker_->logp(n);
+      loss_ -= lp[y[n]];
+      steps_ += step;
+      ++count_[step];
+      row_hit_[n] = (int64_t)(std::max_element(lp, lp + V_) - lp) == y[n];
+      hits_ += row_hit_[n];
+    }
+  }
+  void end_batch(const int32_t* y, int B, int T) {
+    if (!exact_) return;
+    for (int b = 0; b < B; ++b) {  // examples: right when every answer token is right at its own exit
+      bool all = true, any = false;
+      for (int t = 0; t < T; ++t)
+        if (y[(size_t)b * T + t] >= 0) {
+          any = true;
+          all = all && row_hit_[(size_t)b * T + t];
+        }
+      exact_hits_ += any && all;
+    }
+  }
+  void finish(EvalResult& r, double acc_over) const {
+    r.loss = loss_ / (double)r.tokens;
+    r.accuracy = exact_ ? (double)exact_hits_ / acc_over : (double)hits_ / acc_over;
+    r.mean_steps = steps_ / (double)r.tokens;
+    for (int s = 1; s <= depth_; ++s) r.exit_fraction[s - 1] = (double)count_[s] / (double)r.tokens;
+  }
+
+ private:
+  EarlyExit early_;
+  int depth_, V_, d_;
+  bool exact_;
+  std::optional<ExitTracker> tracker_;
+  std::vector<uint8_t> row_hit_;
+  double loss_ = 0, steps_ = 0;
+  int64_t hits_ = 0, exact_hits_ = 0;
+  std::vector<int64_t> count_;
+};
+
+// A learned exit gate (Ouro): the expected depth under the gate's exit distribution
+// p_r = λ_r Π_{j<r} (1 − λ_j) (the last step takes what remains), over the scored tokens.
+class GateDepth {
+ public:
+  explicit GateDepth(int depth) : depth_(depth) {}
+  void begin_batch(int64_t rows) { left_.assign(rows, 1.0); }
+  void at_exit(int step, const float* lambda, const int32_t* y) {
+    for (size_t n = 0; n < left_.size(); ++n) {
+      if (y[n] < 0) continue;
+      const double p = step == depth_ ? left_[n] : lambda[n] * left_[n];
+      sum_ += step * p;
+      left_[n] *= 1.0 - lambda[n];
+    }
+  }
+  void finish(EvalResult& r) const {
+    if (r.tokens > 0) r.gate_expected_depth = sum_ / (double)r.tokens;
+  }
+
+ private:
+  int depth_;
+  std::vector<double> left_;  // per row: Π (1 − λ) so far
+  double sum_ = 0;
+};
+
 EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
   const Config& c = m.config();
-  const int d = c.d_model;
   depth = c.depth_or_R(depth);
   // A window's attention scores (T x T twice per thread, ops.cpp) come first: at a converted
   // model's context (Ouro: 32,768) they are gigabytes. Refused with the figure, not left to the OOM killer.
   require_memory((double)omp_get_max_threads() * (2.0 * T * T + 4.0 * T * std::max(c.head_dim(), c.d_model)) * sizeof(float),
                  "scoring windows of " + std::to_string(T) + " tokens (their attention scores)",
                  "score shorter windows: --window N");
-  EvalResult r;
-  int64_t rows_seen = 0;
-  std::vector<double> loss(depth + 1, 0.0), cosine(depth + 1, 0.0);
-  std::vector<int64_t> correct(depth + 1, 0);
-  // Diagnostics: per name and step, the sum of the tensor's elements and their count.
-  std::map<std::string, std::vector<std::pair<double, double>>> diag;
-  std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
-  std::vector<float> prev;  // h^(r-1) of the current batch (its memory is reused by step r)
-  std::vector<float> first_loss, last_loss;  // per-token losses at exit 1 and at exit depth
-  // Early exit: each scored token's loss, top-1 hit and step at its own exit.
-  const bool exiting = early.rule != ExitRule::fixed && depth > 0;
   if (early.rule == ExitRule::gate && !m.has_exit_gate())
     throw UsageError("--exit-rule gate needs a model with a learned exit gate (loop.exit_gate, as Ouro has); this one has none");
-  double exit_loss = 0, exit_steps = 0;
-  int64_t exit_hits = 0;
-  std::vector<int64_t> exit_count(depth + 1, 0);
-  std::vector<uint8_t> row_hit;
-  int64_t exit_exact = 0;  // examples right at their exits
-  // A learned exit gate (Ouro): per row, Π (1 − λ) so far, and Σ r · p_r over the scored rows.
+  const bool exiting = early.rule != ExitRule::fixed && depth > 0;
   const bool gated = m.has_exit_gate() && depth > 0;
-  std::vector<double> gate_left;
-  double gate_depth_sum = 0;
+  const int extra = depth > 0 && m.diagnoses_input() ? 1 : 0;  // one more step, for its diagnostics only
+  ExitLosses losses(depth, exact);
+  StateCosine cosine(depth, c.d_model);
+  StepDiagnostics diagnostics(depth, extra);
+  std::optional<EarlyExits> exits;
+  if (exiting) exits.emplace(early, depth, c.vocab_size, c.d_model, exact);
+  GateDepth gate(depth);
+
+  EvalResult r;
+  std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
   Graph g;
   Graph::NoGrad ng(g);
-  // A block that diagnoses its input state (NRGPT's energy) sees the final state at one more step,
-  // run for its diagnostics only.
-  const int extra = depth > 0 && m.diagnoses_input() ? 1 : 0;
-  // Descent diagnostics (per-token [N, 1]): per (name, block), the last step's values of this
-  // batch, and per name and step the tokens whose value fell from step s to s + 1 and their count.
-  std::map<std::pair<std::string, int>, std::pair<int, std::vector<float>>> last_seen;
-  std::map<std::string, std::vector<std::pair<double, double>>> fell;
-  g.set_observer(
-      [&](Graph&, const TapSite& s, Node* t) {
-        if (!s.diagnostic || s.step < 1 || s.step > depth + extra) return;
-        auto& v = diag[s.name];
-        if (v.empty()) v.assign(depth + extra + 1, {0.0, 0.0});
-        double sum = 0;
-        for (int64_t i = 0; i < t->numel(); ++i) sum += t->v[i];
-        v[s.step].first += sum;
-        v[s.step].second += (double)t->numel();
-        if (!s.descent) return;
-        auto& [step, prev_v] = last_seen[{s.name, s.block}];
-        if (step == s.step - 1 && (int64_t)prev_v.size() == t->numel()) {
-          auto& f = fell[s.name];
-          if (f.empty()) f.assign(depth + 1, {0.0, 0.0});
-          int64_t down = 0;
-          for (int64_t i = 0; i < t->numel(); ++i) down += t->v[i] < prev_v[i];
-          f[s.step - 1].first += (double)down;
-          f[s.step - 1].second += (double)t->numel();
-        }
-        step = s.step;
-        prev_v.assign(t->v, t->v + t->numel());
-      },
-      /*diagnostics_only=*/true);
+  diagnostics.attach(g);
   RunOptions o;
   o.depth = depth + extra;
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
@@ -185,13 +359,9 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
     fill(w0, B, x.data(), y.data());
     int64_t scored = 0;  // targets in this batch
     for (int64_t i = 0; i < rows; ++i) scored += y[i] >= 0;
-    for (auto& [key, seen] : last_seen) seen.first = -1;  // a new batch: no previous step
-    std::optional<ExitTracker> tracker;
-    if (exiting) {
-      tracker.emplace(early, depth, rows, c.vocab_size, d);
-      row_hit.assign(rows, 1);
-    }
-    if (gated) gate_left.assign(rows, 1.0);
+    diagnostics.new_batch();
+    if (exits) exits->begin_batch(rows);
+    if (gated) gate.begin_batch(rows);
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
       if (step > depth) return;  // the extra step: diagnostics only
       if (step > 0 || depth == 0) {
@@ -200,102 +370,29 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
         const float* lambda = nullptr;
         if (gated && step > 0) {
           lambda = m.exit_gate(g, final_hidden)->v;
-          for (int64_t n = 0; n < rows; ++n) {
-            if (y[n] < 0) continue;
-            const double p = step == depth ? gate_left[n] : lambda[n] * gate_left[n];  // the last step takes what remains
-            gate_depth_sum += step * p;
-            gate_left[n] *= 1.0 - lambda[n];
-          }
+          gate.at_exit(step, lambda, y.data());
         }
-        Node* l = op::cross_entropy(g, logits, y.data());
-        loss[step] += l->v[0] * (double)scored;
-        correct[step] += exact ? exact_rows(logits, y.data(), B, T) : correct_top1(logits, y.data());
-        if (step == 1) token_losses(logits, y.data(), first_loss);
-        if (step == depth && depth > 0) token_losses(logits, y.data(), last_loss);
-        if (tracker && step > 0)
-          for (int64_t n : tracker->step(step, logits->v, h->v, lambda)) {
-            if (y[n] < 0) continue;
-            const double* lp = tracker->logp(n);
-            exit_loss -= lp[y[n]];
-            exit_steps += step;
-            ++exit_count[step];
-            row_hit[n] = (int64_t)(std::max_element(lp, lp + c.vocab_size) - lp) == y[n];
-            exit_hits += row_hit[n];
-          }
+        losses.at_exit(g, step, logits, y.data(), B, T, scored);
+        if (exits && step > 0) exits->at_exit(step, logits, h, lambda, y.data());
       }
-      if (step > 0) {
-        double cs = 0;
-        for (int64_t row = 0; row < rows; ++row) {
-          const float* a = h->v + row * d;
-          const float* p = prev.data() + row * d;
-          double ab = 0, aa = 0, pp = 0;
-          for (int i = 0; i < d; ++i) { ab += (double)a[i] * p[i]; aa += (double)a[i] * a[i]; pp += (double)p[i] * p[i]; }
-          cs += ab / std::sqrt(aa * pp + 1e-30);
-        }
-        cosine[step] += cs;
-      }
-      prev.assign(h->v, h->v + rows * d);
+      cosine.at_step(step, h, rows);
     });
-    if (tracker && exact) {  // examples: right when every answer token is right at its own exit
-      for (int b = 0; b < B; ++b) {
-        bool all = true, any = false;
-        for (int t = 0; t < T; ++t)
-          if (y[(size_t)b * T + t] >= 0) { any = true; all = all && row_hit[(size_t)b * T + t]; }
-        exit_exact += any && all;
-      }
-    }
+    if (exits) exits->end_batch(y.data(), B, T);
+    cosine.end_batch(rows);
     r.tokens += scored;
-    rows_seen += rows;
     g.reset();
     if (progress) progress(w0 + B, n_win);
   }
   const double acc_over = exact ? (double)n_win : (double)r.tokens;
-  for (int s = 1; s <= depth; ++s) {
-    r.loss_by_depth.push_back(loss[s] / (double)r.tokens);
-    r.accuracy_by_depth.push_back((double)correct[s] / acc_over);
-  }
-  if (depth > 0) {
-    auto& cs = r.diagnostics["state_cosine"];
-    for (int s = 1; s <= depth; ++s) cs.push_back(cosine[s] / (double)rows_seen);
-  }
-  for (auto& [name, v] : diag) {
-    auto& out = r.diagnostics[name];
-    for (int s = 1; s <= depth; ++s) out.push_back(v[s].second > 0 ? v[s].first / v[s].second : std::nan(""));
-    if (extra && v[depth + 1].second > 0) r.diagnostics[name + "_final"] = {v[depth + 1].first / v[depth + 1].second};
-  }
-  for (auto& [name, f] : fell) {  // "<name>_fell" at step s: the fraction of tokens that step lowered
-    auto& out = r.diagnostics[name + "_fell"];
-    for (int s = 1; s <= depth; ++s) out.push_back(f[s].second > 0 ? f[s].first / f[s].second : std::nan(""));
-  }
-  // Hard tokens gain most from depth? Tokens in deciles of their exit-1 loss (the difficulty), and
-  // each decile's mean loss at the first and the last exit.
-  if (depth > 0 && !first_loss.empty()) {
-    const size_t n = first_loss.size();
-    std::vector<size_t> order(n);
-    for (size_t i = 0; i < n; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return first_loss[a] < first_loss[b]; });
-    for (int q = 0; q < 10; ++q) {
-      const size_t lo = n * q / 10, hi = n * (q + 1) / 10;
-      double f = 0, l = 0;
-      for (size_t i = lo; i < hi; ++i) { f += first_loss[order[i]]; l += last_loss[order[i]]; }
-      r.difficulty_first.push_back(hi > lo ? f / (double)(hi - lo) : std::nan(""));
-      r.difficulty_last.push_back(hi > lo ? l / (double)(hi - lo) : std::nan(""));
-    }
-  }
-  r.loss = depth == 0 ? loss[0] / (double)r.tokens : r.loss_by_depth[std::min(depth, c.R) - 1];
-  if (gated && r.tokens > 0) r.gate_expected_depth = gate_depth_sum / (double)r.tokens;
-  r.accuracy = depth == 0 ? (double)correct[0] / acc_over : r.accuracy_by_depth[std::min(depth, c.R) - 1];
+  losses.finish(r, acc_over, c.R);
+  cosine.finish(r);
+  diagnostics.finish(r);
+  if (gated) gate.finish(r);
   if (depth > 0) {
     r.exit_fraction.assign(depth, 0.0);
-    if (exiting) {
-      r.loss = exit_loss / (double)r.tokens;
-      r.accuracy = exact ? (double)exit_exact / acc_over : (double)exit_hits / acc_over;
-      r.mean_steps = exit_steps / (double)r.tokens;
-      for (int s = 1; s <= depth; ++s) r.exit_fraction[s - 1] = (double)exit_count[s] / (double)r.tokens;
-    } else {
-      r.mean_steps = depth;
-      r.exit_fraction[depth - 1] = 1;
-    }
+    r.mean_steps = depth;
+    r.exit_fraction[depth - 1] = 1;
+    if (exits) exits->finish(r, acc_over);  // each token at its own exit
   }
   return r;
 }
