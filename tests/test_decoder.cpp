@@ -377,8 +377,9 @@ TEST(Decoder, NarrowKvCachesScoreCloseAndKeepLess) {
     EXPECT_NEAR(i8.loss, f32.loss, 1e-2 * f32.loss) << kv_policy_name(p);
     EXPECT_NE(i8.loss, f32.loss) << kv_policy_name(p);
   }
-  // replicate (last / first) copies an int8 position's codes and its scales.
-  KVCache cache(c, 2, c.context, c.R, 0, c.R, false, op::KvElem::i8);
+  // The first policy's copy for an exited token (KVCache::token_exited) takes an int8 position's
+  // codes and its scales.
+  KVCache cache(c, 2, c.context, c.R, 0, c.R, KvPolicy::first, op::KvElem::i8);
   const int core = c.n_prelude, hw = c.d_model / c.n_heads, pos = 3, row = 1;
   const op::CacheRef from = cache.slot(core, 0), to = cache.slot(core, 2);
   for (int h = 0; h < c.n_heads; ++h) {
@@ -386,7 +387,7 @@ TEST(Decoder, NarrowKvCachesScoreCloseAndKeepLess) {
     for (int i = 0; i < hw; ++i) static_cast<int8_t*>(from.k)[at * hw + i] = (int8_t)(i + h), static_cast<int8_t*>(from.v)[at * hw + i] = (int8_t)-i;
     from.k_scale[at] = 0.5f + h, from.v_scale[at] = 2.0f + h;
   }
-  cache.replicate(row, pos, 0, 1);
+  cache.token_exited(row, pos, 1, c.R);
   for (int h = 0; h < c.n_heads; ++h) {
     const size_t at = ((size_t)row * c.n_heads + h) * c.context + pos;
     EXPECT_EQ(to.k_scale[at], 0.5f + h);
@@ -399,6 +400,38 @@ TEST(Decoder, NarrowKvCachesScoreCloseAndKeepLess) {
   bad.kv_cache = "int4";
   LanguageModel lm = LanguageModel::from_config(small("llama"), 7);
   EXPECT_THROW(lm.evaluate(some_tokens(40), bad), UsageError);
+}
+
+// The KV policy lives in the cache: its slot map, the hook for a token that exited, whether an
+// exited token keeps running, and the slots a position holds (the decoder only asks).
+TEST(Decoder, KvPolicyLivesInTheCache) {
+  Config c = small("looped");
+  const int R = c.R, hw = c.d_model / c.n_heads, core = c.n_prelude, row = 0, pos = 2;
+  ASSERT_GE(R, 3);
+  auto fill_step = [&](const KVCache& k, int step, float v) {
+    const op::CacheRef s = k.slot(core, step);
+    for (int h = 0; h < c.n_heads; ++h)
+      for (int i = 0; i < hw; ++i) static_cast<float*>(s.k)[(((size_t)row * c.n_heads + h) * c.context + pos) * hw + i] = v;
+  };
+  auto at_step = [&](const KVCache& k, int step) {
+    return static_cast<float*>(k.slot(core, step).k)[(((size_t)row * c.n_heads + 1) * c.context + pos) * hw + 1];
+  };
+  for (KvPolicy p : {KvPolicy::per_step, KvPolicy::last, KvPolicy::first}) {
+    KVCache k(c, 1, c.context, R, 0, 1, p);
+    for (int s = 0; s < R; ++s) fill_step(k, s, 10.0f + s);
+    k.token_exited(row, pos, 2, R);  // ran steps 1 and 2 (slots 0 and 1)
+    const float want = p == KvPolicy::last ? 11.0f : p == KvPolicy::first ? 10.0f : 12.0f;
+    for (int s = 2; s < R; ++s) EXPECT_EQ(at_step(k, s), p == KvPolicy::per_step ? 10.0f + s : want) << kv_policy_name(p) << " " << s;
+    EXPECT_EQ(at_step(k, 1), 11.0f) << kv_policy_name(p);  // the steps it ran stay its own
+    EXPECT_EQ(k.exited_tokens_keep_running(), p == KvPolicy::per_step);
+    const int64_t held = c.n_prelude + (int64_t)c.n_core * (p == KvPolicy::per_step ? R : 2) + c.n_coda;
+    EXPECT_EQ(k.slots_per_position(2, R, false), held) << kv_policy_name(p);
+  }
+  KVCache mean(c, 1, c.context, R, 0, 1, KvPolicy::mean);
+  EXPECT_EQ(mean.slot(core, 0).k, mean.slot(core, R - 1).k);  // one averaged slot for every step
+  EXPECT_EQ(mean.slot(core, R - 1).mean_step, R - 1);
+  EXPECT_EQ(mean.slots_per_position(1, R, false), c.n_prelude + c.n_core + c.n_coda);
+  EXPECT_FALSE(mean.exited_tokens_keep_running());
 }
 
 // An int8 cache element: codes within half a step of each value, the largest at ±127; a zero

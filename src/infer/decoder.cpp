@@ -10,24 +10,6 @@
 
 namespace looplm {
 
-KvPolicy parse_kv_policy(const std::string& name) {
-  if (name == "per_step") return KvPolicy::per_step;
-  if (name == "mean") return KvPolicy::mean;
-  if (name == "last") return KvPolicy::last;
-  if (name == "first") return KvPolicy::first;
-  throw UsageError("unknown KV policy '" + io::brief(name) + "' (choose per_step, mean, last or first)");
-}
-
-const char* kv_policy_name(KvPolicy p) {
-  switch (p) {
-    case KvPolicy::per_step: return "per_step";
-    case KvPolicy::mean: return "mean";
-    case KvPolicy::last: return "last";
-    case KvPolicy::first: return "first";
-  }
-  return "?";
-}
-
 namespace {
 // Exits when tokens exit early (or drafts exit at draft_depth): one coda slot per exit, since the
 // coda reads the exit's state.
@@ -42,7 +24,7 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
       token_flops_(m.flops_per_token(o.depth)),
       draft_flops_(m.flops_per_token(o.draft_depth)),
       cache_(m.config(), sequences, capacity, std::max(o.depth, 1), m.kv_width(), coda_slots(o),
-             o.policy == KvPolicy::mean, o.kv),
+             o.policy, o.kv),
       tracker_(o.exit, std::max(o.depth, 0), 0, m.config().vocab_size, m.config().d_model),
       len_(sequences, 0),
       exits_(std::max(o.depth, 0) + 1, 0) {
@@ -54,18 +36,7 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
 }
 
 void Decoder::keep(int steps_run, int64_t positions) {
-  const Config& c = m_.config();
-  const bool per_exit = exiting();
-  int64_t slots = c.n_prelude;
-  switch (o_.policy) {
-    case KvPolicy::mean: slots += c.n_core + c.n_coda; break;
-    case KvPolicy::per_step: slots += (int64_t)c.n_core * std::max(o_.depth, 1) + c.n_coda * (per_exit ? o_.depth : 1); break;
-    case KvPolicy::last:
-    case KvPolicy::first:  // the steps it ran; later steps point at one of them
-      slots += (int64_t)c.n_core * std::max(steps_run, 1) + c.n_coda * (per_exit ? std::max(steps_run, 1) : 1);
-      break;
-  }
-  kept_floats_ += (double)positions * slots * 2 * m_.kv_width();
+  kept_floats_ += (double)positions * cache_.slots_per_position(steps_run, o_.depth, exiting()) * 2 * m_.kv_width();
   kept_positions_ += positions;
 }
 
@@ -216,11 +187,9 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
       steps_ += r;
       exits_[r] += 1;
       keep(r, 1);
-      if (r < o_.depth && o_.policy == KvPolicy::last) cache_.replicate(seqs[i], pos_[i], r - 1, r);
-      if (r < o_.depth && o_.policy == KvPolicy::first) cache_.replicate(seqs[i], pos_[i], 0, r);
+      cache_.token_exited(seqs[i], pos_[i], r, o_.depth);
     }
-    // per_step: an exited token keeps running for its keys and values; otherwise it leaves.
-    if (o_.policy != KvPolicy::per_step)
+    if (!cache_.exited_tokens_keep_running())
       active_.erase(std::remove_if(active_.begin(), active_.end(), [&](int i) { return tracker.exit_step(i) != 0; }),
                     active_.end());
   }

@@ -6,11 +6,30 @@
 #include <new>
 
 #include "core/memory.h"
+#include "io/json_input.h"
 #include "looplm/error.h"
 
 namespace looplm {
 
-KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, bool averaged,
+KvPolicy parse_kv_policy(const std::string& name) {
+  if (name == "per_step") return KvPolicy::per_step;
+  if (name == "mean") return KvPolicy::mean;
+  if (name == "last") return KvPolicy::last;
+  if (name == "first") return KvPolicy::first;
+  throw UsageError("unknown KV policy '" + io::brief(name) + "' (choose per_step, mean, last or first)");
+}
+
+const char* kv_policy_name(KvPolicy p) {
+  switch (p) {
+    case KvPolicy::per_step: return "per_step";
+    case KvPolicy::mean: return "mean";
+    case KvPolicy::last: return "last";
+    case KvPolicy::first: return "first";
+  }
+  return "?";
+}
+
+KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, KvPolicy policy,
                  op::KvElem elem)
     : n_prelude_(c.n_prelude),
       n_core_(c.n_core),
@@ -18,9 +37,10 @@ KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_
       n_heads_(c.kv_heads()),
       rows_(rows),
       capacity_(capacity),
-      core_steps_(averaged ? 1 : std::max(core_steps, 1)),
-      coda_steps_(averaged ? 1 : std::max(coda_steps, 1)),
-      averaged_(averaged),
+      core_steps_(policy == KvPolicy::mean ? 1 : std::max(core_steps, 1)),
+      coda_steps_(policy == KvPolicy::mean ? 1 : std::max(coda_steps, 1)),
+      policy_(policy),
+      averaged_(policy == KvPolicy::mean),
       elem_(elem),
       width_(width > 0 ? width : c.kv_width()) {
   LOOPLM_ASSERT(n_heads_ >= 1 && width_ % n_heads_ == 0, "KV cache: the width must split into the heads");
@@ -74,6 +94,25 @@ op::CacheRef KVCache::slot(int block, int step) const {
   ref = slots_[s];
   if (averaged_ && block >= n_prelude_) ref.mean_step = step;
   return ref;
+}
+
+void KVCache::token_exited(int row, int pos, int step, int depth) {
+  if (step >= depth) return;  // ran every step
+  if (policy_ == KvPolicy::last) replicate(row, pos, step - 1, step);
+  if (policy_ == KvPolicy::first) replicate(row, pos, 0, step);
+}
+
+int64_t KVCache::slots_per_position(int steps_run, int depth, bool per_exit) const {
+  int64_t slots = n_prelude_;
+  switch (policy_) {
+    case KvPolicy::mean: slots += n_core_ + n_coda_; break;
+    case KvPolicy::per_step: slots += (int64_t)n_core_ * std::max(depth, 1) + n_coda_ * (per_exit ? depth : 1); break;
+    case KvPolicy::last:
+    case KvPolicy::first:  // the steps it ran; later steps point at one of them
+      slots += (int64_t)n_core_ * std::max(steps_run, 1) + n_coda_ * (per_exit ? std::max(steps_run, 1) : 1);
+      break;
+  }
+  return slots;
 }
 
 void KVCache::replicate(int row, int pos, int src, int from) {
