@@ -70,6 +70,118 @@ std::vector<std::string> split_list(const std::string& list) {
 
 std::string sfx_of(const std::string& f) { return f == "fp32" ? std::string() : f + "_"; }
 
+// One benchmark run as the reports see it.
+struct Run {
+  const Bench& bench;
+  const std::vector<BenchMetric>& metrics;
+  std::map<std::string, Stat> idle;  // by metric key
+  std::string name, thread_mode, kv_cache;
+  int reps = 0;
+  bool decode_only = false, adaptive = false;
+};
+
+Stat get(const std::map<std::string, Stat>& s, const std::string& k) {
+  auto it = s.find(k);
+  return it == s.end() ? Stat{} : it->second;
+}
+
+// `--contended`: each metric idle and beside a busy process, and the slowdown.
+void print_contended(const Run& run, const std::map<std::string, Stat>& busy, double other, bool as_json) {
+  const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive] = run;
+  if (as_json) {
+    nlohmann::json j = {{"preset", name}, {"threads", thread_mode}, {"repetitions", reps},
+                        {"other_load_cores", other}, {"threads_contended", current_threads()}};
+    for (const BenchMetric& mt : metrics) {
+      if (!idle.count(mt.key)) continue;
+      j["idle"][mt.key] = get(idle, mt.key).mean;
+      j["contended"][mt.key] = get(busy, mt.key).mean;
+      j["slowdown"][mt.key] = get(idle, mt.key).mean / get(busy, mt.key).mean;
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s, threads %s, %d repetitions; contended = beside one process that keeps a core busy", name.c_str(),
+              thread_mode.c_str(), reps);
+  if (adaptive)
+    std::printf(" (measured other load %.2f cores; pool at %d thread%s)", other, current_threads(),
+                current_threads() == 1 ? "" : "s");
+  std::printf("\n\n| tokens/s | idle | contended | slowdown |\n|---|---|---|---|\n");
+  for (const BenchMetric& mt : metrics) {
+    if (!idle.count(mt.key)) continue;
+    const Stat a = get(idle, mt.key), b = get(busy, mt.key);
+    std::printf("| %s | %.0f ± %.0f | %.0f ± %.0f | %.2fx |\n", mt.label.c_str(), a.mean, a.sd, b.mean, b.sd, a.mean / b.mean);
+  }
+}
+
+// The results: a markdown table (or --json, --csv) with training's fraction of the GEMM rate and
+// each format's fraction of the read rate.
+void print_results(const Run& run, double peak, double read_gbps, bool as_json, bool as_csv) {
+  const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive] = run;
+  const std::vector<std::string>& formats = bench.formats();
+  // Decoding one token reads every weight matrix it multiplies: its bytes in a format over the
+  // machine's read rate bound the tokens/s memory allows.
+  const int64_t n_params = bench.n_params();
+  auto weight_bytes_per_token = [&](const std::string& fmt) { return bench.weight_bytes_per_token(fmt); };
+  auto bound_fraction = [&](const std::string& fmt) {
+    return read_gbps > 0 ? get(idle, "decode_" + sfx_of(fmt) + "tokens_per_s").mean * weight_bytes_per_token(fmt) / (read_gbps * 1e9) : 0.0;
+  };
+  const double train_tps = get(idle, "train_tokens_per_s").mean;
+  const double train_gflops = bench.train_flops_per_token() * train_tps / 1e9;
+  const double train_rss = bench.peak_rss_after_training_mib();
+  if (as_json) {
+    nlohmann::json j = {{"preset", name},
+                        {"threads", omp_get_max_threads()},
+                        {"threads_mode", thread_mode},
+                        {"repetitions", reps},
+                        {"params", n_params},
+                        {"train_gflops", train_gflops},
+                        {"gemm_peak_gflops", peak},
+                        {"peak_fraction", peak > 0 ? train_gflops / peak : 0.0},
+                        {"peak_rss_mib", train_rss},
+                        {"activation_mib", bench.activation_bytes_peak() / 1048576.0},
+                        {"activation_grad_mib", bench.grad_bytes_peak() / 1048576.0}};
+    for (const BenchMetric& mt : metrics) {
+      j[mt.key] = get(idle, mt.key).mean;  // 0 when not measured (--gen-tokens 0)
+      j[std::string(mt.key) + "_stddev"] = get(idle, mt.key).sd;
+    }
+    if (read_gbps > 0) {
+      j["read_gbps"] = read_gbps;
+      for (const std::string& f : formats) {
+        j["weight_bytes_per_token_" + f] = weight_bytes_per_token(f);
+        j["decode_" + sfx_of(f) + "bandwidth_fraction"] = bound_fraction(f);
+      }
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else if (as_csv) {
+    std::printf("metric,mean,stddev\n");
+    for (const BenchMetric& mt : metrics)
+      if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
+    std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
+  } else {
+    if (decode_only)
+      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; generation only\n\n", name.c_str(), n_params / 1e6,
+                  thread_mode.c_str(), reps, kv_cache.c_str());
+    else
+      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the fp32 "
+                  "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
+                  name.c_str(), n_params / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
+                  100 * train_gflops / peak, peak, train_rss);
+    std::printf("| test | tokens/s |\n|---|---|\n");
+    for (const BenchMetric& mt : metrics)
+      if (idle.count(mt.key))
+        std::printf("| %s | %.0f ± %.0f |\n", mt.label.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
+    if (read_gbps > 0) {
+      std::printf("\nmemory reads at %.1f GB/s here (%d thread%s); batch-1 generation reads per token, and the fraction of "
+                  "that rate its tokens/s use:",
+                  read_gbps, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+      for (const std::string& f : formats)
+        std::printf("%s %s %.1f MB %.0f%%", f == formats.front() ? "" : ",", f.c_str(), weight_bytes_per_token(f) / 1e6,
+                    100 * bound_fraction(f));
+      std::printf("\n(a model whose weights fit in the caches reads faster than memory: above 100%%)\n");
+    }
+  }
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -140,7 +252,6 @@ int cmd_bench(int argc, char** argv) {
     throw UsageError("bench: --decode-only with no format to time: name them with --weights (e.g. fp32,q4_0)");
   Bench bench(c, bo);
   const std::vector<BenchMetric>& metrics = bench.metrics();
-  const std::vector<std::string>& formats = bench.formats();
   auto measure = [&] { return bench.measure(); };
   auto repeat = [&] {
     std::map<std::string, std::vector<double>> all;
@@ -150,20 +261,16 @@ int cmd_bench(int argc, char** argv) {
     for (auto& [k, vals] : all) out[k] = stat(vals);
     return out;
   };
-  const auto idle = repeat();
-  const double peak = decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7);
-  const std::string name = !ckpt.empty() ? ckpt : cfg.file.empty() ? cfg.preset : cfg.file;
+  Run run{bench, metrics, repeat(), !ckpt.empty() ? ckpt : cfg.file.empty() ? cfg.preset : cfg.file, "", ""};
+  run.reps = reps;
+  run.kv_cache = kv_cache;
+  run.decode_only = decode_only;
+  run.adaptive = threads == 0;
   // How idle OpenMP threads wait (tools/wait_policy.cpp sets the spin for a fixed count).
   std::string waiting;
   if (const char* e = std::getenv("GOMP_SPINCOUNT")) waiting = std::string(", GOMP_SPINCOUNT=") + e;
   if (const char* e = std::getenv("OMP_WAIT_POLICY")) waiting += std::string(", OMP_WAIT_POLICY=") + e;
-  const std::string thread_mode =
-      (threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available())) + waiting;
-  auto get = [](const std::map<std::string, Stat>& s, const std::string& k) {
-    auto it = s.find(k);
-    return it == s.end() ? Stat{} : it->second;
-  };
-
+  run.thread_mode = (threads > 0 ? std::to_string(threads) : "adaptive, at most " + std::to_string(cores_available())) + waiting;
   if (contended) {
     std::map<std::string, Stat> busy;
     double other = 0;
@@ -172,95 +279,12 @@ int cmd_bench(int argc, char** argv) {
       busy = repeat();
       other = measured_other_load();
     }
-    if (as_json) {
-      nlohmann::json j = {{"preset", name}, {"threads", thread_mode}, {"repetitions", reps},
-                          {"other_load_cores", other}, {"threads_contended", current_threads()}};
-      for (const BenchMetric& mt : metrics) {
-        if (!idle.count(mt.key)) continue;
-        j["idle"][mt.key] = get(idle, mt.key).mean;
-        j["contended"][mt.key] = get(busy, mt.key).mean;
-        j["slowdown"][mt.key] = get(idle, mt.key).mean / get(busy, mt.key).mean;
-      }
-      std::printf("%s\n", j.dump().c_str());
-      return 0;
-    }
-    std::printf("%s, threads %s, %d repetitions; contended = beside one process that keeps a core busy", name.c_str(),
-                thread_mode.c_str(), reps);
-    if (threads == 0)
-      std::printf(" (measured other load %.2f cores; pool at %d thread%s)", other, current_threads(),
-                  current_threads() == 1 ? "" : "s");
-    std::printf("\n\n| tokens/s | idle | contended | slowdown |\n|---|---|---|---|\n");
-    for (const BenchMetric& mt : metrics) {
-      if (!idle.count(mt.key)) continue;
-      const Stat a = get(idle, mt.key), b = get(busy, mt.key);
-      std::printf("| %s | %.0f ± %.0f | %.0f ± %.0f | %.2fx |\n", mt.label.c_str(), a.mean, a.sd, b.mean, b.sd, a.mean / b.mean);
-    }
+    print_contended(run, busy, other, as_json);
     return 0;
   }
 
-  // Decoding one token reads every weight matrix it multiplies: its bytes in a format over the
-  // machine's read rate bound the tokens/s memory allows.
-  const int64_t n_params = bench.n_params();
-  auto weight_bytes_per_token = [&](const std::string& fmt) { return bench.weight_bytes_per_token(fmt); };
-  const double read_gbps = gen_tokens > 0 ? measure_read_gbps() : 0;
-  auto bound_fraction = [&](const std::string& fmt) {
-    return read_gbps > 0 ? get(idle, "decode_" + sfx_of(fmt) + "tokens_per_s").mean * weight_bytes_per_token(fmt) / (read_gbps * 1e9) : 0.0;
-  };
-  const double train_tps = get(idle, "train_tokens_per_s").mean;
-  const double train_gflops = bench.train_flops_per_token() * train_tps / 1e9;
-  const double train_rss = bench.peak_rss_after_training_mib();
-  if (as_json) {
-    nlohmann::json j = {{"preset", name},
-                        {"threads", omp_get_max_threads()},
-                        {"threads_mode", thread_mode},
-                        {"repetitions", reps},
-                        {"params", n_params},
-                        {"train_gflops", train_gflops},
-                        {"gemm_peak_gflops", peak},
-                        {"peak_fraction", peak > 0 ? train_gflops / peak : 0.0},
-                        {"peak_rss_mib", train_rss},
-                        {"activation_mib", bench.activation_bytes_peak() / 1048576.0},
-                        {"activation_grad_mib", bench.grad_bytes_peak() / 1048576.0}};
-    for (const BenchMetric& mt : metrics) {
-      j[mt.key] = get(idle, mt.key).mean;  // 0 when not measured (--gen-tokens 0)
-      j[std::string(mt.key) + "_stddev"] = get(idle, mt.key).sd;
-    }
-    if (read_gbps > 0) {
-      j["read_gbps"] = read_gbps;
-      for (const std::string& f : formats) {
-        j["weight_bytes_per_token_" + f] = weight_bytes_per_token(f);
-        j["decode_" + sfx_of(f) + "bandwidth_fraction"] = bound_fraction(f);
-      }
-    }
-    std::printf("%s\n", j.dump().c_str());
-  } else if (as_csv) {
-    std::printf("metric,mean,stddev\n");
-    for (const BenchMetric& mt : metrics)
-      if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
-    std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
-  } else {
-    if (decode_only)
-      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; generation only\n\n", name.c_str(), n_params / 1e6,
-                  thread_mode.c_str(), reps, kv_cache.c_str());
-    else
-      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the fp32 "
-                  "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
-                  name.c_str(), n_params / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
-                  100 * train_gflops / peak, peak, train_rss);
-    std::printf("| test | tokens/s |\n|---|---|\n");
-    for (const BenchMetric& mt : metrics)
-      if (idle.count(mt.key))
-        std::printf("| %s | %.0f ± %.0f |\n", mt.label.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
-    if (read_gbps > 0) {
-      std::printf("\nmemory reads at %.1f GB/s here (%d thread%s); batch-1 generation reads per token, and the fraction of "
-                  "that rate its tokens/s use:",
-                  read_gbps, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
-      for (const std::string& f : formats)
-        std::printf("%s %s %.1f MB %.0f%%", f == formats.front() ? "" : ",", f.c_str(), weight_bytes_per_token(f) / 1e6,
-                    100 * bound_fraction(f));
-      std::printf("\n(a model whose weights fit in the caches reads faster than memory: above 100%%)\n");
-    }
-  }
+  print_results(run, decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7),
+                gen_tokens > 0 ? measure_read_gbps() : 0, as_json, as_csv);
   return 0;
 }
 
