@@ -560,6 +560,49 @@ PYBIND11_MODULE(looplm, m) {
         py::arg("config") = py::none(), py::arg("preset") = py::none(), py::arg("seed") = 0, py::arg("weights") = "",
         "A model with freshly initialised weights: a preset (default looped) changed by `config`'s keys, or a JSON file.");
 
+  m.def("describe",
+        [](const py::object& config, std::optional<std::string> preset, bool measure) {
+          const Config c = config_of(config, preset);
+          ModelDescription d;
+          {
+            CallLock l;
+            d = describe_model(c, measure);
+          }
+          auto counts = [](const ParamCounts& n) {
+            py::dict p;
+            p["total"] = n.total, p["embedding"] = n.embedding, p["non_embedding"] = n.non_embedding();
+            p["prelude"] = n.prelude, p["core"] = n.core, p["coda"] = n.coda, p["loop"] = n.loop, p["other"] = n.other;
+            return p;
+          };
+          py::dict r;
+          r["params"] = counts(d.params);
+          r["unrolled_depth"] = d.unrolled_depth;
+          r["infer_flops_per_token"] = d.infer_flops_per_token;
+          r["train_flops_per_token"] = d.train_flops_per_token;
+          py::dict parts;
+          parts["prelude"] = d.flops_prelude, parts["core_per_step"] = d.flops_core_per_step;
+          parts["rule_per_step"] = d.flops_rule_per_step, parts["coda"] = d.flops_coda, parts["head"] = d.flops_head;
+          r["flops_per_token_parts"] = parts;
+          r["kv_cache_bytes_per_token"] = d.kv_cache_bytes_per_token;
+          if (measure) {
+            r["activation_bytes_per_token"] = d.activation_bytes_per_token;
+            r["activation_grad_bytes_per_token"] = d.activation_grad_bytes_per_token;
+          }
+          r["looped"] = d.looped;
+          if (d.looped)
+            for (auto [key, dc] : {std::pair{"iso_flop_dense", &d.iso_flop}, std::pair{"iso_param_dense", &d.iso_param}}) {
+              py::dict x;
+              x["n_core"] = dc->n_core;
+              x["params"] = counts(dc->params);
+              x["infer_flops_per_token"] = dc->infer_flops_per_token;
+              r[key] = x;
+            }
+          return r;
+        },
+        py::arg("config") = py::none(), py::arg("preset") = py::none(), py::arg("measure") = true,
+        "What a config builds (`looplm info`): parameters by section, FLOPs and memory per token, and for a looped "
+        "model its iso-FLOP and iso-param dense controls. measure: one training pass at batch 1 for the activations.");
+
   m.def("convert",
         [](const std::string& from, const std::string& out) {
           ConvertResult r;

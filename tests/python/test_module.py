@@ -245,6 +245,18 @@ class Trained(unittest.TestCase):
             t.join()
         self.assertEqual(out, alone)
 
+    def test_describe_is_info(self):
+        want = json.loads(cli("info", "--preset", "looped", "--set", "R=6", "--json"))
+        got = looplm.describe({"R": 6}, preset="looped")
+        self.assertEqual(got["params"]["total"], want["params"])
+        self.assertEqual(got["params"]["non_embedding"], want["params_non_embedding"])
+        self.assertEqual(got["unrolled_depth"], want["unrolled_depth"])
+        self.assertEqual(got["infer_flops_per_token"], want["infer_flops_per_token"])
+        self.assertEqual(got["activation_bytes_per_token"], want["activation_bytes_per_token"])
+        for k in ("iso_flop_dense", "iso_param_dense"):
+            self.assertEqual(got[k]["n_core"], want[k]["n_core"], k)
+            self.assertEqual(got[k]["params"]["total"], want[k]["params"], k)
+
     def test_bad_input_is_a_clear_error(self):
         with self.assertRaisesRegex(looplm.UsageError, "outside the vocabulary"):
             self.m.logits([1, 2, 300])
