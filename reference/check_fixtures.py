@@ -19,7 +19,9 @@
    combination), T = 1 without diag and preconditioner = a pre_norm SwiGLU block with
    v = W_K, o = W_Q^T, down = W_up^T, the preconditioner = its explicit symmetric matrix, the updates
    = minus the gradients of the conditional energies w.r.t. the normalised query (attention: times
-   sqrt(hd), without RoPE), float64 gradcheck.
+   sqrt(hd), without RoPE), float64 gradcheck; inject_linear's like_init state: the truncated
+   normal's bound, mean and std on 54000 draws, a pure function of (seed, position), and the
+   huginn_like_init fixture's drawn state.0.
 5. Init statistics (tests/fixtures/init/*) against the init of docs/systems.md written out.
 """
 import glob
@@ -38,7 +40,7 @@ except ImportError:
              "this script with /usr/bin/python3.")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from looplm_ref import LoopLM, apply_rope, resolve_config, rope_cos_sin, sinkhorn  # noqa: E402
+from looplm_ref import LoopLM, apply_rope, like_init_state, resolve_config, rope_cos_sin, sinkhorn  # noqa: E402
 from looplm_ref import SOFTPLUS_INV_1, Block, CemBlock, EnergyBlock  # noqa: E402
 from safetensors_io import load_file, save_file  # noqa: E402
 
@@ -375,6 +377,40 @@ def check_hyper_rule(fixdir):
           f"max |column sum - 1| {col_err:.1e}")
 
 
+
+def check_like_init(fixdir):
+    """inject_linear's like_init state (looplm_ref.like_init_state): a truncated normal of std
+    sigma = emb_scale * sqrt(2 / (5 d)) cut at +-3 sigma, a pure function of (seed, position). On
+    3000 positions x d 18 (54000 values): every value within 3 sigma; mean and std against the
+    truncated normal's (std 0.98659 sigma) within 5 standard errors; rows by position only (a
+    shorter draw is a prefix, a draw from position 5 is rows 5..); another seed another draw. The
+    fixture huginn_like_init: state.0 (norm_f of the drawn state) the same in both batch rows, not
+    zero and different at every position."""
+    d, T, seed, scale = 18, 3000, 42, 18 ** 0.5
+    sigma = math.sqrt(2.0 / (5.0 * d)) * scale
+    s = like_init_state(seed, T, d, scale).double()
+    z = (s / sigma).flatten()
+    n = z.numel()
+    phi3 = math.exp(-4.5) / math.sqrt(2 * math.pi)
+    want_std = math.sqrt(1 - 6 * phi3 / math.erf(3 / math.sqrt(2)))  # N(0, 1) cut at +-3
+    check(s.dtype == torch.float64 and z.abs().max().item() <= 3.0 + 1e-6
+          and abs(z.mean().item()) < 5 * want_std / math.sqrt(n)
+          and abs(z.std().item() / want_std - 1) < 5 / math.sqrt(2 * n),
+          f"like_init: {n} values, max |z| {z.abs().max().item():.4f} <= 3, mean {z.mean().item():.4f}, "
+          f"std {z.std().item():.5f} (truncated normal {want_std:.5f})")
+    pure = (torch.equal(like_init_state(seed, 11, d, scale), s[:11].float())
+            and torch.equal(like_init_state(seed, 7, d, scale, start=5), s[5:12].float())
+            and not torch.equal(like_init_state(seed + 1, 11, d, scale), s[:11].float()))
+    check(pure, "like_init: a pure function of (seed, position): prefixes and offsets agree, another seed differs")
+    ts, meta = load_file(os.path.join(fixdir, "huginn_like_init.safetensors"))
+    cfg = json.loads(meta["config"])
+    s0 = ts["state.0"]
+    check(cfg["inject_state_init"] == "like_init" and cfg["inject_state_seed"] != 0
+          and torch.equal(s0[0], s0[1]) and s0.abs().min().item() > 0
+          and all(not torch.equal(s0[0, i], s0[0, j]) for i in range(s0.shape[1]) for j in range(i)),
+          f"huginn_like_init: like_init, seed {cfg['inject_state_seed']}; state.0 the same in both batch rows, "
+          f"non-zero, different at each of the {s0.shape[1]} positions")
+
 ENERGY_SMALL = dict(vocab_size=37, d_model=8, n_heads=2, context=7, n_core=1, R=2, block="energy", pos="learned")
 
 
@@ -701,6 +737,7 @@ if __name__ == "__main__":
     for path in paths:
         check_fixture(path)
     check_hyper_rule(FIXDIR)
+    check_like_init(FIXDIR)
     check_energy_block()
     check_cem_block()
     print(f"\n{len(failures)} failure(s)")

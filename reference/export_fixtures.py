@@ -1,5 +1,5 @@
 """Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc,energy,energy_ff1,cem,cem_precond,
-cem_nodiag}.safetensors
+cem_nodiag,loop_norm,ouro,huginn,gqa,huginn_like_init}.safetensors
 (and the init statistics tests/fixtures/init/*.safetensors) from the PyTorch reference.
 
     /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures] [NAME ...]
@@ -113,6 +113,14 @@ FIXTURES = {
     # as Qwen2's; looped with the boundary norm
     "gqa": dict(n_heads=4, n_kv_heads=2, d_head=6, n_core=2, R=2, d_ff=28, block="pre_norm", norm="rmsnorm",
                 mlp="swiglu", pos="rope", rope_base=1e6, bias=True, tie_embeddings=False, loop_norm=True),
+    # huginn's layout with Huginn's like-init state: s^(0) per position a seeded truncated normal
+    # (std emb_scale * sqrt(2/(5d)) = 0.632, cut at +-3 std) from looplm's counter-based generator.
+    # Seed 1234567 (bits above 16 set) redraws two values outside +-3 within the 11 positions, so
+    # the truncation is exercised too.
+    "huginn_like_init": dict(n_prelude=1, n_core=2, R=3, n_coda=1, d_ff=28, block="sandwich", norm="rmsnorm",
+                             mlp="swiglu", pos="rope", rope_base=50000.0, bias=True, tie_embeddings=True,
+                             loop_rule="inject_linear", inject_readout_norm=True, emb_scale=18 ** 0.5,
+                             inject_state_init="like_init", inject_state_seed=1234567),
 }
 
 

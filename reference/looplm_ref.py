@@ -1,6 +1,6 @@
 """looplm reference model in PyTorch (the ground truth for tests/fixtures).
 
-Covers pre_norm / parallel / sandwich / energy (NRGPT) / cem (CEM) blocks and three loop rules
+Covers pre_norm / parallel / sandwich / energy (NRGPT) / cem (CEM) blocks and four loop rules
 (docs/systems.md; parameter names as in docs/format.md):
 
     tokens -> tok_emb (+ pos_emb) -> prelude -> h_pre
@@ -10,6 +10,7 @@ Covers pre_norm / parallel / sandwich / energy (NRGPT) / cem (CEM) blocks and th
     residual  state = h;  step: h <- core(h)                                     (no parameters)
     gated     state = h;  step: h <- g*h + (1-g)*core(W_proj [h + eps_x, h_pre])  (RecurrentGPT)
     hyper     state = n streams Y [.., n*d];  readout = mean of the streams        (Hyperloop / mHC)
+    inject_linear  state s^(0) = 0 or the seeded like_init draw;  step: s <- core(W_proj [s, h_pre])  (Huginn)
 
 Exit r (r = 0, 1, ..., any depth, also beyond the trained R) is readout(state after step r).
 
@@ -119,6 +120,8 @@ def resolve_config(cfg):
         if out["inject_state_init"] not in ("zero", "like_init"):
             raise ValueError(f"config key 'inject_state_init' must be zero or like_init, got {out['inject_state_init']!r}")
         _integer(out, "inject_state_seed", 0)
+        if out["inject_state_seed"] > 2**31 - 1:  # the engine's range (0 .. INT32_MAX)
+            raise ValueError(f"config key 'inject_state_seed' must be at most 2^31 - 1, got {out['inject_state_seed']}")
     elif rule == "residual":
         for k in ("loop_norm", "exit_gate"):
             if not isinstance(out[k], bool):
@@ -590,24 +593,90 @@ class ResidualLoop(nn.Module):
                 self.exit_gate.bias.zero_()
 
 
+# The like_init state of inject_linear (docs/systems.md, Huginn's linear injection), written from
+# that description: looplm's counter-based generator Rng(seed, stream, step) (splitmix64 on 64-bit
+# integers; here Python ints masked to 64 bits), its uniform and Box-Muller normal in float64.
+MASK64 = (1 << 64) - 1
+STREAM_STATE = 6  # the generator's stream of the like_init state (kStreamState)
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+class CounterRng:
+    """Rng(seed, stream, step): key = sm(sm(seed ^ 0x6a09e667f3bcc909) ^ stream) ^ sm(step + 0x3c6ef372fe94f82b);
+    draw k (k = 0, 1, ...) is sm(key ^ sm(k)) (sm = splitmix64). uniform = (u >> 11) * 2^-53 in [0, 1);
+    normal = Box-Muller on two uniforms u1, u2 (u1 floored at 1e-300): sqrt(-2 ln u1) cos(2 pi u2)."""
+
+    def __init__(self, seed, stream, step):
+        self.key = (splitmix64(splitmix64((seed ^ 0x6A09E667F3BCC909) & MASK64) ^ stream)
+                    ^ splitmix64((step + 0x3C6EF372FE94F82B) & MASK64))
+        self.counter = 0
+
+    def next_u64(self):
+        u = splitmix64(self.key ^ splitmix64(self.counter))
+        self.counter += 1
+        return u
+
+    def uniform(self):
+        return (self.next_u64() >> 11) * 2.0 ** -53
+
+    def normal(self):
+        u1 = self.uniform()
+        u2 = self.uniform()
+        u1 = max(u1, 1e-300)
+        return math.sqrt(-2.0 * math.log(u1)) * math.cos(6.283185307179586 * u2)
+
+
+def like_init_row(seed, position, d, sigma):
+    """The like_init state of one position: d standard normals of CounterRng(seed, STREAM_STATE, position)
+    in order, each outside [-3, 3] drawn again (the truncation), times sigma; float64 products rounded to
+    float32 as the engine stores them."""
+    rng = CounterRng(seed, STREAM_STATE, position & 0xFFFFFFFF)
+    row = []
+    for _ in range(d):
+        z = rng.normal()
+        while abs(z) > 3.0:
+            z = rng.normal()
+        row.append(sigma * z)
+    return torch.tensor(row, dtype=torch.float64).float()
+
+
+def like_init_state(seed, T, d, emb_scale, start=0):
+    """[T, d] float32: rows for positions start .. start+T-1, sigma = emb_scale * sqrt(2 / (5 d))."""
+    sigma = math.sqrt(2.0 / (5.0 * d)) * emb_scale
+    return torch.stack([like_init_row(seed, start + t, d, sigma) for t in range(T)])
+
+
 class InjectLinearLoop(nn.Module):
-    """inject_linear (docs/systems.md, Huginn): s^(0) = 0, s^(r) = core(W_proj [s^(r-1), h_pre])
-    (+ b_proj with biases); with inject_readout_norm the exit reads norm_f(s) (norm_f's weights,
-    set by the model as final_norm: a bound method, not a submodule)."""
+    """inject_linear (docs/systems.md, Huginn): s^(r) = core(W_proj [s^(r-1), h_pre]) (+ b_proj with
+    biases); s^(0) = 0 (inject_state_init zero) or Huginn's like-init (like_init): per token position
+    p the seeded truncated normal like_init_state (std emb_scale * sqrt(2/(5d)), cut at +-3 std), the
+    same for every batch row and a constant (no gradient); with inject_readout_norm the exit reads
+    norm_f(s) (norm_f's weights, set by the model as final_norm: a bound method, not a submodule)."""
 
     def __init__(self, cfg):
         super().__init__()
         d = cfg["d_model"]
         self.proj = nn.Linear(2 * d, d, bias=cfg["bias"])
         self.readout_norm = bool(cfg.get("inject_readout_norm", False))
-        # The seeded like_init draw (docs/systems.md) is not reproduced here yet: refused, not
-        # silently replaced by zeros (the C++ tests check it: tests/test_hf_import.cpp).
-        if cfg.get("inject_state_init", "zero") != "zero":
-            raise NotImplementedError("inject_state_init 'like_init' is not in this reference (only 'zero')")
+        self.like_init = cfg.get("inject_state_init", "zero") == "like_init"
+        self.seed = int(cfg.get("inject_state_seed", 0))
+        self.emb_scale = float(cfg.get("emb_scale", 1.0))
+        self._drawn = {}  # T -> the [T, d] float32 like_init state (a pure function of seed and T)
         self.final_norm = None
 
     def init_state(self, h_pre):
-        return torch.zeros_like(h_pre)
+        if not self.like_init:
+            return torch.zeros_like(h_pre)
+        T, d = h_pre.shape[-2], h_pre.shape[-1]
+        if T not in self._drawn:
+            self._drawn[T] = like_init_state(self.seed, T, d, self.emb_scale)
+        return self._drawn[T].to(dtype=h_pre.dtype, device=h_pre.device).expand_as(h_pre).clone()
 
     def readout(self, s):
         return self.final_norm(s) if self.readout_norm else s

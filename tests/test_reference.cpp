@@ -4,7 +4,9 @@
 // (gated: RecurrentGPT; hyper and mhc: Hyperloop with diagonal and Sinkhorn H_res) and the energy
 // block (NRGPT: ff2w with a step matrix; ff1 with P = c·diag(γ) and the strict mask), whose per-token
 // energy at every step's input is checked too, and the cem block (T = 2 with the diagonal term and
-// RoPE; T = 3 preconditioned with learned positions; T = 1 without the diagonal term).
+// RoPE; T = 3 preconditioned with learned positions; T = 1 without the diagonal term), and the
+// published models' pieces (loop_norm, Ouro, Huginn's inject_linear from a zero state and from its
+// seeded like-init state, grouped-query attention).
 //
 // Tolerances. The fixtures are computed in float64; the engine runs float32 (unit roundoff
 // 6e-8). Through ~10 block applications with sums of ≤ 72 terms the forward drifts ~1e-6 relative,
@@ -240,3 +242,8 @@ TEST(Reference, ResidualWithLoopNorm) { check_fixture("loop_norm"); }  // Nanbei
 TEST(Reference, Ouro) { check_fixture("ouro"); }  // peri_norm blocks, loop_norm and the exit gate
 TEST(Reference, Huginn) { check_fixture("huginn"); }  // inject_linear, emb_scale, norm_f before the coda
 TEST(Reference, GroupedQueryAttention) { check_fixture("gqa"); }  // Nanbeige4.2-3B's attention: GQA, d_head != d / H, q/k/v biases
+// inject_linear with Huginn's like-init state (inject_state_init = like_init, inject_state_seed
+// 1234567): s^(0) of every position drawn by the reference's own rewrite of the counter-based
+// generator and its truncated normal (reference/looplm_ref.py, like_init_state), so the draw, its
+// per-position seeding and the truncation are checked at every exit with the tolerances above.
+TEST(Reference, HuginnLikeInit) { check_fixture("huginn_like_init"); }

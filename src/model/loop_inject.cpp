@@ -51,7 +51,7 @@ class InjectLinearRule : public LoopRule {
   }
   // The d values of position p: Rng(inject_state_seed, kStreamState, p)'s standard normals in
   // order (Box-Muller, one cosine per pair of uniforms), those outside ±3 drawn again, times
-  // emb_scale · √(2 / (5 d)). (What reference/looplm_ref.py would reproduce to check it.)
+  // emb_scale · √(2 / (5 d)). reference/looplm_ref.py (like_init_state) reproduces it: fixture huginn_like_init.
   void like_init_row(int p, float* out, int64_t d) const {
     const double sigma = std::sqrt(2.0 / (5.0 * (double)cfg_.d_model)) * cfg_.emb_scale;
     Rng rng(seed_, kStreamState, (uint64_t)(uint32_t)p);
