@@ -138,7 +138,12 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
   }
 
   // Early exit: the rows still running are gathered into each step's batch; a row's loop state
-  // and h_pre live here between steps (one row per token, LoopRule).
+  // and h_pre live here between steps (one row per token, LoopRule). This loop iterates steps
+  // beside Model::trunk on purpose: what a step computes is the model's (embed, init_state,
+  // loop_step, readout, head: the loop rule's equations in one place), but here the batch shrinks
+  // as tokens exit and the graph is cleared every step, while trunk runs a fixed batch through the
+  // training memory plan (gradient-keeping steps, two reused state buffers). Folding this into
+  // trunk would put row gathering into every training step.
   Node* hp = m_.embed(g_, tokens, n, 1, o);
   Node* s0 = m_.init_state(g_, hp, 1, o);
   const int64_t S = s0->cols;
