@@ -574,6 +574,24 @@ std::string val_line(int64_t step, const EvalResult& e, bool examples, int R) {
   return s;
 }
 
+// What TrainOptions::on_step sees of a step (`val`: the validation it ended with, if any).
+TrainStep train_step_of(const StepReport& r, const EvalResult* val) {
+  TrainStep ts;
+  ts.step = r.step;
+  ts.last = r.last;
+  ts.loss = r.loss;
+  ts.lr = r.lr;
+  ts.grad_norm = r.grad_norm;
+  ts.depth = r.depth;
+  ts.tokens_per_s = r.tokens_per_s;
+  ts.tokens_seen = r.tokens_seen;
+  ts.elapsed_s = r.elapsed_s;
+  ts.validated = val != nullptr;
+  ts.val_loss = val ? val->loss : std::nan("");
+  if (val) ts.val_loss_by_depth = val->loss_by_depth;
+  return ts;
+}
+
 [[noreturn]] void diverged(int64_t step, const StepOutcome& o, double lr, const Config& c, int64_t last_checkpoint,
                            const std::string& dir) {
   char msg[512];
@@ -728,20 +746,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       validated = true;
     }
     if (opt.on_step) {
-      TrainStep ts;
-      ts.step = r.step;
-      ts.last = r.last;
-      ts.loss = r.loss;
-      ts.lr = r.lr;
-      ts.grad_norm = r.grad_norm;
-      ts.depth = r.depth;
-      ts.tokens_per_s = r.tokens_per_s;
-      ts.tokens_seen = r.tokens_seen;
-      ts.elapsed_s = r.elapsed_s;
-      ts.validated = validated;
-      ts.val_loss = validated ? res.report.loss : std::nan("");
-      if (validated) ts.val_loss_by_depth = res.report.loss_by_depth;
-      if (!opt.on_step(ts) && !interrupted && st.step < last) {
+      if (!opt.on_step(train_step_of(r, validated ? &res.report : nullptr)) && !interrupted && st.step < last) {
         interrupted = true;
         if (!validated) validate_and_checkpoint();
       }
