@@ -65,8 +65,9 @@ Bench::Bench(const Config& config, const BenchOptions& options) : impl_(std::mak
   b.c.validate();
   b.o = options;
   const Config& c = b.c;
-  if (std::find(available_kv_caches().begin(), available_kv_caches().end(), options.kv_cache) == available_kv_caches().end())
-    throw UsageError("bench: unknown KV cache '" + io::brief(options.kv_cache) + "' (" + joined(available_kv_caches()) + ")");
+  const std::vector<std::string> caches = available_kv_caches();
+  if (std::find(caches.begin(), caches.end(), options.kv_cache) == caches.end())
+    throw UsageError("bench: unknown KV cache '" + io::brief(options.kv_cache) + "' (" + joined(caches) + ")");
   for (const std::string& f : options.formats) {
     if (!find_weight_format(f)) throw UsageError("bench: unknown weight format '" + io::brief(f) + "' (" + weight_format_names() + ")");
     if (std::find(b.formats.begin(), b.formats.end(), f) == b.formats.end()) b.formats.push_back(f);
