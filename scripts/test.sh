@@ -81,7 +81,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   cmake --build build-sanitize -j2
   # detect_leaks=0: OpenMP and oneDNN keep thread pools and JIT buffers alive at exit by design.
   cd build-sanitize && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j2 -E '^(emulated_cpu_|experiments_quick)'
+    ctest --output-on-failure -j2 -E '^(emulated_cpu_|experiments_quick|corpus_small)'
   exit
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
