@@ -241,6 +241,22 @@ TEST(Gguf, BrokenFilesAreNamedAndLeaveNothing) {
   const uint64_t many = 1ull << 60;
   std::memcpy(huge.data() + 16, &many, 8);
   EXPECT_THROW(io::GgufFile::parse(io::hold_bytes(huge), "huge"), Error);
+  // An array whose length times its element size overflows 64 bits (fuzz_gguf found it: the length
+  // is checked before the product).
+  for (uint64_t n : {1ull << 62, (1ull << 62) + 1, ~0ull}) {
+    std::string a("GGUF", 4);
+    auto put = [&](const void* p, size_t k) { a.append(static_cast<const char*>(p), k); };
+    const uint32_t version = 3, array = 9, u32 = 4;
+    const uint64_t tensors = 0, kvs = 1, key_len = 1;
+    put(&version, 4), put(&tensors, 8), put(&kvs, 8), put(&key_len, 8), a += 'k', put(&array, 4), put(&u32, 4), put(&n, 8);
+    a += std::string(64, '\0');
+    try {
+      io::GgufFile::parse(io::hold_bytes(a), "array.gguf");
+      ADD_FAILURE() << n << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot fit in the file"), std::string::npos) << e.what();
+    }
+  }
   // An existing --out is a usage error; the good file converts.
   ASSERT_EQ(run_shell("mkdir -p " + (d / "exists")).code, 0);
   EXPECT_EQ(run_shell(kBin + " convert --from " + good + " --out " + (d / "exists")).code, 2);

@@ -256,7 +256,8 @@ GgufFile GgufFile::parse(std::shared_ptr<const Bytes> bytes, const std::string& 
       } else {
         const size_t es = scalar_size(v.elem_type);
         if (es == 0) c.fail("key '" + key + "': unknown array element type " + std::to_string(v.elem_type));
-        c.need(n * es, "an array");  // n ≤ file size / es: no overflow in n * es
+        if (n > (bytes->size() - c.pos()) / es)  // checked before n * es, which a huge n overflows
+          c.fail("key '" + key + "': " + std::to_string(n) + " values cannot fit in the file");
         const bool fl = v.elem_type == kGgufF32 || v.elem_type == kGgufF64;
         (fl ? v.floats.reserve(n) : v.ints.reserve(n));
         for (uint64_t i = 0; i < n; ++i) {
