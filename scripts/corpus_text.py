@@ -16,7 +16,7 @@ locale, no hash-seed dependence), so the same packages give the same bytes.
   runs become one space). Paragraphs are separated by "\n", documents by a blank line.
 * Exact-duplicate removal: a paragraph of 30 or more characters that already appeared earlier
   (in any document, any source) is dropped; a document left without a paragraph of 30 or more
-  characters (a headword alone, a stub) is dropped. WordNet
+  characters (a headword alone, an entry with no text) is dropped. WordNet
   repeats each gloss under every synonym, and GCIDE holds much of WordNet 1.5: without this the
   validation text would repeat training text verbatim.
 * Split: the kept documents are numbered 0, 1, 2, ... in order over all sources; document i goes
@@ -220,7 +220,7 @@ def main():
                     seen.add(p)
                 kept.append(p)
             if not any(len(p) >= DEDUP_MIN_CHARS for p in kept):
-                continue  # nothing but a headword or a stub left
+                continue  # nothing but a headword left
             split = "val" if index % VAL_EVERY == VAL_EVERY - 1 else "train"
             index += 1
             text = ("\n" if started[split] else "") + "\n".join(kept) + "\n"

@@ -93,7 +93,7 @@ done
 
 mkdir -p "$OUT" "$CACHE"
 rm -f "$MANIFEST"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/prepare_corpus.XXXXXX")"
+WORK="$(mktemp -d)"  # under $TMPDIR, else /tmp
 trap 'rm -rf "$WORK"' EXIT
 
 # 1. Download (a .deb already in the cache is used as is) and unpack each package.
