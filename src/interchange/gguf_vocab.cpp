@@ -56,6 +56,21 @@ const std::vector<std::string>& bos_names() {
   return n;
 }
 
+// BOS: the special token a TemplateProcessing post-processor puts before the text (then added:
+// add_bos), else one named as a BOS; EOS by name. `special`: the added special tokens' ids.
+void begin_and_end(const json& j, const std::map<std::string, int32_t>& special, GgufVocab& v) {
+  const json& post = j.value("post_processor", json());
+  if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") && post["single"].is_array() &&
+      !post["single"].empty() && post["single"][0].contains("SpecialToken")) {
+    const std::string name = post["single"][0]["SpecialToken"].value("id", "");
+    if (special.count(name)) v.bos = special.at(name), v.add_bos = true;
+  }
+  for (const std::string& n : eos_names())
+    if (v.eos < 0 && special.count(n)) v.eos = special.at(n);
+  for (const std::string& n : bos_names())
+    if (v.bos < 0 && special.count(n)) v.bos = special.at(n);
+}
+
 std::string placeholder(int64_t id) { return "[PAD" + std::to_string(id) + "]"; }  // as llama.cpp's converter pads
 
 // The pattern a pre_tokenizer object splits by: GPT-2's for ByteLevel with its regex, the Split's
@@ -163,17 +178,7 @@ GgufVocab vocab_of_hf_json(const json& j, int64_t V) {
     else v.merges.push_back(mg.at(0).get<std::string>() + " " + mg.at(1).get<std::string>());
   }
 
-  // BOS: the special token a TemplateProcessing post-processor puts before the text.
-  const json& post = j.value("post_processor", json());
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") && post["single"].is_array() &&
-      !post["single"].empty() && post["single"][0].contains("SpecialToken")) {
-    const std::string name = post["single"][0]["SpecialToken"].value("id", "");
-    if (special.count(name)) v.bos = special[name], v.add_bos = true;
-  }
-  for (const std::string& n : eos_names())
-    if (v.eos < 0 && special.count(n)) v.eos = special[n];
-  for (const std::string& n : bos_names())
-    if (v.bos < 0 && special.count(n)) v.bos = special[n];
+  begin_and_end(j, special, v);
   if (v.bos < 0) v.bos = v.eos;  // llama.cpp wants one; nothing adds it (add_bos false)
   if (v.eos < 0)
     v.notes.push_back("the tokenizer has no end-of-text token; llama.cpp will use its default end-of-generation id");
@@ -337,17 +342,7 @@ GgufVocab vocab_of_spm_json(const json& j, int64_t V) {
     }
   }
 
-  // BOS as for byte-level BPE; EOS, unknown and padding by name.
-  const json& post = j.value("post_processor", json());
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") && post["single"].is_array() &&
-      !post["single"].empty() && post["single"][0].contains("SpecialToken")) {
-    const std::string name = post["single"][0]["SpecialToken"].value("id", "");
-    if (special.count(name)) v.bos = special[name], v.add_bos = true;
-  }
-  for (const std::string& n : eos_names())
-    if (v.eos < 0 && special.count(n)) v.eos = special[n];
-  for (const std::string& n : bos_names())
-    if (v.bos < 0 && special.count(n)) v.bos = special[n];
+  begin_and_end(j, special, v);  // unknown and padding by name
   if (!unk_name.empty() && id_of.count(unk_name)) v.unk = (int32_t)id_of[unk_name];
   if (special.count("<pad>")) v.pad = special["<pad>"];
   if (v.eos < 0)

@@ -521,10 +521,8 @@ class MfuMeter {
 
 // What a training step reports: a line of metrics.jsonl, the console's step line, the caller's
 // on_step.
-struct StepReport {
-  int64_t step = 0, last = 0;
-  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, tokens_seen = 0, elapsed_s = 0, eta_s = 0, mfu = 0;
-  int depth = 0;
+struct StepReport : TrainStep {
+  double eta_s = 0, mfu = 0;  // for the console and metrics.jsonl (on_step sees the TrainStep)
 };
 
 // metrics.jsonl: one JSON object per training step and per validation (docs/cli.md).
@@ -576,16 +574,7 @@ std::string val_line(int64_t step, const EvalResult& e, bool examples, int R) {
 
 // What TrainOptions::on_step sees of a step (`val`: the validation it ended with, if any).
 TrainStep train_step_of(const StepReport& r, const EvalResult* val) {
-  TrainStep ts;
-  ts.step = r.step;
-  ts.last = r.last;
-  ts.loss = r.loss;
-  ts.lr = r.lr;
-  ts.grad_norm = r.grad_norm;
-  ts.depth = r.depth;
-  ts.tokens_per_s = r.tokens_per_s;
-  ts.tokens_seen = r.tokens_seen;
-  ts.elapsed_s = r.elapsed_s;
+  TrainStep ts = r;
   ts.validated = val != nullptr;
   ts.val_loss = val ? val->loss : std::nan("");
   if (val) ts.val_loss_by_depth = val->loss_by_depth;
