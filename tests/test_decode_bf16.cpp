@@ -17,6 +17,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "train/train_step.h"
 
 using namespace looplm;
 
@@ -388,4 +389,73 @@ TEST(Isa, EmulatedCpuHidesWideUnits) {
       std::string(expect) == "avx2" ? std::vector<GemvKernel>{GemvKernel::portable, GemvKernel::avx2}
                                     : std::vector<GemvKernel>{GemvKernel::portable};
   EXPECT_EQ(gemv_kernels_available(), want);
+}
+
+// ---------------------------------------------------------------- training's bf16 products
+// (precision = bf16): gemm_fixed_split_bf16 is the product of the operands rounded to bf16, with
+// fp32 accumulation, for every transpose, alpha and beta the layers use, shapes with edge tiles
+// (the tile grid is 256 x 192) and odd K; its bits do not depend on the thread count.
+TEST(Bf16, TrainingProductsAreTheRoundedOperandsProduct) {
+  if (!bf16_products_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16 (Bf16.TrainingPrecisionNeedsTheCpuFeature)";
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Shape { int M, N, K; };
+  for (const Shape s : {Shape{300, 200, 77}, Shape{5, 3, 1}, Shape{513, 385, 64}}) {
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float alpha : {1.0f, 1.5f})
+          for (float beta : {0.0f, 1.0f}) {
+            const int lda = (ta ? s.M : s.K) + 3, ldb = (tb ? s.K : s.N) + 1, ldc = s.N + 2;
+            std::vector<float> A((size_t)(ta ? s.K : s.M) * lda), B((size_t)(tb ? s.N : s.K) * ldb), C0((size_t)s.M * ldc);
+            for (float& v : A) v = nd(gen);
+            for (float& v : B) v = nd(gen);
+            for (float& v : C0) v = nd(gen);
+            auto a = [&](int i, int k) { return (double)from_bf16(to_bf16(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k])); };
+            auto b = [&](int k, int j) { return (double)from_bf16(to_bf16(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j])); };
+            std::vector<float> C1 = C0, C2 = C0;
+            {
+              omp_set_num_threads(1);
+              gemm_fixed_split_bf16(ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, C1.data(), ldc);
+              TwoThreads two;
+              gemm_fixed_split_bf16(ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, C2.data(), ldc);
+            }
+            int bad = 0;
+            for (int i = 0; i < s.M; ++i)
+              for (int j = 0; j < s.N; ++j) {
+                double ref = 0, mag = 0;
+                for (int k = 0; k < s.K; ++k) ref += a(i, k) * b(k, j), mag += std::fabs(a(i, k) * b(k, j));
+                const double c0 = C0[(size_t)i * ldc + j];
+                ref = alpha * ref + beta * c0;
+                // fp32 accumulation of K products (each exact in fp32: 8-bit mantissas): the error
+                // is at most about K units of fp32 rounding of the running sum.
+                const double tol = 1e-6 * (s.K + 2) * (std::fabs(alpha) * mag + std::fabs(c0)) + 1e-30;
+                bad += std::fabs(C1[(size_t)i * ldc + j] - ref) > tol;
+              }
+            EXPECT_EQ(bad, 0) << s.M << "x" << s.N << "x" << s.K << " ta " << ta << " tb " << tb << " alpha " << alpha
+                              << " beta " << beta;
+            EXPECT_TRUE(C1 == C2) << "1 and 2 threads differ: " << s.M << "x" << s.N << "x" << s.K;
+            for (int i = 0; i < s.M; ++i)  // the padding between rows is left alone
+              for (int j = s.N; j < ldc; ++j) EXPECT_EQ(C1[(size_t)i * ldc + j], C0[(size_t)i * ldc + j]);
+          }
+  }
+}
+
+// Where the CPU cannot multiply bf16 natively, precision = bf16 is refused with the feature's name
+// (the emulated CPUs of the test suite take this branch); where it can, it is accepted.
+TEST(Bf16, TrainingPrecisionNeedsTheCpuFeature) {
+  Config c;
+  c.precision = "bf16";
+  if (bf16_products_supported()) {
+    EXPECT_NO_THROW(require_precision_supported(c));
+  } else {
+    try {
+      require_precision_supported(c);
+      ADD_FAILURE() << "precision = bf16 accepted on a CPU without AVX512_BF16";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("AVX512_BF16"), std::string::npos) << e.what();
+    }
+  }
+  c.precision = "fp32";
+  EXPECT_NO_THROW(require_precision_supported(c));
+  EXPECT_THROW(c.set("precision", "fp16"), UsageError);
 }

@@ -67,6 +67,7 @@ struct Config {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   double grad_clip = 1.0;              // 0: off
+  std::string precision = "fp32";      // fp32 | bf16: training's matrix products (docs/numerics.md)
   uint64_t seed = 1337;
   std::string depth_sampler = "fixed"; // fixed | uniform | poisson_lognormal
   double depth_sigma = 0.5;            // poisson_lognormal sigma

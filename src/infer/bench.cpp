@@ -82,6 +82,7 @@ Bench::Bench(const Config& config, const BenchOptions& options) : impl_(std::mak
 
   const int B = c.batch_size, T = c.context, V = c.vocab_size;
   if (options.train) {
+    require_precision_supported(c);
     b.train_model = std::make_unique<Model>(c);
     b.train_model->init_weights(c.seed);
     b.opt = std::make_unique<AdamW>(b.train_model->params());

@@ -45,6 +45,7 @@ std::vector<std::string> pos_names() { return {"rope", "learned", "none"}; }
 std::vector<std::string> tokenizer_names() { return {"byte", "char", "hf"}; }
 std::vector<std::string> sampler_names() { return {"fixed", "uniform", "poisson_lognormal"}; }
 std::vector<std::string> data_mode_names() { return {"stream", "examples"}; }
+std::vector<std::string> precision_names() { return {"fp32", "bf16"}; }
 
 const Range kPositive{0, kInf, true};
 const Range kNonNeg{0, kInf};
@@ -101,6 +102,10 @@ const std::vector<Field>& fields() {
       {"beta2", &Config::beta2, "training", {0, 1, false, true}, "AdamW β2"},
       {"adam_eps", &Config::adam_eps, "training", kPositive, "AdamW ε"},
       {"grad_clip", &Config::grad_clip, "training", kNonNeg, "global-norm gradient clipping; 0 = off"},
+      {"precision", &Config::precision, "training", {},
+       "training's matrix products: fp32, or bf16 (bf16 operands, fp32 accumulation, master weights, optimizer state and "
+       "checkpoints; needs a CPU with AVX512_BF16)",
+       precision_names},
       {"seed", &Config::seed, "training", {}, "init, data order, depth sampling and noise (counter-based: resumable)"},
       {"depth_sampler", &Config::depth_sampler, "training", {},
        "training depth per step: fixed (R), uniform (U{1..R}), poisson_lognormal (Poisson(LogNormal(ln R − σ²/2, depth_sigma)) + 1, clipped to depth_max or 3R)",

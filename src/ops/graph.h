@@ -54,6 +54,11 @@ class Graph {
 
   bool grad_enabled() const { return grad_enabled_; }
 
+  // Layers' matrix products with bf16 operands and fp32 accumulation (training with precision =
+  // bf16, docs/numerics.md); everything else on the tape stays fp32.
+  bool bf16_products() const { return bf16_products_; }
+  void set_bf16_products(bool on) { bf16_products_ = on; }
+
   // A new activation; requires_grad when gradients are on and any input requires them.
   Node* node(int64_t rows, int64_t cols, bool requires_grad);
   template <class... In>
@@ -163,6 +168,7 @@ class Graph {
   GradPool grads_;
   std::vector<Entry> tape_;
   std::vector<Node*> live_grads_;
+  bool bf16_products_ = false;
   std::vector<float> shared_scratch_;  // activation grads handed out this step (released at reset)
   bool grad_enabled_ = true;
   Observer observer_;

@@ -13,6 +13,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/pointwise_f32.h"
+#include "looplm/error.h"
 
 namespace looplm::k {
 
@@ -29,9 +30,21 @@ inline double vexp(double x) { return std::exp(x); }
 
 // ---------------------------------------------------------------- linear: y = x W^T + b
 // x [N, in], W [out, in], b [out] or null, y [N, out]
+// A layer's matrix product: fp32 (gemm_fixed_split), or with bf16 operands when `bf16` (training
+// with precision = bf16: the Graph's bf16_products; float only, the double reference stays exact).
 template <class T>
-void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out) {
-  gemm_fixed_split(false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
+inline void layer_product(bool bf16, bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+                          int ldb, T beta, T* C, int ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) return gemm_fixed_split_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  LOOPLM_ASSERT(!bf16, "bf16 products are for float");
+  gemm_fixed_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+template <class T>
+void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out, bool bf16 = false) {
+  layer_product(bf16, false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
   if (b) {
     parallel_for<int>(N, (int64_t)N * out > kParallelMin, [&](int n) {
       for (int o = 0; o < out; ++o) y[(int64_t)n * out + o] += b[o];
@@ -40,9 +53,10 @@ void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out
 }
 // dx = dy W  (overwrite or add);  dW += dy^T x;  db += colsum(dy)
 template <class T>
-void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, T* db, int N, int in, int out) {
-  if (dx) gemm_fixed_split(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
-  if (dW) gemm_fixed_split(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);  // thread-count independent
+void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, T* db, int N, int in, int out,
+                bool bf16 = false) {
+  if (dx) layer_product(bf16, false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
+  if (dW) layer_product(bf16, true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);  // thread-count independent
   if (db) {
     parallel_for<int>(out, (int64_t)N * out > kParallelMin, [&](int o) {
       T s = 0;

@@ -62,14 +62,15 @@ void gelu_gelu_prime_bwd(const T* u, const T* dy, T* du, bool acc, int64_t n) {
 // ---------------------------------------------------------------- y = α x W (W [K, M] used untransposed)
 // x [N, K], y [N, M]: the transposed use of a stored [out, in] matrix (energy gradients: W^T v).
 template <class T>
-void matmul_fwd(const T* x, const T* W, T* y, int N, int K, int M, T alpha = T(1)) {
-  gemm_fixed_split(false, false, N, M, K, alpha, x, K, W, M, T(0), y, M);
+void matmul_fwd(const T* x, const T* W, T* y, int N, int K, int M, T alpha = T(1), bool bf16 = false) {
+  layer_product(bf16, false, false, N, M, K, alpha, x, K, W, M, T(0), y, M);
 }
 // dx = α dy W^T (overwrite or add);  dW += α x^T dy
 template <class T>
-void matmul_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, int N, int K, int M, T alpha = T(1)) {
-  if (dx) gemm_fixed_split(false, true, N, K, M, alpha, dy, M, W, M, dx_acc ? T(1) : T(0), dx, K);
-  if (dW) gemm_fixed_split(true, false, K, M, N, alpha, x, K, dy, M, T(1), dW, M);
+void matmul_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, int N, int K, int M, T alpha = T(1),
+                bool bf16 = false) {
+  if (dx) layer_product(bf16, false, true, N, K, M, alpha, dy, M, W, M, dx_acc ? T(1) : T(0), dx, K);
+  if (dW) layer_product(bf16, true, false, K, M, N, alpha, x, K, dy, M, T(1), dW, M);
 }
 
 // ---------------------------------------------------------------- y = c · x ⊙ w (w one row)

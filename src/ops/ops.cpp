@@ -21,14 +21,14 @@ Node* linear(Graph& g, Node* x, Node* W, Node* b) {
   const int N = (int)x->rows, in = (int)x->cols, out = (int)W->rows;
   LOOPLM_ASSERT(W->cols == in, "linear: W [out, in] must match x [N, in]");
   Node* y = g.output(N, out, x, W, b);
-  k::linear_fwd(x->v, W->v, b ? b->v : nullptr, y->v, N, in, out);
+  k::linear_fwd(x->v, W->v, b ? b->v : nullptr, y->v, N, in, out, g.bf16_products());
   if (y->requires_grad)
     g.record(y, [&g, x, W, b, y, N, in, out] {
       bool ax = false, aw, ab;
       float* dx = g.grad_of(x, ax);
       float* dW = g.grad_of(W, aw);
       float* db = b ? g.grad_of(b, ab) : nullptr;
-      k::linear_bwd(x->v, W->v, y->g, dx, ax, dW, db, N, in, out);
+      k::linear_bwd(x->v, W->v, y->g, dx, ax, dW, db, N, in, out, g.bf16_products());
     });
   return y;
 }
@@ -278,7 +278,7 @@ Node* gelu_linear(Graph& g, Node* u, Node* W, Node* b) {
   Node* y = g.output(N, out, u, W, b);
   float* a = g.shared_scratch((size_t)N * f);  // gelu(u), not kept
   k::gelu_fwd(u->v, a, (int64_t)N * f);
-  k::linear_fwd(a, W->v, b ? b->v : nullptr, y->v, N, f, out);
+  k::linear_fwd(a, W->v, b ? b->v : nullptr, y->v, N, f, out, g.bf16_products());
   if (y->requires_grad)
     g.record(y, [&g, u, W, b, y, N, f, out] {
       bool au = false, aw, ab;
@@ -288,7 +288,7 @@ Node* gelu_linear(Graph& g, Node* u, Node* W, Node* b) {
       float* a = g.shared_scratch((size_t)2 * N * f);
       float* da = a + (size_t)N * f;
       k::gelu_fwd(u->v, a, (int64_t)N * f);  // recompute
-      k::linear_bwd(a, W->v, y->g, du ? da : nullptr, false, dW, db, N, f, out);
+      k::linear_bwd(a, W->v, y->g, du ? da : nullptr, false, dW, db, N, f, out, g.bf16_products());
       if (du) k::gelu_bwd(u->v, da, du, au, (int64_t)N * f);
     });
   return y;

@@ -34,13 +34,13 @@ Node* matmul(Graph& g, Node* x, Node* W, float alpha) {
   const int N = (int)x->rows, K = (int)x->cols, M = (int)W->cols;
   LOOPLM_ASSERT(W->rows == K, "matmul: W [K, M] must match x [N, K]");
   Node* y = g.output(N, M, x, W);
-  k::matmul_fwd(x->v, W->v, y->v, N, K, M, alpha);
+  k::matmul_fwd(x->v, W->v, y->v, N, K, M, alpha, g.bf16_products());
   if (y->requires_grad)
     g.record(y, [&g, x, W, y, N, K, M, alpha] {
       bool ax = false, aw;
       float* dx = g.grad_of(x, ax);
       float* dW = g.grad_of(W, aw);
-      k::matmul_bwd(x->v, W->v, y->g, dx, ax, dW, N, K, M, alpha);
+      k::matmul_bwd(x->v, W->v, y->g, dx, ax, dW, N, K, M, alpha, g.bf16_products());
     });
   return y;
 }

@@ -3,9 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/gemm.h"
+#include "looplm/error.h"
 #include "ops/ops.h"
 
 namespace looplm {
+
+void require_precision_supported(const Config& c) {
+  if (c.precision == "bf16" && !bf16_products_supported())
+    throw UsageError("precision = bf16 needs a CPU with AVX512_BF16 (bf16 dot products); this CPU has none: "
+                     "train with precision = fp32");
+}
 
 StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOptions ro, double lr,
                        const std::function<void(int32_t* x, int32_t* y)>& next_batch, std::vector<int32_t>& x,
@@ -13,6 +21,7 @@ StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOpti
   StepOutcome out;
   const int B = c.batch_size, T = c.context;
   ro.training = true;
+  g.set_bf16_products(c.precision == "bf16");
   m.params().zero_grad();
   for (int micro = 0; micro < c.grad_accum; ++micro) {
     ro.micro = micro;

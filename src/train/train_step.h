@@ -20,8 +20,12 @@ struct StepOutcome {
 
 // Gradients of the mean cross-entropy over c.grad_accum micro-batches (`next_batch` fills x and y,
 // B x T each; `ro.micro` is set per micro-batch, which keys its random terms), clipped to
-// c.grad_clip, then AdamW at `lr`. Divergence is caught before the optimizer step, so the weights
+// c.grad_clip, then AdamW at `lr`. The layers' products run in c.precision. Divergence is caught before the optimizer step, so the weights
 // (and every checkpoint) stay the last finite ones; the caller reports it.
+// precision = bf16 needs a CPU that multiplies bf16 natively (AVX512_BF16): throws UsageError
+// naming the feature where it has none. train() and Bench call it before they start.
+void require_precision_supported(const Config& c);
+
 StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOptions ro, double lr,
                        const std::function<void(int32_t* x, int32_t* y)>& next_batch, std::vector<int32_t>& x,
                        std::vector<int32_t>& y);

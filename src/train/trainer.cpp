@@ -618,6 +618,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (tok.vocab_size() > c.vocab_size)
     throw UsageError("vocab_size " + std::to_string(c.vocab_size) + " is smaller than the " + c.tokenizer + " tokenizer's " +
                      std::to_string(tok.vocab_size()));
+  require_precision_supported(c);
   TrainData data(c, tok);
   if (info) info("validation: " + data.val_origin);
   BatchSource& stream = *data.batches;

@@ -30,6 +30,15 @@ inline void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, double alpha
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // the double reference is serial per element
 }
 
+// The same product with both operands rounded to bf16 and fp32 accumulation (oneDNN's bf16
+// matmul; gemm_bf16.cpp): the matrix products of training with precision = bf16. Thread-count
+// independent like gemm_fixed_split; beta 0 or 1. Only where bf16_products_supported().
+void gemm_fixed_split_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                           const float* B, int ldb, float beta, float* C, int ldc);
+// The CPU multiplies bf16 natively (AVX512_BF16; AMX CPUs have it too). Without it oneDNN would
+// fall back to kernels slower than fp32, so precision = bf16 is refused instead.
+bool bf16_products_supported();
+
 // measure_gemm_gflops (the best shape's median of `reps` timed calls; the reference for MFU too)
 // and measure_read_gbps (bandwidth.cpp): include/looplm/bench.h.
 
