@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <omp.h>
 
 #include "backend/cpu/fastmath.h"
@@ -55,8 +56,26 @@ void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out
 template <class T>
 void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, T* db, int N, int in, int out,
                 bool bf16 = false) {
-  if (dx) layer_product(bf16, false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
-  if (dW) layer_product(bf16, true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);  // thread-count independent
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) {  // dy rounded once for both products
+      uint16_t* dyb = bf16_buffer(2, (size_t)N * out);
+      round_to_bf16(N, out, dy, out, dyb);
+      if (dx) {
+        uint16_t* Wb = bf16_buffer(3, (size_t)out * in);
+        round_to_bf16(out, in, W, in, Wb);
+        gemm_bf16(false, false, N, in, out, 1.0f, dyb, out, Wb, in, dx_acc ? 1.0f : 0.0f, dx, in);
+      }
+      if (dW) {
+        uint16_t* xb = bf16_buffer(4, (size_t)N * in);
+        round_to_bf16(N, in, x, in, xb);
+        gemm_bf16(true, false, out, in, N, 1.0f, dyb, out, xb, in, 1.0f, dW, in);
+      }
+    }
+  }
+  if (!bf16) {
+    if (dx) gemm_fixed_split(false, false, N, in, out, T(1), dy, out, W, in, dx_acc ? T(1) : T(0), dx, in);
+    if (dW) gemm_fixed_split(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);  // thread-count independent
+  }
   if (db) {
     parallel_for<int>(out, (int64_t)N * out > kParallelMin, [&](int o) {
       T s = 0;

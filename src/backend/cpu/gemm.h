@@ -35,6 +35,15 @@ inline void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, double alpha
 // independent like gemm_fixed_split; beta 0 or 1. Only where bf16_products_supported().
 void gemm_fixed_split_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                            const float* B, int ldb, float beta, float* C, int ldc);
+// Its parts, for a caller that multiplies one rounded operand twice (a linear layer's backward):
+// X [rows, cols] (leading dimension ld) rounded to bf16 (bf16.h's to_bf16) into out [rows, cols];
+// grow-only bf16 buffers of the calling thread (slots 0 and 1 are gemm_fixed_split_bf16's own);
+// and the product of bf16 operands as stored, transposes read through strides.
+void round_to_bf16(int rows, int cols, const float* X, int ld, uint16_t* out);
+inline constexpr int kBf16Buffers = 5;
+uint16_t* bf16_buffer(int slot, size_t n);
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+               const uint16_t* B, int ldb, float beta, float* C, int ldc);
 // The CPU multiplies bf16 natively (AVX512_BF16; AMX CPUs have it too). Without it oneDNN would
 // fall back to kernels slower than fp32, so precision = bf16 is refused instead.
 bool bf16_products_supported();

@@ -9,6 +9,7 @@
 // inside our parallel loop, where oneDNN stays on the calling thread. A tile's bits then depend
 // on the matrix shapes only.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -17,8 +18,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
-#include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/isa.h"
 #include "looplm/error.h"
 
 namespace looplm {
@@ -34,38 +35,32 @@ dnnl::engine& cpu_engine() {
   return e;
 }
 
-// op(X)[R, C] (X row-major with leading dimension ld, transposed when trans) as row-major bf16 with
-// C columns, in 32 x 32 blocks so a transposed read stays within a few cache lines per row.
-void to_bf16_rows(bool trans, int R, int C, const float* X, int ld, uint16_t* out) {
-  constexpr int kB = 32;
-  const int rb = (R + kB - 1) / kB, cb = (C + kB - 1) / kB;
-#pragma omp parallel for schedule(static) if ((int64_t)R * C > (1 << 16))
-  for (int t = 0; t < rb * cb; ++t) {
-    const int r0 = (t / cb) * kB, c0 = (t % cb) * kB;
-    const int r1 = std::min(R, r0 + kB), c1 = std::min(C, c0 + kB);
-    if (trans) {
-      for (int c = c0; c < c1; ++c)
-        for (int r = r0; r < r1; ++r) out[(int64_t)r * C + c] = to_bf16(X[(int64_t)c * ld + r]);
-    } else {
-      for (int r = r0; r < r1; ++r)
-        for (int c = c0; c < c1; ++c) out[(int64_t)r * C + c] = to_bf16(X[(int64_t)r * ld + c]);
-    }
+// n floats rounded to bf16 (bf16.h's to_bf16, written without a branch so it vectorises).
+LOOPLM_ISA_CLONES void round_span(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+    out[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   }
 }
 
+// A tile's product: C[m, n] (= or +=) alpha op(A)[m, k] op(B)[k, n] with A and B bf16 as stored
+// (row-major, leading dimensions lda and ldb; a transposed operand is read through its strides,
+// which oneDNN's bf16 kernels take at nearly the plain speed) and C fp32 (leading dimension ldc).
 struct TileKey {
-  int m, n, k, ldc;
+  int m, n, k;
+  bool ta, tb;
+  int64_t lda, ldb, ldc;
   float alpha;
   bool accumulate;
-  int64_t lda, ldb;
-  auto tie() const { return std::tie(m, n, k, ldc, alpha, accumulate, lda, ldb); }
+  auto tie() const { return std::tie(m, n, k, ta, tb, lda, ldb, ldc, alpha, accumulate); }
   bool operator<(const TileKey& o) const { return tie() < o.tie(); }
 };
 
-// One single-threaded matmul per tile shape: C[m, n] (= or +=) alpha A[m, k] B[k, n], A and B bf16
-// row-major (leading dimensions lda, ldb), C fp32 with leading dimension ldc.
 struct TilePrimitive {
   dnnl::matmul matmul;
+  dnnl::memory::desc a, b, c;
   size_t scratch_bytes;  // the scratchpad it asks for (user-managed: one per running thread)
 };
 
@@ -76,9 +71,10 @@ class TilePrimitives {
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc a({key.m, key.k}, dt::bf16, dnnl::memory::dims{key.lda, 1});
-    const dnnl::memory::desc b({key.k, key.n}, dt::bf16, dnnl::memory::dims{key.ldb, 1});
-    const dnnl::memory::desc c({key.m, key.n}, dt::f32, dnnl::memory::dims{key.ldc, 1});
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::desc a({key.m, key.k}, dt::bf16, key.ta ? dims{1, key.lda} : dims{key.lda, 1});
+    const dnnl::memory::desc b({key.k, key.n}, dt::bf16, key.tb ? dims{1, key.ldb} : dims{key.ldb, 1});
+    const dnnl::memory::desc c({key.m, key.n}, dt::f32, dims{key.ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -91,7 +87,8 @@ class TilePrimitives {
     omp_set_num_threads(1);  // plan the primitive for the one thread that will run it
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
     omp_set_num_threads(threads);
-    return cache_.emplace(key, TilePrimitive{dnnl::matmul(pd), pd.scratchpad_desc().get_size()}).first->second;
+    TilePrimitive p{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc().get_size()};
+    return cache_.emplace(key, std::move(p)).first->second;
   }
 
  private:
@@ -102,13 +99,6 @@ class TilePrimitives {
 TilePrimitives& tile_primitives() {
   static TilePrimitives p;
   return p;
-}
-
-// Grow-only bf16 copies of the operands, per calling thread (training calls from one thread; each
-// product overwrites them).
-std::vector<uint16_t>& operand_buffer(int which) {
-  thread_local std::vector<uint16_t> buf[2];
-  return buf[which];
 }
 
 }  // namespace
@@ -123,45 +113,63 @@ bool bf16_products_supported() {
 #endif
 }
 
-void gemm_fixed_split_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                           const float* B, int ldb, float beta, float* C, int ldc) {
-  LOOPLM_ASSERT(beta == 0.0f || beta == 1.0f, "gemm_fixed_split_bf16: beta must be 0 or 1");
+void round_to_bf16(int rows, int cols, const float* X, int ld, uint16_t* out) {
+#pragma omp parallel for schedule(static) if ((int64_t)rows * cols > (1 << 16))
+  for (int r = 0; r < rows; ++r) round_span(X + (int64_t)r * ld, cols, out + (int64_t)r * cols);
+}
+
+uint16_t* bf16_buffer(int slot, size_t n) {
+  thread_local std::vector<uint16_t> buf[kBf16Buffers];
+  LOOPLM_ASSERT(slot >= 0 && slot < kBf16Buffers, "bf16_buffer: no such slot");
+  if (buf[slot].size() < n) buf[slot].resize(n);
+  return buf[slot].data();
+}
+
+void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+               int ldb, float beta, float* C, int ldc) {
+  LOOPLM_ASSERT(beta == 0.0f || beta == 1.0f, "gemm_bf16: beta must be 0 or 1");
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (beta == 0.0f)
       for (int i = 0; i < M; ++i) std::fill(C + (int64_t)i * ldc, C + (int64_t)i * ldc + N, 0.0f);
     return;
   }
-  std::vector<uint16_t>& a = operand_buffer(0);
-  std::vector<uint16_t>& b = operand_buffer(1);
-  if (a.size() < (size_t)M * K) a.resize((size_t)M * K);
-  if (b.size() < (size_t)K * N) b.resize((size_t)K * N);
-  to_bf16_rows(ta, M, K, A, lda, a.data());  // op(A) [M, K]
-  to_bf16_rows(tb, K, N, B, ldb, b.data());  // op(B) [K, N]
-
   const int tm = (M + kTileRows - 1) / kTileRows, tn = (N + kTileCols - 1) / kTileCols;
   // Every primitive this product needs exists before the parallel loop (at most four tile shapes).
   std::vector<const TilePrimitive*> prim((size_t)tm * tn);
   for (int t = 0; t < tm * tn; ++t) {
     const int i0 = (t / tn) * kTileRows, j0 = (t % tn) * kTileCols;
-    const TileKey key{std::min(kTileRows, M - i0), std::min(kTileCols, N - j0), K, ldc, alpha, beta == 1.0f, K, N};
+    const TileKey key{std::min(kTileRows, M - i0), std::min(kTileCols, N - j0), K, ta, tb, lda, ldb, ldc, alpha,
+                      beta == 1.0f};
     prim[t] = &tile_primitives().get(key);
   }
-  using dt = dnnl::memory::data_type;
 #pragma omp parallel for schedule(dynamic, 1)  // always a parallel region: oneDNN inside stays single-threaded
   for (int t = 0; t < tm * tn; ++t) {
     const int i0 = (t / tn) * kTileRows, j0 = (t % tn) * kTileCols;
-    const int m = std::min(kTileRows, M - i0), n = std::min(kTileCols, N - j0);
+    const TilePrimitive& p = *prim[t];
     dnnl::engine& e = cpu_engine();
-    const dnnl::memory am({{m, K}, dt::bf16, dnnl::memory::dims{K, 1}}, e, a.data() + (int64_t)i0 * K);
-    const dnnl::memory bm({{K, n}, dt::bf16, dnnl::memory::dims{N, 1}}, e, b.data() + j0);
-    const dnnl::memory cm({{m, n}, dt::f32, dnnl::memory::dims{ldc, 1}}, e, C + (int64_t)i0 * ldc + j0);
+    // op(A) rows i0.. and op(B) columns j0..
+    const dnnl::memory am(p.a, e, const_cast<uint16_t*>(ta ? A + i0 : A + (int64_t)i0 * lda));
+    const dnnl::memory bm(p.b, e, const_cast<uint16_t*>(tb ? B + (int64_t)j0 * ldb : B + j0));
+    const dnnl::memory cm(p.c, e, C + (int64_t)i0 * ldc + j0);
     thread_local std::vector<uint8_t> scratch;
-    if (scratch.size() < prim[t]->scratch_bytes) scratch.resize(prim[t]->scratch_bytes);
-    const dnnl::memory sm({{(dnnl::memory::dim)prim[t]->scratch_bytes}, dt::u8, dnnl::memory::dims{1}}, e, scratch.data());
+    if (scratch.size() < p.scratch_bytes) scratch.resize(p.scratch_bytes);
+    const dnnl::memory sm({{(dnnl::memory::dim)p.scratch_bytes}, dnnl::memory::data_type::u8, dnnl::memory::dims{1}}, e,
+                          scratch.data());
     dnnl::stream s(e);
-    prim[t]->matmul.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+    p.matmul.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
   }
+}
+
+void gemm_fixed_split_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                           const float* B, int ldb, float beta, float* C, int ldc) {
+  // Each operand rounded as stored ([M, K] or, transposed, [K, M]), packed to its own width.
+  const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  uint16_t* a = bf16_buffer(0, (size_t)a_rows * a_cols);
+  uint16_t* b = bf16_buffer(1, (size_t)b_rows * b_cols);
+  round_to_bf16(a_rows, a_cols, A, lda, a);
+  round_to_bf16(b_rows, b_cols, B, ldb, b);
+  gemm_bf16(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
 }
 
 }  // namespace looplm
