@@ -115,7 +115,7 @@ void print_contended(const Run& run, const std::map<std::string, Stat>& busy, do
 
 // The results: a markdown table (or --json, --csv) with training's fraction of the GEMM rate and
 // each format's fraction of the read rate.
-void print_results(const Run& run, double peak, double read_gbps, bool as_json, bool as_csv) {
+void print_results(const Run& run, double peak, const std::string& precision, double read_gbps, bool as_json, bool as_csv) {
   const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive] = run;
   const std::vector<std::string>& formats = bench.formats();
   // Decoding one token reads every weight matrix it multiplies: its bytes in a format over the
@@ -133,6 +133,7 @@ void print_results(const Run& run, double peak, double read_gbps, bool as_json, 
                         {"threads", omp_get_max_threads()},
                         {"threads_mode", thread_mode},
                         {"repetitions", reps},
+                        {"precision", precision},
                         {"params", n_params},
                         {"train_gflops", train_gflops},
                         {"gemm_peak_gflops", peak},
@@ -162,10 +163,10 @@ void print_results(const Run& run, double peak, double read_gbps, bool as_json, 
       std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; generation only\n\n", name.c_str(), n_params / 1e6,
                   thread_mode.c_str(), reps, kv_cache.c_str());
     else
-      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the fp32 "
+      std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the %s "
                   "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
                   name.c_str(), n_params / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
-                  100 * train_gflops / peak, peak, train_rss);
+                  100 * train_gflops / peak, precision.c_str(), peak, train_rss);
     std::printf("| test | tokens/s |\n|---|---|\n");
     for (const BenchMetric& mt : metrics)
       if (idle.count(mt.key))
@@ -283,7 +284,7 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
 
-  print_results(run, decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7),
+  print_results(run, decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7, c.precision), c.precision,
                 gen_tokens > 0 ? measure_read_gbps() : 0, as_json, as_csv);
   return 0;
 }

@@ -514,7 +514,9 @@ class MfuMeter {
     double gflops = 0;
     bool remeasured = false;
   };
-  double measure() const { return measure_gemm_gflops(std::min(c_.batch_size * c_.context, 1024), c_.d_model, c_.ff_dim(), 5); }
+  double measure() const {
+    return measure_gemm_gflops(std::min(c_.batch_size * c_.context, 1024), c_.d_model, c_.ff_dim(), 5, c_.precision);
+  }
   const Config& c_;
   std::map<int, Rate> rate_;  // by pool size
 };

@@ -39,16 +39,22 @@ void gemm_fixed_split(bool ta, bool tb, int M, int N, int K, float alpha, const 
   }
 }
 
-double measure_gemm_gflops(int M, int d, int f, int reps) {
+double measure_gemm_gflops(int M, int d, int f, int reps, const std::string& precision) {
+  const bool bf16 = precision == "bf16";
+  LOOPLM_ASSERT(bf16 || precision == "fp32", "measure_gemm_gflops: precision is fp32 or bf16");
+  auto product = [bf16](int m, int n, int k, const float* a, const float* b, float* c) {
+    if (bf16) gemm_fixed_split_bf16(false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+    else gemm(false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+  };
   const int shapes[][3] = {{M, 3 * d, d}, {M, f, d}, {M, d, f}};
   double best = 0;
   for (auto& s : shapes) {
     std::vector<float> A((size_t)s[0] * s[2], 0.5f), Bm((size_t)s[1] * s[2], 0.25f), C((size_t)s[0] * s[1]);
-    gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);  // warm-up
+    product(s[0], s[1], s[2], A.data(), Bm.data(), C.data());  // warm-up
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      gemm(false, true, s[0], s[1], s[2], 1.0f, A.data(), s[2], Bm.data(), s[2], 0.0f, C.data(), s[1]);
+      product(s[0], s[1], s[2], A.data(), Bm.data(), C.data());
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(t.begin(), t.end());
