@@ -3,7 +3,8 @@
 # process's run bit for bit (checkpoint bytes, metrics' losses) for grad_accum 2, 4 (butterfly) and
 # 6 (blocks of 3: the gathered tree), also over TCP; a repeated run is identical; a checkpoint of 2
 # ranks resumes bit-exactly with 1 or 2; a rank killed with SIGKILL ends the job non-zero within
-# 30 s and the run resumes; ranks with different data are refused; grad_accum 3 on 2 ranks exits 2.
+# 30 s and the run resumes; Ctrl-C checkpoints the step all ranks stopped at; ranks with different
+# data are refused; grad_accum 3 on 2 ranks exits 2.
 # Skipped (exit 77) without mpirun or when looplm was built without MPI.
 # Usage: tests/mpi_train.sh LOOPLM_BINARY LOOPLM_HAVE_MPI(ON|OFF)
 set -euo pipefail
@@ -85,6 +86,21 @@ step=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])'
 "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --steps 100000 --set grad_accum=2 --set eval_every=2 -t 1 --resume \
   --stop-after $((step + 2)) --out "$work/killed" || fail "the run did not resume after the kill"
 say "ok: rank 1 killed: the job ended with $rc after ${dt}s; resumed from step $step"
+
+# Ctrl-C on mpirun: every rank stops after the same step, rank 0 writes its checkpoint.
+"${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --steps 100000 --set grad_accum=2 --set eval_every=100000 -t 1 \
+  --out "$work/stopped" >"$work/stopped.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do [ -f "$work/stopped/metrics.jsonl" ] && [ "$(wc -l <"$work/stopped/metrics.jsonl")" -ge 5 ] && break; sleep 0.1; done
+kill -INT "$job"
+rc=0
+wait "$job" || rc=$?
+[ "$rc" -ne 0 ] || fail "mpirun interrupted exited 0"
+step=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$work/stopped/checkpoint.json") ||
+  { cat "$work/stopped.log" >&3; fail "no checkpoint after Ctrl-C"; }
+last=$(python3 -c 'import json,sys; print(max(json.loads(l)["step"] for l in open(sys.argv[1])))' "$work/stopped/metrics.jsonl")
+[ "$step" = "$last" ] || fail "Ctrl-C: the checkpoint is at step $step, the metrics end at $last"
+say "ok: Ctrl-C on mpirun: checkpoint at step $step, mpirun exited $rc"
 
 # Bad input: ranks reading other data; a grad_accum that 2 ranks cannot share.
 rc=0

@@ -8,7 +8,7 @@
 #include "cli_common.h"
 #include "signals.h"
 #include "looplm/looplm.h"
-#include "train/distributed.h"
+#include "looplm/distributed.h"
 
 namespace looplm::cli {
 
@@ -116,7 +116,7 @@ int cmd_train(int argc, char** argv) {
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
   // Under mpirun every rank runs this command; rank 0 alone owns DIR and prints (docs/training.md).
   start_distributed();
-  const bool lead = world().rank() == 0;
+  const bool lead = rank_in_job() == 0;
   if (!lead) quiet = true;
   std::optional<RunLock> lock;
   if (lead) lock.emplace(out);  // before the run's config is read: another trainer may be writing it

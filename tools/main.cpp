@@ -10,7 +10,7 @@
 #include "looplm/error.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
-#include "train/distributed.h"
+#include "looplm/distributed.h"
 
 namespace {
 
@@ -47,8 +47,6 @@ std::string usage() {
 
 // The command's exit code; errors printed here.
 int run_command(const std::string& cmd, int argc, char** argv) {
-  // Under mpirun an error every rank found together is printed by rank 0 alone.
-  auto printed = [] { return !looplm::error_was_agreed() || looplm::world().rank() == 0; };
   try {
     std::vector<std::string> names;
     for (const Command& c : kCommands) {
@@ -62,15 +60,20 @@ int run_command(const std::string& cmd, int argc, char** argv) {
   } catch (const looplm::Error& e) {
     // Messages name values short (brief); this cap is the last guard against one that does not.
     const std::string what = e.what();
-    if (printed())
+    // Under mpirun an error every rank found together is printed by rank 0 alone; an error of one
+    // rank alone ends the job (looplm::end_distributed).
+    looplm::note_error_here();
+    if (!looplm::error_was_agreed() || looplm::rank_in_job() == 0)
       std::fprintf(stderr, "looplm %s: error: %s%s\n", looplm::brief(cmd, 40).c_str(), what.substr(0, 4000).c_str(),
                    what.size() > 4000 ? "..." : "");
     return e.exit_code();
   } catch (const std::bad_alloc&) {
+    looplm::note_error_here();
     std::fprintf(stderr, "looplm %s: error: out of memory (looplm may use %s here: the memory available, or LOOPLM_MEMORY_LIMIT)\n",
                  looplm::brief(cmd, 40).c_str(), looplm::format_bytes((double)looplm::memory_budget()).c_str());
     return 1;
   } catch (const std::exception& e) {
+    looplm::note_error_here();
     std::fprintf(stderr, "looplm %s: error: %s\n", looplm::brief(cmd, 40).c_str(),
                  looplm::brief(looplm::plain_message(e), 4000).c_str());
     return 1;

@@ -29,7 +29,7 @@ std::unique_ptr<Communicator>& installed() {
   return c;
 }
 
-bool agreed_error = false;
+bool agreed_error = false, failed_here = false;
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
@@ -67,6 +67,7 @@ size_t fold_nodes(const std::vector<std::pair<int64_t, int64_t>>& nodes, Combine
 }  // namespace
 
 Communicator& world() { return *installed(); }
+int rank_in_job() { return world().rank(); }
 Communicator& world_of_one() {
   static SingleProcess one;
   return one;
@@ -74,6 +75,10 @@ Communicator& world_of_one() {
 void set_world(std::unique_ptr<Communicator> c) { installed() = std::move(c); }
 void note_agreed_error() { agreed_error = true; }
 bool error_was_agreed() { return agreed_error; }
+void note_error_here() {
+  if (!agreed_error) failed_here = true;
+}
+bool failed_alone() { return failed_here; }
 
 bool any_rank(Communicator& comm, bool flag) {
   if (comm.size() == 1) return flag;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "looplm/distributed.h"
+
 namespace looplm {
 
 class Communicator {
@@ -32,12 +34,6 @@ Communicator& world();
 void set_world(std::unique_ptr<Communicator> c);
 // One rank of one, whatever world() is (e.g. a benchmark's steps inside a job).
 Communicator& world_of_one();
-
-// An error every rank found at the same point (ranks that disagree on the config, a grad_accum
-// N does not divide): every rank throws it, rank 0 alone prints it, and the job ends with its exit
-// code without MPI_Abort. Any other error on one rank aborts the job (tools/main.cpp).
-void note_agreed_error();
-bool error_was_agreed();
 
 // True on every rank when `flag` is true on any (a stop request seen by one rank ends the step on all).
 bool any_rank(Communicator& comm, bool flag);
@@ -119,16 +115,3 @@ std::vector<std::pair<int64_t, int64_t>> block_nodes(int64_t first, int64_t coun
 
 }  // namespace looplm
 
-namespace looplm {
-
-// For the `looplm` binary (src/train/distributed_mpi.cpp, which only it links): when a launcher
-// started this process (mpirun: OMPI_COMM_WORLD_SIZE; PMIx or PMI: PMIX_RANK, PMI_RANK), MPI_Init
-// and world() becomes the job's ranks; a plain `looplm train` never starts MPI. A binary built
-// without MPI under a launcher of several ranks: UsageError (each rank would train alone).
-void start_distributed();
-// The process's exit code after MPI: MPI_Finalize when it ends cleanly or with an error every
-// rank found (error_was_agreed); MPI_Abort for an error on this rank alone (the others may wait on
-// it forever), which ends the whole job with `code`.
-int end_distributed(int code);
-
-}  // namespace looplm

@@ -88,7 +88,7 @@ int end_distributed(int code) {
 #if LOOPLM_HAVE_MPI
   if (!started) return code;
   started = false;
-  if (code != 0 && !error_was_agreed() && world().size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (failed_alone() && world().size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();
 #endif
   return code;
