@@ -4,7 +4,7 @@
 # 6 (blocks of 3: the gathered tree), also over TCP; a repeated run is identical; a checkpoint of 2
 # ranks resumes bit-exactly with 1 or 2; a rank killed with SIGKILL ends the job non-zero within
 # 30 s and the run resumes; Ctrl-C checkpoints the step all ranks stopped at; ranks with different
-# data are refused; grad_accum 3 on 2 ranks exits 2.
+# data or configs are refused; grad_accum 3 on 2 ranks exits 2.
 # Skipped (exit 77) without mpirun or when looplm was built without MPI.
 # Usage: tests/mpi_train.sh LOOPLM_BINARY LOOPLM_HAVE_MPI(ON|OFF)
 set -euo pipefail
@@ -110,6 +110,12 @@ OTHER="$work/other.txt" TEXT="$work/text.txt" "${MPI[@]}" -x OTHER -x TEXT -np 2
 [ "$rc" -eq 1 ] || { cat "$work/mismatch.log" >&3; fail "ranks with different data: exit $rc, not 1"; }
 grep -q "disagree on the data" "$work/mismatch.log" || { cat "$work/mismatch.log" >&3; fail "no message naming the data"; }
 say "ok: ranks with different data refused: $(grep -m1 -o 'the ranks disagree.*' "$work/mismatch.log" | cut -c1-150)"
+rc=0
+"${MPI[@]}" -np 2 sh -c 'exec "$0" train --preset looped --set d_model=32 --set n_heads=2 --set context=32 --set grad_accum=2 --set lr=0.00$((OMPI_COMM_WORLD_RANK + 1)) --quiet --steps 2 --data "$1" -t 1 --out "$2"' \
+  "$BIN" "$work/text.txt" "$work/config_mismatch" >"$work/config_mismatch.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || { cat "$work/config_mismatch.log" >&3; fail "ranks with different configs: exit $rc, not 1"; }
+grep -q "rank 1 differs in lr" "$work/config_mismatch.log" || { cat "$work/config_mismatch.log" >&3; fail "no message naming lr"; }
+say "ok: ranks with different configs refused, naming the key"
 rc=0
 "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --steps 2 --set grad_accum=3 -t 1 --out "$work/ga3" >"$work/ga3.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { cat "$work/ga3.log" >&3; fail "grad_accum 3 on 2 ranks: exit $rc, not 2"; }
