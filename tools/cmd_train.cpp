@@ -2,11 +2,13 @@
 // early-exit table (loss at every depth, on a bounded part of the validation data) and a sample.
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "cli.h"
 #include "cli_common.h"
 #include "signals.h"
 #include "looplm/looplm.h"
+#include "looplm/distributed.h"
 
 namespace looplm::cli {
 
@@ -40,6 +42,10 @@ int cmd_train(int argc, char** argv) {
                                   "AdamW starts afresh")
                        ->type_name("FILE");
   app.add_flag("--quiet", quiet, "no progress lines");
+  double bucket_mb = 4;
+  app.add_option("--allreduce-bucket-mb", bucket_mb,
+                 "under mpirun: the gradient is summed across ranks in pieces of this many MiB (docs/training.md)")
+      ->check(CLI::Range(0.0625, 1024.0));
   app.add_option("--sample-len", sample_len, "tokens of the sample printed at the end (0: none)")->check(at_least(0));
   app.add_option("--prompt", prompt, "prompt of the final sample (default: the start of the validation text)");
   ThreadsArg threads;
@@ -108,7 +114,12 @@ int cmd_train(int argc, char** argv) {
     return 0;
   }
   if (out.empty()) throw UsageError("train: --out DIR is required (see 'looplm train --help')");
-  RunLock lock(out);  // before the run's config is read: another trainer may be writing it
+  // Under mpirun every rank runs this command; rank 0 alone owns DIR and prints (docs/training.md).
+  start_distributed();
+  const bool lead = rank_in_job() == 0;
+  if (!lead) quiet = true;
+  std::optional<RunLock> lock;
+  if (lead) lock.emplace(out);  // before the run's config is read: another trainer may be writing it
   Config c = with_data(resolve());
   if (steps >= 0) c.steps = steps;
   if (!quiet) std::fprintf(stderr, "config:\n%s", c.summary().c_str());
@@ -119,6 +130,7 @@ int cmd_train(int argc, char** argv) {
   o.init_from = init_from;
   o.stop_after = stop_after;
   o.quiet = quiet;
+  o.allreduce_bucket_bytes = (size_t)(bucket_mb * 1048576.0);
   TrainResult r;
   {
     GracefulStop graceful;  // while training, Ctrl-C finishes the step, checkpoints, exits 130
@@ -126,7 +138,7 @@ int cmd_train(int argc, char** argv) {
     r = train(c, o);
   }
   if (r.interrupted) return 130;         // 128 + SIGINT, as if killed, but with a checkpoint
-  if (!r.complete) return 0;             // --stop-after: no report yet
+  if (!r.complete || !lead) return 0;    // --stop-after: no report yet; the report is rank 0's
 
   // The report: loss at every exit on (a bounded part of) the validation data, computed by train()
   // from the data it holds, and a sample. Ctrl-C here ends the process at once: the run is saved.

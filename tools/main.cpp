@@ -10,6 +10,7 @@
 #include "looplm/error.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
+#include "looplm/distributed.h"
 
 namespace {
 
@@ -44,6 +45,41 @@ std::string usage() {
   return u;
 }
 
+// The command's exit code; errors printed here.
+int run_command(const std::string& cmd, int argc, char** argv) {
+  try {
+    std::vector<std::string> names;
+    for (const Command& c : kCommands) {
+      if (cmd == c.name) return c.run(argc - 1, argv + 1);
+      names.push_back(c.name);
+    }
+    const std::string best = looplm::did_you_mean(cmd, names);
+    std::fprintf(stderr, "looplm: unknown command '%s'%s\n%s", looplm::brief(cmd).c_str(),
+                 best.empty() ? "" : (" (did you mean '" + best + "'?)").c_str(), usage().c_str());
+    return 2;
+  } catch (const looplm::Error& e) {
+    // Messages name values short (brief); this cap is the last guard against one that does not.
+    const std::string what = e.what();
+    // Under mpirun an error every rank found together is printed by rank 0 alone; an error of one
+    // rank alone ends the job (looplm::end_distributed).
+    looplm::note_error_here();
+    if (!looplm::error_was_agreed() || looplm::rank_in_job() == 0)
+      std::fprintf(stderr, "looplm %s: error: %s%s\n", looplm::brief(cmd, 40).c_str(), what.substr(0, 4000).c_str(),
+                   what.size() > 4000 ? "..." : "");
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    looplm::note_error_here();
+    std::fprintf(stderr, "looplm %s: error: out of memory (looplm may use %s here: the memory available, or LOOPLM_MEMORY_LIMIT)\n",
+                 looplm::brief(cmd, 40).c_str(), looplm::format_bytes((double)looplm::memory_budget()).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    looplm::note_error_here();
+    std::fprintf(stderr, "looplm %s: error: %s\n", looplm::brief(cmd, 40).c_str(),
+                 looplm::brief(looplm::plain_message(e), 4000).c_str());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,29 +94,6 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  try {
-    std::vector<std::string> names;
-    for (const Command& c : kCommands) {
-      if (cmd == c.name) return c.run(argc - 1, argv + 1);
-      names.push_back(c.name);
-    }
-    const std::string best = looplm::did_you_mean(cmd, names);
-    std::fprintf(stderr, "looplm: unknown command '%s'%s\n%s", looplm::brief(cmd).c_str(),
-                 best.empty() ? "" : (" (did you mean '" + best + "'?)").c_str(), usage().c_str());
-    return 2;
-  } catch (const looplm::Error& e) {
-    // Messages name values short (brief); this cap is the last guard against one that does not.
-    const std::string what = e.what();
-    std::fprintf(stderr, "looplm %s: error: %s%s\n", looplm::brief(cmd, 40).c_str(), what.substr(0, 4000).c_str(),
-                 what.size() > 4000 ? "..." : "");
-    return e.exit_code();
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "looplm %s: error: out of memory (looplm may use %s here: the memory available, or LOOPLM_MEMORY_LIMIT)\n",
-                 looplm::brief(cmd, 40).c_str(), looplm::format_bytes((double)looplm::memory_budget()).c_str());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "looplm %s: error: %s\n", looplm::brief(cmd, 40).c_str(),
-                 looplm::brief(looplm::plain_message(e), 4000).c_str());
-    return 1;
-  }
+  // Under mpirun an error on one rank alone ends the whole job (end_distributed).
+  return looplm::end_distributed(run_command(cmd, argc, argv));
 }

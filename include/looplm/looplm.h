@@ -92,6 +92,9 @@ struct TrainOptions {
   // training thread. Returning false ends the run as `stop` does: a checkpoint at this step (with a
   // validation), TrainResult::interrupted set, resume continues it.
   std::function<bool(const TrainStep&)> on_step;
+  // Under mpirun (docs/training.md, "Data parallel (MPI)"): the gradient travels between ranks in
+  // pieces of this many bytes (the memory each exchange needs beside the gradients).
+  size_t allreduce_bucket_bytes = 4u << 20;
 };
 struct TrainResult {
   std::vector<double> losses;  // training loss per step run in this call

@@ -7,6 +7,7 @@
 
 #include "model/model.h"
 #include "ops/graph.h"
+#include "train/distributed.h"
 #include "train/optimizer.h"
 
 namespace looplm {
@@ -16,18 +17,23 @@ struct StepOutcome {
   double grad_norm = 0;  // before clipping
   bool taken = false;    // false: the loss or the norm was not finite and the weights were left as they were
   size_t activation_bytes_peak = 0, grad_bytes_peak = 0;
+  double sum_s = 0;  // seconds in GradientSum::finish: the exchange between ranks, if any
 };
 
-// Gradients of the mean cross-entropy over c.grad_accum micro-batches (`next_batch` fills x and y,
-// B x T each; `ro.micro` is set per micro-batch, which keys its random terms), clipped to
-// c.grad_clip, then AdamW at `lr`. The layers' products run in c.precision. Divergence is caught before the optimizer step, so the weights
-// (and every checkpoint) stay the last finite ones; the caller reports it.
 // precision = bf16 needs a CPU that multiplies bf16 natively (AVX512_BF16): throws UsageError
 // naming the feature where it has none. train() and Bench call it before they start.
 void require_precision_supported(const Config& c);
 
+// Gradients of the mean cross-entropy over c.grad_accum micro-batches (`next_batch` fills x and y,
+// B x T each; `ro.micro` is set per micro-batch, which keys its random terms), clipped to
+// c.grad_clip, then AdamW at `lr`; the layers' products run in c.precision. Divergence is caught
+// before the optimizer step, so the weights (and every checkpoint) stay the last finite ones; the
+// caller reports it.
+// Each micro-batch's gradient is computed alone and summed in GradientSum's pairwise order; `sum`
+// (kept across steps, so its buffers are reused) takes this rank's block of the micro-batches and
+// sums over the ranks; without one, one process computes them all.
 StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOptions ro, double lr,
                        const std::function<void(int32_t* x, int32_t* y)>& next_batch, std::vector<int32_t>& x,
-                       std::vector<int32_t>& y);
+                       std::vector<int32_t>& y, GradientSum* sum = nullptr);
 
 }  // namespace looplm

@@ -34,6 +34,7 @@
 #include "looplm/util.h"
 #include "train/checkpoint.h"
 #include "train/depth_sampler.h"
+#include "train/distributed.h"
 #include "train/train_step.h"
 
 namespace looplm {
@@ -399,6 +400,7 @@ struct TrainData {
   std::vector<int32_t> val_tokens;
   Examples val_examples;
   std::string val_origin;
+  DataFingerprint fingerprint;  // what ranks compare (agree_on_data)
 
   TrainData(const Config& c, const Tokenizer& tok) : examples(c.data_mode == "examples") {
     val_origin = validation_name(c.data_train, c.data_val, c.val_split);  // data_val empty: the last val_split of data_train
@@ -409,10 +411,13 @@ struct TrainData {
         throw Error(c.data_train + ": " + std::to_string(train_examples.size() + val_examples.size()) +
                     " examples are too few to hold out val_split " + std::to_string(c.val_split) +
                     " for validation; give more, or a validation file (--set data_val=FILE)");
+      fingerprint = {train_examples.size(), val_examples.size(), looplm::fingerprint(train_examples.tokens),
+                     looplm::fingerprint(val_examples.tokens)};
       batches = std::make_unique<ExampleStream>(std::move(train_examples), c.context, c.batch_size, c.seed);
     } else {
       TrainValTokens d = load_train_val(c.data_train, c.data_val, c.val_split, tok);
       eval_windows(d.val, c.context, val_origin);  // fail early on too little validation data
+      fingerprint = {(int64_t)d.train.size(), (int64_t)d.val.size(), looplm::fingerprint(d.train), looplm::fingerprint(d.val)};
       batches = std::make_unique<TokenStream>(std::move(d.train), c.context, c.batch_size, c.seed, c.data_train);
       val_tokens = std::move(d.val);
     }
@@ -421,6 +426,66 @@ struct TrainData {
   EvalResult evaluate(Model& m, const Config& c) const {
     const int64_t n = (int64_t)c.eval_batches * c.batch_size;
     return examples ? evaluate_examples(m, val_examples, c.R, c.batch_size, n) : evaluate_tokens(m, val_tokens, c.R, c.batch_size, n);
+  }
+  // The validation of the run (metrics, the best checkpoint): the same batches, each evaluated
+  // alone and their sums added in batch order, so that ranks sharing the batches give one
+  // process's numbers exactly (docs/training.md, "Data parallel (MPI)"). Loss and accuracy at
+  // every depth; the deciles and diagnostics are evaluate()'s.
+  EvalResult validate(Model& m, const Config& c, Communicator& comm) const {
+    const int B = c.batch_size, T = c.context, R = c.R;
+    const int64_t total = examples ? val_examples.size() : eval_windows(val_tokens, T);
+    const int64_t items = std::min<int64_t>(total, (int64_t)c.eval_batches * B), nb = (items + B - 1) / B;
+    const size_t W = 2 + 2 * (size_t)R;  // per batch: tokens, accuracy's denominator, R loss sums, R correct counts
+    std::vector<double> mine((size_t)nb * W, 0.0), all(mine.size() * (size_t)comm.size());
+    const int64_t b0 = nb * comm.rank() / comm.size(), b1 = nb * (comm.rank() + 1) / comm.size();
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b * B, hi = std::min(lo + B, items);
+      EvalResult e;
+      if (examples) {
+        Examples part;
+        part.offset.push_back(0);
+        for (int64_t i = lo; i < hi; ++i) {
+          part.tokens.insert(part.tokens.end(), val_examples.tokens.begin() + val_examples.offset[i],
+                             val_examples.tokens.begin() + val_examples.offset[i + 1]);
+          part.offset.push_back((int64_t)part.tokens.size());
+          part.prompt_len.push_back(val_examples.prompt_len[i]);
+        }
+        e = evaluate_examples(m, part, R, B);
+      } else {
+        const std::vector<int32_t> part(val_tokens.begin() + lo * T, val_tokens.begin() + hi * T + 1);
+        e = evaluate_tokens(m, part, R, B);
+      }
+      double* row = mine.data() + (size_t)b * W;
+      row[0] = (double)e.tokens;
+      row[1] = examples ? (double)(hi - lo) : (double)e.tokens;
+      for (int r = 0; r < R; ++r) {
+        row[2 + r] = e.loss_by_depth[r] * (double)e.tokens;
+        row[2 + R + r] = std::round(e.accuracy_by_depth[r] * row[1]);
+      }
+    }
+    comm.allgather(mine.data(), mine.size() * sizeof(double), all.data());
+    EvalResult res;
+    double acc_over = 0;
+    std::vector<double> loss(R, 0.0), correct(R, 0.0);
+    for (int64_t b = 0; b < nb; ++b) {
+      int q = 0;  // the rank whose share [nb q / N, nb (q+1) / N) holds batch b
+      while (b >= nb * (q + 1) / comm.size()) ++q;
+      const double* row = all.data() + (size_t)q * mine.size() + (size_t)b * W;
+      res.tokens += (int64_t)row[0];
+      acc_over += row[1];
+      for (int r = 0; r < R; ++r) {
+        loss[r] += row[2 + r];
+        correct[r] += row[2 + R + r];
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      res.loss_by_depth.push_back(loss[r] / (double)res.tokens);
+      res.accuracy_by_depth.push_back(correct[r] / acc_over);
+    }
+    res.loss = res.loss_by_depth.back();
+    res.accuracy = res.accuracy_by_depth.back();
+    (examples ? res.examples : res.windows) = items;
+    return res;
   }
 };
 
@@ -449,7 +514,7 @@ std::unique_ptr<Model> build_model(const Config& c, std::unique_ptr<Model> init,
 // before the first step (steps without gradients keep only the loop state, so only the steps that
 // keep gradients cost memory). Weights and optimizer state are untouched. Returns the activation
 // peak; Error with the figures when it does not fit.
-size_t plan_memory(Model& m, const Config& c, Graph& g, std::vector<int32_t>& x, std::vector<int32_t>& y, const Log& log) {
+size_t plan_memory(Model& m, const Config& c, int ranks, Graph& g, std::vector<int32_t>& x, std::vector<int32_t>& y, const Log& log) {
   const int B = c.batch_size, T = c.context;
   const int dmax = max_depth(c), kept = c.bptt > 0 ? std::min(c.bptt, dmax) : dmax;
   try {
@@ -477,7 +542,13 @@ size_t plan_memory(Model& m, const Config& c, Graph& g, std::vector<int32_t>& x,
                 "activation gradients %.1f MiB (batch %d x %d tokens, depth up to %d, %d loop step%s keeping gradients)",
                 P / MiB, P / MiB, 2 * P / MiB, g.activation_bytes_peak() / MiB, g.grad_bytes_peak() / MiB, B, T, dmax, kept,
                 kept == 1 ? "" : "s");
-  if (log) log(line);
+  std::string plan = line;
+  if (const int sums = GradientSum::buffers_for(c.grad_accum / ranks); sums > 0) {
+    std::snprintf(line, sizeof line, ", gradient partial sums %.1f MiB (%d micro-batches summed pairwise)", sums * P / MiB,
+                  c.grad_accum / ranks);
+    plan += line;
+  }
+  if (log) log(plan);
   return g.activation_bytes_peak();
 }
 
@@ -525,6 +596,7 @@ class MfuMeter {
 // on_step.
 struct StepReport : TrainStep {
   double eta_s = 0, mfu = 0;  // for the console and metrics.jsonl (on_step sees the TrainStep)
+  double allreduce_s = -1;    // under mpirun: seconds summing the gradients across ranks
 };
 
 // metrics.jsonl: one JSON object per training step and per validation (docs/cli.md).
@@ -536,11 +608,11 @@ class MetricsFile {
     out_.open(path, std::ios::app);
   }
   void train(const StepReport& r) {
-    out_ << nlohmann::json({{"step", r.step}, {"split", "train"}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                            {"depth", r.depth}, {"tokens_per_s", r.tokens_per_s}, {"tokens_seen", r.tokens_seen},
-                            {"elapsed_s", r.elapsed_s}, {"mfu", r.mfu}})
-                .dump()
-         << "\n";
+    nlohmann::json j({{"step", r.step}, {"split", "train"}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                      {"depth", r.depth}, {"tokens_per_s", r.tokens_per_s}, {"tokens_seen", r.tokens_seen},
+                      {"elapsed_s", r.elapsed_s}, {"mfu", r.mfu}});
+    if (r.allreduce_s >= 0) j["allreduce_s"] = r.allreduce_s;
+    out_ << j.dump() << "\n";
   }
   void val(int64_t step, const EvalResult& e) {
     out_ << nlohmann::json({{"step", step}, {"split", "val"}, {"val_loss", e.loss}, {"val_loss_by_depth", e.loss_by_depth},
@@ -604,17 +676,40 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (opt.resume && opt.overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
   if (opt.resume && !opt.init_from.empty())
     throw UsageError("train: --resume continues DIR's own weights; --init-from starts a new run from other weights; give one");
-  const Log log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-  const Log info = opt.quiet ? Log{} : log;
+  // Data parallel under mpirun (docs/training.md, "Data parallel (MPI)"): every rank runs this
+  // function; rank 0 ("lead") alone owns the run directory and prints, the others follow it.
+  Communicator& comm = world();
+  const bool lead = comm.rank() == 0;
+  const Log log = !lead ? Log([](const std::string&) {})
+                        : opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  const Log info = opt.quiet || !lead ? Log{} : log;
   // Data paths absolute, so the run evaluates (and resumes) from any directory; a resumed run's
   // saved paths the same way, so a relative path given again still matches.
   const Config config_abs = with_absolute_data_paths(config_in);
+  agree_on_config(comm, config_abs.to_json_text());
   Config c = config_abs;
-  RunDirectory run(opt, config_abs, c, log);  // from here on this process alone writes in out_dir
-  std::unique_ptr<Model> init = starting_weights(run, opt, config_abs, c, log);
-  if (!run.found) {
+  std::optional<RunDirectory> run_dir;  // from here on this process alone writes in out_dir
+  if (lead) run_dir.emplace(opt, config_abs, c, log);
+  std::optional<FoundCheckpoint> found = lead ? run_dir->found : std::nullopt;
+  std::unique_ptr<Model> init = lead ? starting_weights(*run_dir, opt, config_abs, c, log) : nullptr;
+  if (lead && !found) {
     complete_tokenizer(c);
     c.validate();
+  }
+  if (comm.size() > 1) {  // rank 0's config (a resumed run's own, its tokenizer completed); each rank's data paths
+    std::string text = c.to_json_text();
+    broadcast_string(comm, text);
+    if (!lead) {
+      c = Config::from_json_text(text, "rank 0's config");
+      c.data_train = config_abs.data_train;
+      c.data_val = config_abs.data_val;
+    }
+    if (c.grad_accum % comm.size() != 0) {
+      note_agreed_error();
+      throw UsageError("grad_accum " + std::to_string(c.grad_accum) + " cannot be shared by " + std::to_string(comm.size()) +
+                       " ranks: the global batch is grad_accum micro-batches of batch_size, each rank taking an equal "
+                       "block of them, so the number of ranks must divide grad_accum");
+    }
   }
   const Tokenizer tok = Tokenizer::from_config(c);
   if (tok.vocab_size() > c.vocab_size)
@@ -622,6 +717,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                      std::to_string(tok.vocab_size()));
   require_precision_supported(c);
   TrainData data(c, tok);
+  agree_on_data(comm, data.fingerprint, c.data_train, data.val_origin);
   if (info) info("validation: " + data.val_origin);
   BatchSource& stream = *data.batches;
   std::unique_ptr<Model> model = build_model(c, std::move(init), opt.init_from);
@@ -630,23 +726,32 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   TrainState st;
   TrainResult res;
   int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
-  if (run.found) {
+  const std::string& dir = opt.out_dir;
+  if (found) {
     try {
-      load_train_state(run.found->state_path, m, c, run.found->step, adam, st);
+      load_train_state(found->state_path, m, c, found->step, adam, st);
     } catch (const Error& e) {
-      throw Error(resume_refused(run.dir, e.what()));
+      throw Error(resume_refused(dir, e.what()));
     }
-    tidy_run_directory(run.dir, *run.found, st.best_step == st.step);
-    stream.set_cursor(st.data_cursor);
-    last_checkpoint = st.step;
-    log(st.step >= c.steps ? run.dir + " is complete: step " + std::to_string(st.step) + " of " + std::to_string(c.steps) +
+    tidy_run_directory(dir, *found, st.best_step == st.step);
+    log(st.step >= c.steps ? dir + " is complete: step " + std::to_string(st.step) + " of " + std::to_string(c.steps) +
                                  " (a larger --steps extends it)"
-                           : "resumed " + run.dir + " at step " + std::to_string(st.step));
+                           : "resumed " + dir + " at step " + std::to_string(st.step));
   }
-  MetricsFile metrics(run.metrics_path(), run.found.has_value(), st.step);
-  {
+  if (comm.size() > 1) {  // rank 0's weights and training state: every rank starts from the same
+    broadcast_floats(comm, m.params().values());
+    broadcast_floats(comm, adam.m);
+    broadcast_floats(comm, adam.v);
+    comm.broadcast(&adam.t, sizeof adam.t);
+    comm.broadcast(&st, sizeof st);
+  }
+  stream.set_cursor(st.data_cursor);
+  last_checkpoint = found || st.step > 0 ? st.step : -1;
+  std::optional<MetricsFile> metrics;
+  if (lead) {
+    metrics.emplace(dir + "/metrics.jsonl", found.has_value(), st.step);
     std::string cfg = c.to_json_text(2) + "\n";
-    io::write_file_atomic(run.dir + "/config.json", cfg.data(), cfg.size());
+    io::write_file_atomic(dir + "/config.json", cfg.data(), cfg.size());
   }
   const int B = c.batch_size, T = c.context;
   if (info) {
@@ -658,9 +763,10 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   }
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   Graph g;
-  res.activation_bytes_peak = plan_memory(m, c, g, x, y, info);
+  res.activation_bytes_peak = plan_memory(m, c, comm.size(), g, x, y, info);
   adapt_threads();
   MfuMeter mfu(c);
+  GradientSum gradient_sum(comm, c.grad_accum, opt.allreduce_bucket_bytes);
   if (info) {
     char line[256];
     std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes (%d thread%s)",
@@ -673,23 +779,22 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   // last keep_checkpoints weights stay in DIR/checkpoints, the best by validation loss as
   // model.best.safetensors (hard links to the files written: no copies).
   auto checkpoint = [&](double val_loss) {
+    last_checkpoint = st.step;
+    if (!lead) return;  // every rank holds the same weights; rank 0 writes them
     if (!all_finite(m.params().values()))
       throw Error("training diverged before step " + std::to_string(st.step) + ": a weight is not finite; the checkpoint in " +
-                  run.dir + " was not overwritten");
+                  dir + " was not overwritten");
     const bool best = std::isfinite(val_loss) && (st.best_val_loss < 0 || val_loss < st.best_val_loss);
     if (best) {
       st.best_val_loss = val_loss;
       st.best_step = st.step;
     }
     st.data_cursor = stream.cursor();
-    write_checkpoint(run.dir, m, adam, st, best, c.keep_checkpoints);
-    last_checkpoint = st.step;
+    write_checkpoint(dir, m, adam, st, best, c.keep_checkpoints);
   };
-  int64_t report_step = -1;  // the step res.report was computed at
   auto validate_and_checkpoint = [&] {
-    res.report = data.evaluate(m, c);
-    report_step = st.step;
-    metrics.val(st.step, res.report);
+    res.report = data.validate(m, c, comm);
+    if (metrics) metrics->val(st.step, res.report);
     if (info) info(val_line(st.step, res.report, data.examples, c.R));
     res.val_loss = res.report.loss;
     checkpoint(res.val_loss);
@@ -712,8 +817,16 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     ro.depth = r.depth;
     ro.grad_steps = c.bptt > 0 ? c.bptt : -1;
     ro.step = (uint64_t)step;
-    const StepOutcome o = train_step(m, adam, g, c, ro, r.lr, [&](int32_t* bx, int32_t* by) { stream.next_batch(bx, by); }, x, y);
-    if (!o.taken) diverged(step, o, r.lr, c, last_checkpoint, run.dir);
+    // This rank's block of the step's micro-batches; the cursor counts the whole global batch.
+    const uint64_t cursor = stream.cursor();
+    stream.set_cursor(cursor + (uint64_t)gradient_sum.first_micro());
+    const StepOutcome o = train_step(m, adam, g, c, ro, r.lr, [&](int32_t* bx, int32_t* by) { stream.next_batch(bx, by); }, x, y,
+                                     &gradient_sum);
+    stream.set_cursor(cursor + (uint64_t)c.grad_accum);
+    if (!o.taken) {
+      if (comm.size() > 1) note_agreed_error();  // every rank summed the same loss and norm
+      diverged(step, o, r.lr, c, last_checkpoint, dir);
+    }
     st.step = step + 1;
     st.tokens_seen += (double)B * T * c.grad_accum;
     ++steps_this_run;
@@ -723,22 +836,24 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     r.last = last;
     r.loss = o.loss;
     r.grad_norm = o.grad_norm;
+    if (comm.size() > 1) r.allreduce_s = o.sum_s;
     r.tokens_per_s = (double)B * T * c.grad_accum / std::chrono::duration<double>(now - t0).count();
     r.tokens_seen = st.tokens_seen;
     r.elapsed_s = std::chrono::duration<double>(now - t_start).count();
     r.eta_s = r.elapsed_s / steps_this_run * (last - st.step);
-    r.mfu = mfu.mfu(m, r.depth, r.tokens_per_s);
-    metrics.train(r);
+    if (lead) r.mfu = mfu.mfu(m, r.depth, r.tokens_per_s);
+    if (metrics) metrics->train(r);
     if (info && (st.step % c.log_every == 0 || st.step == last)) info(step_line(r, c.steps));
 
-    bool interrupted = opt.stop && opt.stop->load();
+    bool interrupted = any_rank(comm, opt.stop && opt.stop->load());
     bool validated = false;
     if (st.step % c.eval_every == 0 || st.step == last || interrupted) {
       validate_and_checkpoint();
       validated = true;
     }
     if (opt.on_step) {
-      if (!opt.on_step(train_step_of(r, validated ? &res.report : nullptr)) && !interrupted && st.step < last) {
+      const bool go_on = !any_rank(comm, lead && !opt.on_step(train_step_of(r, validated ? &res.report : nullptr)));
+      if (!go_on && !interrupted && st.step < last) {
         interrupted = true;
         if (!validated) validate_and_checkpoint();
       }
@@ -753,8 +868,8 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   res.steps_done = st.step;
   if (st.step >= c.steps) {
     // The end-of-run report, from the validation data already in memory (never read again: it may
-    // be a pipe, or gone).
-    if (report_step != st.step) res.report = data.evaluate(m, c);
+    // be a pipe, or gone): every metric of evaluate(), by rank 0 alone.
+    if (lead) res.report = data.evaluate(m, c);
     for (int64_t i = 0; data.examples && i < std::min<int64_t>(3, data.val_examples.size()); ++i) {
       const auto* t = data.val_examples.tokens.data() + data.val_examples.offset[i];
       const int64_t pl = data.val_examples.prompt_len[i];
