@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel training under mpirun (docs/training.md, "Data parallel (MPI)"): 2 ranks give one
 # process's run bit for bit (checkpoint bytes, metrics' losses) for grad_accum 2, 4 (butterfly) and
-# 6 (blocks of 3: the gathered tree), also over TCP; a repeated run is identical; a checkpoint of 2
+# 6 (blocks of 3: the gathered tree), and in bf16 where the CPU has it, also over TCP; a repeated run is identical; a checkpoint of 2
 # ranks resumes bit-exactly with 1 or 2; a rank killed with SIGKILL ends the job non-zero within
 # 30 s and the run resumes; Ctrl-C checkpoints the step all ranks stopped at; ranks with different
 # data or configs are refused; grad_accum 3 on 2 ranks exits 2.
@@ -53,6 +53,12 @@ for ga in 2 4 6; do
   "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --steps 6 --set grad_accum=$ga -t 1 --out "$work/two_$ga"
   same_run "$work/one_$ga" "$work/two_$ga" "grad_accum $ga: 2 ranks = 1 process"
 done
+# bf16 products (docs/numerics.md) are as thread- and rank-independent as fp32's, where the CPU has them.
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+  "$BIN" train "${COMMON[@]}" --steps 6 --set grad_accum=2 --set precision=bf16 -t 2 --out "$work/one_bf16"
+  "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --steps 6 --set grad_accum=2 --set precision=bf16 -t 1 --out "$work/two_bf16"
+  same_run "$work/one_bf16" "$work/two_bf16" "precision bf16: 2 ranks = 1 process"
+fi
 "${MPI[@]}" --mca btl self,tcp -np 2 "$BIN" train "${COMMON[@]}" --steps 6 --set grad_accum=4 -t 1 --out "$work/tcp"
 same_run "$work/two_4" "$work/tcp" "2 ranks over TCP, a repeated run"
 
