@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "ops/kernels.h"
 #include "ops/ops.h"
 #include "train/train_step.h"
 
@@ -458,4 +459,27 @@ TEST(Bf16, TrainingPrecisionNeedsTheCpuFeature) {
   c.precision = "fp32";
   EXPECT_NO_THROW(require_precision_supported(c));
   EXPECT_THROW(c.set("precision", "fp16"), UsageError);
+}
+
+// A linear layer's bf16 backward rounds dy once for both products: dx (= or +=) and dW (+=) are
+// bit for bit the two bf16 products of its operands.
+TEST(Bf16, LinearBackwardIsTheTwoBf16Products) {
+  if (!bf16_products_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16 (Bf16.TrainingPrecisionNeedsTheCpuFeature)";
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int N = 300, in = 70, out = 200;
+  std::vector<float> x((size_t)N * in), W((size_t)out * in), dy((size_t)N * out), dx0((size_t)N * in), dW0((size_t)out * in);
+  for (auto* v : {&x, &W, &dy, &dx0, &dW0})
+    for (float& f : *v) f = nd(gen);
+  for (bool dx_acc : {false, true}) {
+    std::vector<float> dx = dx0, dW = dW0, dx_ref = dx0, dW_ref = dW0;
+    k::linear_bwd(x.data(), W.data(), dy.data(), dx.data(), dx_acc, dW.data(), (float*)nullptr, N, in, out, true);
+    gemm_fixed_split_bf16(false, false, N, in, out, 1.0f, dy.data(), out, W.data(), in, dx_acc ? 1.0f : 0.0f, dx_ref.data(), in);
+    gemm_fixed_split_bf16(true, false, out, in, N, 1.0f, dy.data(), out, x.data(), in, 1.0f, dW_ref.data(), in);
+    EXPECT_TRUE(dx == dx_ref) << "dx, dx_acc " << dx_acc;
+    EXPECT_TRUE(dW == dW_ref) << "dW, dx_acc " << dx_acc;
+    std::vector<float> dx32 = dx0;
+    k::linear_bwd(x.data(), W.data(), dy.data(), dx32.data(), dx_acc, (float*)nullptr, (float*)nullptr, N, in, out, false);
+    EXPECT_FALSE(dx32 == dx) << "the bf16 backward gave fp32's bits";
+  }
 }

@@ -29,8 +29,6 @@ inline void store(T* dst, T v, bool acc) { *dst = acc ? *dst + v : v; }
 inline float vexp(float x) { return fm::exp(x); }
 inline double vexp(double x) { return std::exp(x); }
 
-// ---------------------------------------------------------------- linear: y = x W^T + b
-// x [N, in], W [out, in], b [out] or null, y [N, out]
 // A layer's matrix product: fp32 (gemm_fixed_split), or with bf16 operands when `bf16` (training
 // with precision = bf16: the Graph's bf16_products; float only, the double reference stays exact).
 template <class T>
@@ -43,6 +41,8 @@ inline void layer_product(bool bf16, bool ta, bool tb, int M, int N, int K, T al
   gemm_fixed_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// ---------------------------------------------------------------- linear: y = x W^T + b
+// x [N, in], W [out, in], b [out] or null, y [N, out]
 template <class T>
 void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out, bool bf16 = false) {
   layer_product(bf16, false, true, N, out, in, T(1), x, in, W, in, T(0), y, out);
@@ -56,6 +56,7 @@ void linear_fwd(const T* x, const T* W, const T* b, T* y, int N, int in, int out
 template <class T>
 void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, T* db, int N, int in, int out,
                 bool bf16 = false) {
+  if constexpr (!std::is_same_v<T, float>) LOOPLM_ASSERT(!bf16, "bf16 products are for float");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16) {  // dy rounded once for both products
       uint16_t* dyb = bf16_buffer(2, (size_t)N * out);
