@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -743,6 +744,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     broadcast_floats(comm, adam.m);
     broadcast_floats(comm, adam.v);
     comm.broadcast(&adam.t, sizeof adam.t);
+    static_assert(std::is_trivially_copyable_v<TrainState>, "TrainState travels between ranks as bytes");
     comm.broadcast(&st, sizeof st);
   }
   stream.set_cursor(st.data_cursor);
