@@ -26,8 +26,9 @@ namespace looplm {
 
 namespace {
 
-// Tiles of 256 rows x 192 columns ran within 5% of one whole-matrix oneDNN call on the training
-// shapes at 1 and 2 threads (bench/README.md, "bf16 training"); 128 x 128 lost up to 15%.
+// Tiles large enough that a single-threaded matmul runs near oneDNN's whole-matrix speed, small
+// enough that a d 384 layer's product still splits into several per thread (the choice and its
+// measurement: bench/README.md, "bf16 training").
 constexpr int kTileRows = 256, kTileCols = 192;
 
 dnnl::engine& cpu_engine() {
