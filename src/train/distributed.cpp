@@ -33,6 +33,13 @@ bool agreed_error = false, failed_here = false;
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// The pairwise tree's rule, as a binary counter builds it: the open node ending just before a new
+// node of `count` micro-batches is its left sibling when it covers as many, starting at a multiple
+// of twice that.
+bool left_sibling(int64_t open_start, int64_t open_count, int64_t count) {
+  return open_count == count && open_start % (2 * count) == 0;
+}
+
 // dst = lower + higher, element by element (dst may be either operand). Which operand is on the left
 // is fixed so every rank's and the single process's additions are the same IEEE operations.
 void add_lower_higher(const float* lower, const float* higher, float* dst, int64_t n) {
@@ -52,7 +59,7 @@ size_t fold_nodes(const std::vector<std::pair<int64_t, int64_t>>& nodes, Combine
   std::vector<Open> st;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Open n{i, nodes[i].first, nodes[i].second};
-    while (!st.empty() && st.back().count == n.count && st.back().start % (2 * n.count) == 0) {
+    while (!st.empty() && left_sibling(st.back().start, st.back().count, n.count)) {
       combine(st.back().slot, n.slot);
       n = {n.slot, st.back().start, 2 * n.count};
       st.pop_back();
@@ -176,7 +183,7 @@ std::vector<std::pair<int64_t, int64_t>> block_nodes(int64_t first, int64_t coun
   std::vector<std::pair<int64_t, int64_t>> st;
   for (int64_t i = first; i < first + count; ++i) {
     std::pair<int64_t, int64_t> n{i, 1};
-    while (!st.empty() && st.back().second == n.second && st.back().first % (2 * n.second) == 0) {
+    while (!st.empty() && left_sibling(st.back().first, st.back().second, n.second)) {
       n = {st.back().first, 2 * n.second};
       st.pop_back();
     }
@@ -225,7 +232,7 @@ void GradientSum::add(double loss) {
   const bool last = added_ + 1 == count_;
   Partial p{first_ + added_, 1, -1, loss};
   ++added_;
-  while (!stack_.empty() && stack_.back().count == p.count && stack_.back().start % (2 * p.count) == 0) {
+  while (!stack_.empty() && left_sibling(stack_.back().start, stack_.back().count, p.count)) {
     const Partial lo = stack_.back();
     stack_.pop_back();
     // The block's last micro-batch keeps its sums in the gradient buffer (where the total ends);
@@ -284,18 +291,20 @@ double GradientSum::butterfly() {
 // everywhere. Ranks hold different numbers of nodes; each sends max_nodes slots (the extra unused).
 double GradientSum::gather_and_fold() {
   const int n_ranks = comm_.size();
-  std::vector<std::pair<int64_t, int64_t>> all;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> nodes_of(n_ranks);
   size_t max_nodes = 0;
-  for (int q = 0; q < n_ranks; ++q) max_nodes = std::max(max_nodes, block_nodes((int64_t)q * count_, count_).size());
-  std::vector<size_t> slot;  // of each node of `all`: its place in the gathered data
   for (int q = 0; q < n_ranks; ++q) {
-    const auto nodes = block_nodes((int64_t)q * count_, count_);
-    for (size_t j = 0; j < nodes.size(); ++j) {
-      all.push_back(nodes[j]);
+    nodes_of[q] = block_nodes((int64_t)q * count_, count_);
+    max_nodes = std::max(max_nodes, nodes_of[q].size());
+  }
+  std::vector<std::pair<int64_t, int64_t>> all;
+  std::vector<size_t> slot;  // of each node of `all`: its place in the gathered data
+  for (int q = 0; q < n_ranks; ++q)
+    for (size_t j = 0; j < nodes_of[q].size(); ++j) {
+      all.push_back(nodes_of[q][j]);
       slot.push_back((size_t)q * max_nodes + j);
     }
-  }
-  LOOPLM_ASSERT(stack_.size() == block_nodes(first_, count_).size(), "gather: this rank's nodes");
+  LOOPLM_ASSERT(stack_.size() == nodes_of[comm_.rank()].size(), "gather: this rank's nodes");
   std::vector<double> my_loss(max_nodes, 0.0), losses((size_t)n_ranks * max_nodes);
   for (size_t j = 0; j < stack_.size(); ++j) my_loss[j] = stack_[j].loss;
   comm_.allgather(my_loss.data(), max_nodes * sizeof(double), losses.data());

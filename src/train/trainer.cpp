@@ -705,13 +705,17 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       c.data_train = config_abs.data_train;
       c.data_val = config_abs.data_val;
     }
-    if (c.grad_accum % comm.size() != 0) {
-      note_agreed_error();
-      throw UsageError("grad_accum " + std::to_string(c.grad_accum) + " cannot be shared by " + std::to_string(comm.size()) +
-                       " ranks: the global batch is grad_accum micro-batches of batch_size, each rank taking an equal "
-                       "block of them, so the number of ranks must divide grad_accum");
-    }
   }
+  // This rank's block of each step's micro-batches. A grad_accum the ranks cannot share stops every
+  // rank here (they all hold rank 0's config): an agreed error, printed once.
+  GradientSum gradient_sum = [&] {
+    try {
+      return GradientSum(comm, c.grad_accum, opt.allreduce_bucket_bytes);
+    } catch (const UsageError&) {
+      if (comm.size() > 1) note_agreed_error();
+      throw;
+    }
+  }();
   const Tokenizer tok = Tokenizer::from_config(c);
   if (tok.vocab_size() > c.vocab_size)
     throw UsageError("vocab_size " + std::to_string(c.vocab_size) + " is smaller than the " + c.tokenizer + " tokenizer's " +
@@ -768,7 +772,6 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   res.activation_bytes_peak = plan_memory(m, c, comm.size(), g, x, y, info);
   adapt_threads();
   MfuMeter mfu(c);
-  GradientSum gradient_sum(comm, c.grad_accum, opt.allreduce_bucket_bytes);
   if (info) {
     char line[256];
     std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes (%d thread%s)",
