@@ -63,8 +63,9 @@ def depth_check(deep_label, deep, shallow_label, shallow):
 
 
 class Experiment:
-    def __init__(self, name, description, default_seeds=3, data="kjv"):
-        ap = argparse.ArgumentParser(description=description)
+    def __init__(self, name, description, default_seeds=3, data="kjv", options=None):
+        """data: "kjv", "listops" or None (the script finds its own); options(ap): the script's own flags."""
+        ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
         ap.add_argument("--quick", action="store_true", help="a ~1 minute end-to-end check (numbers mean nothing)")
         ap.add_argument("--seeds", type=int, default=None, help=f"seeds per arm (default {default_seeds}; --quick: 2)")
         ap.add_argument("--out", default=None, help="results directory (default experiments/results/NAME, --quick: runs/experiments/quick/NAME)")
@@ -73,6 +74,8 @@ class Experiment:
         ap.add_argument("--reverse", action="store_true",
                         help="take the seeds and arms last first: a second process (--threads 1) shares the "
                              "training; each run directory is locked while one trains it")
+        if options:
+            options(ap)
         self.args = ap.parse_args()
         self.name = name
         self.quick = self.args.quick
@@ -89,7 +92,10 @@ class Experiment:
         self.new_training = False
         if not os.access(BIN, os.X_OK):
             sys.exit(f"{name}: {BIN} is missing: build first (cmake -S . -B build && cmake --build build)")
-        self.train_file, self.val_file = self._listops() if data == "listops" else self._data()
+        if data == "listops":
+            self.train_file, self.val_file = self._listops()
+        elif data == "kjv":
+            self.train_file, self.val_file = self._data()
 
     # ------------------------------------------------------------------ data
     def _data(self):
