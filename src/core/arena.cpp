@@ -1,17 +1,29 @@
 #include "core/arena.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
+
+#include <sys/mman.h>
 
 #include "looplm/error.h"
 
 namespace looplm {
 
-static uint8_t* aligned_block(size_t bytes) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+void* alloc_working(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const bool huge = bytes >= kHuge;
+  const size_t align = huge ? kHuge : 64;
+  const size_t size = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, size);
   if (!p) throw std::bad_alloc();
-  return static_cast<uint8_t*>(p);
+  if (huge) madvise(p, size, MADV_HUGEPAGE);  // advice only: ignored where THP is off
+  return p;
 }
+
+void FreeDeleter::operator()(void* p) const { std::free(p); }
+
+static uint8_t* aligned_block(size_t bytes) { return static_cast<uint8_t*>(alloc_working(bytes)); }
 
 Arena::~Arena() {
   for (auto& b : blocks_) std::free(b.base);

@@ -11,6 +11,13 @@
 
 namespace looplm {
 
+// Working memory of `bytes`, uninitialized, freed with std::free. Blocks of 2 MB or more are
+// aligned to 2 MB and marked for transparent huge pages: the first pass over fresh memory then
+// takes one page fault per 2 MB instead of one per 4 KB (faults are expensive in a VM, and a cold
+// prefill touches all of its working memory for the first time: bench/README.md, "Cold prefill").
+void* alloc_working(size_t bytes);
+struct FreeDeleter { void operator()(void* p) const; };
+
 class Arena {
  public:
   Arena() = default;

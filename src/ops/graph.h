@@ -74,10 +74,14 @@ class Graph {
   T* scratch(size_t n) { return values_.alloc_n<T>(n); }
 
   // Working memory shared by ops that run one after another (attention's per-thread score tiles,
-  // norm partial sums). Persistent: grows on the first step, then never reallocates.
+  // norm partial sums, widened weight panels). Persistent: grows on the first step, then never
+  // reallocates. Uninitialized, and not kept when it grows: every op writes what it reads.
   float* shared_scratch(size_t n) {
-    if (shared_scratch_.size() < n) shared_scratch_.resize(n);
-    return shared_scratch_.data();
+    if (shared_scratch_n_ < n) {
+      shared_scratch_.reset(static_cast<float*>(alloc_working(n * sizeof(float))));
+      shared_scratch_n_ = n;
+    }
+    return shared_scratch_.get();
   }
 
   // Record the backward closure of the op that produced `out`. It runs only if a gradient reached
@@ -167,9 +171,10 @@ class Graph {
   Arena values_, closures_;
   GradPool grads_;
   std::vector<Entry> tape_;
-  std::vector<Node*> live_grads_;
+  std::vector<Node*> live_grads_;  // activation grads handed out this step (released at reset)
   bool bf16_products_ = false;
-  std::vector<float> shared_scratch_;  // activation grads handed out this step (released at reset)
+  std::unique_ptr<float, FreeDeleter> shared_scratch_;
+  size_t shared_scratch_n_ = 0;
   bool grad_enabled_ = true;
   Observer observer_;
   bool taps_ = false;

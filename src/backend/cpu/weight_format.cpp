@@ -37,8 +37,10 @@ void bf16_gemv(int rows, int cols, const void* p, const float* x, float* y, bool
 }
 // Many rows (prefill, evaluation): panels of kPanel rows are widened (exact) into a per-thread
 // buffer that stays in L2 and multiplied there by a single-threaded fp32 GEMM; the panels are
-// split between the threads. No fp32 copy of the matrix is ever made.
-constexpr int kPanel = 64;  // rows per panel, a multiple of the layout's 4-row blocks
+// split between the threads. No fp32 copy of the matrix is ever made. kPanel is the fp32 path's
+// tile (gemm_fixed_split), so bf16 weights run the same GEMM shapes as fp32 ones; 64-row or
+// uneven panels measured up to 40% slower in a cold prefill (bench/README.md, "Cold prefill").
+constexpr int kPanel = 128;
 static_assert(kPanel % kBf16Rows == 0);
 
 // Rows [0, n) of a packed matrix with C columns, widened (exact: the inverse of pack_bf16). Row
