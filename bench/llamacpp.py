@@ -70,13 +70,18 @@ def verse(n):
     return (VERSE * (n // len(VERSE) + 1))[:n]
 
 
-def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode"):
-    """looplm's tokens/s of `what`: "decode" (the new tokens after the first) or "prefill" (the prompt)."""
+def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode", extra=(), steps=None):
+    """looplm's tokens/s of `what`: "decode" (the new tokens after the first) or "prefill" (the prompt).
+    extra: more generate options (an exit rule); steps: a list that gets the loop steps per token."""
     cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", prompt, "-n", str(n_new), "--temperature", "0",
-           "--threads", str(threads)]
+           "--threads", str(threads), *extra]
     if weights:
         cmd += ["--weights", weights]
     r = sh(cmd)
+    if steps is not None:
+        sm = re.search(r"([\d.]+) loop steps per token", r.stderr)
+        if sm:
+            steps.append(float(sm.group(1)))
     m = re.search(r"generation: (\d+) tokens in ([\d.]+) ms \(([\d.]+) tokens/s\)", r.stderr)
     pm = re.search(r"prompt: (\d+) tokens in ([\d.]+) ms", r.stderr)
     if r.returncode != 0 or not m or not pm:
@@ -103,19 +108,62 @@ def lcpp_rate(lcpp, gguf, threads, n_new, prompt_len=16, what="decode"):
     return max(json.loads(l)[f"{what}_tok_s"] for l in lines)
 
 
-def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
+def kjv():
+    """The KJV corpus's train / validation files (prepared when missing)."""
+    d = os.path.join(ROOT, "data", "kjv")
+    if not os.path.exists(os.path.join(d, "val.txt")):
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "prepare_kjv.sh")], check=True, capture_output=True)
+    return os.path.join(d, "train.txt"), os.path.join(d, "val.txt")
+
+
+def eval_loss(looplm, run_dir, data, extra=()):
+    r = sh([looplm, "eval", "--checkpoint", run_dir, "--data", data, "--json", "--progress", "off", *extra], timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"looplm eval failed: {r.stderr[-400:]}")
+    return json.loads(r.stdout)
+
+
+def choose_threshold(looplm, run_dir, work, rule, kv_policy, budget, val_bytes=8192):
+    """The largest threshold on a grid whose held-out loss (the first val_bytes of the KJV validation
+    split, scored through the KV cache with the policy, as decoding computes it) is within
+    `budget` (relative) of the full-depth loss; None when even the smallest is not."""
+    val = os.path.join(work, "val_slice.txt")
+    with open(kjv()[1], "rb") as f, open(val, "wb") as g:
+        g.write(f.read(val_bytes))
+    full = eval_loss(looplm, run_dir, val)["loss"]
+    tried = []
+    for t in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001):
+        j = eval_loss(looplm, run_dir, val, ["--exit-rule", rule, "--exit-threshold", str(t), "--kv-policy", kv_policy])
+        tried.append((t, j["loss"], j.get("mean_steps")))
+        if j["loss"] <= full * (1 + budget):
+            return t, full, tried
+    return None, full, tried
+
+
+def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets, exit_cfg=None):
     lcpp = setup_llamacpp()
     if not lcpp:
         return None
     run_dir = os.path.join(work, "llama")
-    cmd = [looplm, "train", "--preset", "llama", "--steps", "0", "--out", run_dir, "--overwrite", "--quiet",
-           "--sample-len", "0"]
+    cmd = [looplm, "train", "--preset", "llama", "--out", run_dir, "--overwrite", "--quiet", "--sample-len", "0"]
+    if exit_cfg:  # an exit rule needs exits that mean something: a trained model, every depth trained
+        train, val = kjv()
+        cmd += ["--steps", str(exit_cfg["train_steps"]), "--set", "depth_sampler=uniform", "--set", "batch_size=8",
+                "--set", f"data_train={train}", "--set", f"data_val={val}", "--set", f"eval_every={exit_cfg['train_steps']}"]
+    else:
+        cmd += ["--steps", "0"]
     for s in sets:
         cmd += ["--set", s]
-    r = sh(cmd)
+    r = sh(cmd, timeout=7200)
     if r.returncode != 0:
         raise RuntimeError(f"looplm train failed: {r.stderr[-400:]}")
     ckpt = os.path.join(run_dir, "model.safetensors")
+    exit_args = None
+    if exit_cfg:
+        t, full, tried = choose_threshold(looplm, run_dir, work, exit_cfg["rule"], exit_cfg["kv_policy"], exit_cfg["budget"])
+        exit_cfg.update(threshold=t, full_loss=full, tried=tried)
+        if t is not None:
+            exit_args = ["--exit-rule", exit_cfg["rule"], "--exit-threshold", str(t), "--kv-policy", exit_cfg["kv_policy"]]
     files = {}
     for ours, theirs in PAIRS:
         gguf = os.path.join(work, f"m.{theirs}.gguf")
@@ -132,6 +180,8 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
         files[ours] = (mine, gguf)
     res = {(t, p): {"looplm": [], "llama.cpp": []} for t in threads_list for p, _ in PAIRS}
     pre = {(t, p): {"looplm": [], "llama.cpp": []} for t in threads_list for p, _ in PAIRS} if prefill_len else None
+    ex = {(t, p): {"looplm": [], "llama.cpp": res[(t, p)]["llama.cpp"]} for t in threads_list for p, _ in PAIRS} if exit_args else None
+    ex_steps = {p: [] for p, _ in PAIRS}
     for rep in range(repeats):
         for t in threads_list:
             for p, _ in PAIRS:
@@ -140,13 +190,15 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets):
                 for who in order:
                     v = looplm_rate(looplm, ck, w, t, n_new) if who == "looplm" else lcpp_rate(lcpp, gguf, t, n_new)
                     res[(t, p)][who].append(v)
+                    if ex is not None and who == "looplm":  # the same weights with the exit rule
+                        ex[(t, p)]["looplm"].append(looplm_rate(looplm, ck, w, t, n_new, extra=exit_args, steps=ex_steps[p]))
                     if pre is not None:  # 2 new tokens: the prefill's output and one decode step; a
                         # cold prefill is one short sample, so each repeat takes the best of 3 processes
                         v = max(looplm_rate(looplm, ck, w, t, 2, verse(prefill_len), "prefill") if who == "looplm"
                                 else lcpp_rate(lcpp, gguf, t, 2, prefill_len, "prefill") for _ in range(3))
                         pre[(t, p)][who].append(v)
     sizes = {p: (os.path.getsize(files[p][0][0]), os.path.getsize(files[p][1])) for p, _ in PAIRS}
-    return res, pre, sizes
+    return res, pre, sizes, ex, ex_steps
 
 
 def table(res, sizes, repeats, title):
@@ -198,18 +250,28 @@ def main(argv=None):
     ap.add_argument("--d-model", type=int, default=384, help="model width (a multiple of 64: heads of 64)")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--loops", type=int, default=1, help="R: the layers looped R times (llama.cpp: arch nanbeige)")
+    ap.add_argument("--exit-rule", choices=("kl", "latent", "entropy"), default=None,
+                    help="also time looplm with this per-token early exit (needs --loops > 1): the model is then "
+                         "trained on the KJV corpus first (--train-steps) and the threshold chosen on held-out text")
+    ap.add_argument("--exit-budget", type=float, default=0.01,
+                    help="the held-out loss the exit may cost, relative to full depth (default 0.01: 1%%)")
+    ap.add_argument("--kv-policy", default="last", help="the exit's KV policy (default last; per_step saves no steps)")
+    ap.add_argument("--train-steps", type=int, default=300, help="training steps of the model timed with --exit-rule")
     a = ap.parse_args(argv)
     if a.d_model <= 0 or a.d_model % 64 or a.layers <= 0 or a.loops <= 0:
         ap.error("--d-model must be a positive multiple of 64, --layers and --loops positive")
+    if a.exit_rule and a.loops < 2:
+        ap.error("--exit-rule needs a looped model (--loops 2 or more)")
+    exit_cfg = dict(rule=a.exit_rule, budget=a.exit_budget, kv_policy=a.kv_policy, train_steps=a.train_steps) if a.exit_rule else None
     if not os.path.exists(a.looplm):
         print(f"(llama.cpp comparison skipped: no looplm binary at {a.looplm})")
         return 0
     with tempfile.TemporaryDirectory(prefix="looplm_lcpp_") as work:
         got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, a.prefill_len, work,
-                  model_sets(a.d_model, a.layers, a.loops))
+                  model_sets(a.d_model, a.layers, a.loops), exit_cfg)
     if got is None:
         return 0
-    res, pre, sizes = got
+    res, pre, sizes, ex, ex_steps = got
     print(table(res, sizes, a.repeats,
                 f"Batch-1 decoding, {a.layers} x d{a.d_model} Llama-style{f' looped {a.loops} times (llama.cpp: nanbeige)' if a.loops > 1 else ''}, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
                 f"medians of {a.repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):"))
@@ -218,6 +280,21 @@ def main(argv=None):
         print(table(pre, sizes, a.repeats,
                     f"Prefill of a {a.prefill_len}-token prompt, cold (a fresh looplm process; llama.cpp without its "
                     f"warm-up pass; the best of 3 processes); medians of {a.repeats} (prompt tokens/s; ratio looplm / llama.cpp):"))
+    if exit_cfg:
+        print()
+        tried = "; ".join(f"{t:g}: {l:.4f} ({s:.2f} steps)" for t, l, s in exit_cfg["tried"])
+        if ex is None:
+            print(f"Early exit: no threshold kept the held-out loss within {100 * a.exit_budget:g}% of full depth "
+                  f"({exit_cfg['full_loss']:.4f}; tried {tried}): not timed.")
+        else:
+            steps = ", ".join(f"{p} {statistics.median(v):.2f}" for p, v in ex_steps.items() if v)
+            print(table(ex, sizes, a.repeats,
+                        f"The same weights with per-token early exit in looplm (--exit-rule {a.exit_rule} --exit-threshold "
+                        f"{exit_cfg['threshold']:g} --kv-policy {a.kv_policy}; llama.cpp runs every loop); model trained "
+                        f"{a.train_steps} steps on the KJV; held-out loss at fp32 {exit_cfg['tried'][-1][1]:.4f} against "
+                        f"{exit_cfg['full_loss']:.4f} at full depth ({100 * (exit_cfg['tried'][-1][1] / exit_cfg['full_loss'] - 1):+.2f}%, "
+                        f"budget {100 * a.exit_budget:g}%; thresholds tried: {tried}); loop steps per new token (of {a.loops}): "
+                        f"{steps}; medians of {a.repeats} (decode tokens/s; ratio looplm with exit / llama.cpp):"))
     return 0
 
 
