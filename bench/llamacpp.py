@@ -3,6 +3,7 @@
 
     python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
                               [--prefill-len 128] [--d-model 384 --layers 6] [--loops 1]
+                              [--exit-rule kl [--exit-budget 0.01] [--kv-policy last] [--train-steps 300]]
 
 The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
 shape of bench/llamacpp/README.md; --d-model / --layers change it, heads of 64), written by
@@ -19,6 +20,11 @@ Repeats under 1/4 of the engine's best at the same setting are left out and coun
 A second table times the prefill of a --prefill-len byte prompt (0: skipped), cold in both engines:
 a fresh looplm process, and llama.cpp without its warm-up pass, as a user's first prompt runs (the
 best of 3 processes per repeat). Decode takes llama.cpp's better of two reps in one process.
+--exit-rule (a looped model only) adds a third table: looplm with per-token early exit on the same
+weights against llama.cpp's full-depth decode. The model is then trained first (--train-steps on
+the KJV, every depth trained: depth_sampler uniform), and the threshold is the largest of a grid
+whose held-out loss, scored through the KV cache with --kv-policy as decoding computes it, stays
+within --exit-budget of full depth's (at fp32, on the first 8 KB of the validation split).
 When npm or the prebuilt package is not reachable the comparison is skipped with a note (exit 0).
 """
 

@@ -337,7 +337,8 @@ TEST(Bf16, ModelDecodeEqualsRoundedWeights) {
 TEST(WeightFormat, KernelsMatchReference) {
   for (const WeightFormat* f : weight_formats()) {
     if (f->name[0] == 'q') continue;  // the quantized formats: tests/test_quant.cpp
-    for (auto [R, C] : {std::pair{1, 1}, {3, 31}, {4, 32}, {7, 33}, {13, 100}, {67, 384}}) {
+    // 300 rows: bf16's many-row path widens panels of 128 rows (two whole panels and a partial one)
+    for (auto [R, C] : {std::pair{1, 1}, {3, 31}, {4, 32}, {7, 33}, {13, 100}, {67, 384}, {300, 70}}) {
       std::vector<float> w((size_t)R * C);
       Rng rng(R * 1000 + C);
       for (auto& v : w) v = (float)rng.normal();
@@ -351,7 +352,7 @@ TEST(WeightFormat, KernelsMatchReference) {
       f->unpack(p, R, C, back.data());
       for (size_t i = 0; i < w.size(); ++i)
         ASSERT_NEAR(back[i], w[i], std::string(f->name) == "fp32" ? 0.0 : std::fabs(w[i]) * 0x1p-8) << f->name;
-      for (int N : {1, 2, 5}) {
+      for (int N : {1, 2, 5, kFewRows + 24}) {  // more than kFewRows: the prefill path
         std::vector<float> x((size_t)N * C), y((size_t)N * R, 9.0f), scratch(f->gemm_scratch(R, C));
         for (auto& v : x) v = (float)rng.normal();
         auto check = [&](const char* what) {
