@@ -149,7 +149,10 @@ def cpu_name():
 
 
 # ---------------------------------------------------------------- the runs, in parts
-if not bf16_supported():
+if not bf16_supported() and ex.quick:
+    ex.log("no AVX512_BF16 here: the quick check trains in fp32")
+    TRAIN["precision"] = "fp32"
+elif not bf16_supported():
     sys.exit("scale: this CPU has no AVX512_BF16 (precision=bf16 is refused): every run of this comparison is "
              "trained in bf16, so its parts must run on a CPU that has it")
 done = {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/prepare_corpus.sh end to end in its --small mode (docs/data.md, "A larger corpus"): the
 # files and the manifest's hashes, a rerun that does nothing, and two training steps of
-# configs/corpus/looped.json (shrunk) on the shards. Skipped (exit 77) when Debian's package
+# configs/corpus/looped.json (shrunk) on the shards, and experiments/scale.py --quick on them. Skipped (exit 77) when Debian's package
 # registry is unreachable. Usage: tests/corpus_small.sh LOOPLM_BINARY
 set -euo pipefail
 BIN="$1"
@@ -41,4 +41,14 @@ scripts/prepare_corpus.sh --small --out "$out" --bin "$BIN" --vocab-size 1024 | 
   --set tokenizer_file="$out/tokenizer.json" --set data_train="$out/train.bin" --set data_val="$out/val.bin" \
   --out "$work/run" 2>&1 | tail -2
 [ -s "$work/run/model.safetensors" ] || { echo "FAIL: no checkpoint"; exit 1; }
+# experiments/scale.py end to end on this corpus (--quick: tiny models, a few steps; one process, as
+# mpi_train covers the ranks), then again: every run is reused from its summary, nothing retrained.
+LOOPLM_BIN="$BIN" python3 experiments/scale.py --quick --corpus "$out" --ranks 1 --runs "$work/scale_runs" \
+  --out "$work/scale" | tail -1
+[ "$(ls "$work/scale/runs" | wc -l)" = 10 ] || { echo "FAIL: scale.py wrote $(ls "$work/scale/runs" | wc -l) run summaries, not 10"; exit 1; }
+grep -q "^Depth check: dense 6" "$work/scale/results.md" || { echo "FAIL: no depth check in scale.py's results.md"; exit 1; }
+rm -rf "$work/scale_runs"
+LOOPLM_BIN="$BIN" python3 experiments/scale.py --quick --corpus "$out" --ranks 1 --runs "$work/scale_runs" \
+  --out "$work/scale" > "$work/scale2.log"
+! grep -q "trained" "$work/scale2.log" || { echo "FAIL: scale.py trained again runs it had finished"; exit 1; }
 echo "PASS"
