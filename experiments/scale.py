@@ -111,12 +111,13 @@ def train(arm, seed):
     mpi, threads = launcher(A.ranks)
     cmd = mpi + [BIN, "train", "--config", BASE, "--out", d, "--quiet", "--sample-len", "0", "--threads", str(threads)]
     cmd += set_args(sets_of(arm, seed))
-    if os.path.exists(os.path.join(d, "model.safetensors")):
-        cmd.append("--resume")
-    elif os.path.exists(d):
-        shutil.rmtree(d)  # a run that never wrote a checkpoint
     t = time.time()
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    with ex._lock(d):  # a second copy of the script waits for this run, then finds its summary
+        if os.path.exists(os.path.join(d, "model.safetensors")):
+            cmd.append("--resume")
+        elif os.path.exists(d):
+            shutil.rmtree(d)  # a run that never wrote a checkpoint
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"scale: training {arm} seed {seed} failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     ex.log(f"trained {arm} seed {seed} ({time.time() - t:.0f}s)")
@@ -167,6 +168,9 @@ for arm, seed in order:
         if A.max_runs and new >= A.max_runs:
             continue
         s = train(arm, seed)
+        if os.path.exists(path):  # another copy of the script finished it meanwhile
+            done[(arm, seed)] = json.load(open(path))
+            continue
         with open(path + ".tmp", "w") as f:
             json.dump(s, f, indent=1)
         os.replace(path + ".tmp", path)
