@@ -167,19 +167,27 @@ class Experiment:
         args = ["train", "--preset", preset, "--out", d, "--quiet", "--sample-len", "0", "--threads", self.args.threads]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
+        self.run_training(d, [BIN, *map(str, args)], f"{arm} seed {seed}")
+        return d
+
+    def run_training(self, d, cmd, label):
+        """Run `cmd`, a `looplm train` command (perhaps behind a launcher such as mpirun) writing run
+        directory d, under d's lock: resumed when d holds a checkpoint (a finished run is reused, an
+        interrupted one continued), started afresh otherwise."""
         metrics = os.path.join(d, "metrics.jsonl")
         with self._lock(d):
             before = os.path.getsize(metrics) if os.path.exists(metrics) else -1
             if os.path.exists(os.path.join(d, "model.safetensors")):
-                args.append("--resume")  # finished: reused; interrupted: continued
+                cmd = cmd + ["--resume"]
             elif os.path.exists(d):
                 shutil.rmtree(d)  # a run that never wrote a checkpoint
             t = time.time()
-            self.looplm(*args)
+            p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit(f"{self.name}: command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
             if not os.path.exists(metrics) or os.path.getsize(metrics) != before:
                 self.new_training = True  # this call trained steps (not only reused a finished run)
-        self.log(f"trained {arm} seed {seed} ({time.time() - t:.0f}s)")
-        return d
+        self.log(f"trained {label} ({time.time() - t:.0f}s)")
 
     class _lock:
         """d.lock, made exclusively, holding our pid: a second process of the same script (--reverse)

@@ -112,18 +112,8 @@ def train(arm, seed):
     mpi, threads = launcher(A.ranks)
     cmd = mpi + [BIN, "train", "--config", BASE, "--out", d, "--quiet", "--sample-len", "0", "--threads", str(threads)]
     cmd += set_args(sets_of(arm, seed))
-    t = time.time()
-    with ex._lock(d):  # a second copy of the script waits for this run, then finds its summary
-        if os.path.exists(os.path.join(d, "model.safetensors")):
-            cmd.append("--resume")
-        elif os.path.exists(d):
-            shutil.rmtree(d)  # a run that never wrote a checkpoint
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"scale: training {arm} seed {seed} failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    ex.log(f"trained {arm} seed {seed} ({time.time() - t:.0f}s)")
-    ev = json.loads(ex.looplm("eval", "--checkpoint", d, "--data", DATA["data_val"], "--depth", R if arm in LOOPED else 1,
-                              "--json", "--progress", "off", "--threads", 2))
+    ex.run_training(d, cmd, f"{arm} seed {seed}")  # a second copy of the script waits for it, then finds its summary
+    ev = ex.evaluate(d, R if arm in LOOPED else 1, data=DATA["data_val"])
     rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
     steps_rows = [r for r in rows if r.get("split") == "train"]
     curve = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
@@ -151,12 +141,12 @@ def cpu_name():
 
 
 # ---------------------------------------------------------------- the runs, in parts
-if not bf16_supported() and ex.quick:
+if not bf16_supported():
+    if not ex.quick:
+        sys.exit("scale: this CPU has no AVX512_BF16 (precision=bf16 is refused): every run of this comparison is "
+                 "trained in bf16, so its parts must run on a CPU that has it")
     ex.log("no AVX512_BF16 here: the quick check trains in fp32")
     TRAIN["precision"] = "fp32"
-elif not bf16_supported():
-    sys.exit("scale: this CPU has no AVX512_BF16 (precision=bf16 is refused): every run of this comparison is "
-             "trained in bf16, so its parts must run on a CPU that has it")
 done = {}
 new = 0
 DEPTH_CHECK = ("dense6", "dense2")
@@ -169,7 +159,7 @@ for arm, seed in order:
         if A.tables_only or (A.max_runs and new >= A.max_runs):
             continue
         s = train(arm, seed)
-        if os.path.exists(path):  # another copy of the script finished it meanwhile
+        if os.path.exists(path):  # another copy of the script finished it while this one waited
             done[(arm, seed)] = json.load(open(path))
             continue
         with open(path + ".tmp", "w") as f:

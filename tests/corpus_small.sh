@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/prepare_corpus.sh end to end in its --small mode (docs/data.md, "A larger corpus"): the
-# files and the manifest's hashes, a rerun that does nothing, and two training steps of
-# configs/corpus/looped.json (shrunk) on the shards, and experiments/scale.py --quick on them. Skipped (exit 77) when Debian's package
-# registry is unreachable. Usage: tests/corpus_small.sh LOOPLM_BINARY
+# files and the manifest's hashes, a rerun that does nothing, two training steps of
+# configs/corpus/looped.json (shrunk) on the shards, and experiments/scale.py --quick on them.
+# Skipped (exit 77) when Debian's package registry is unreachable. Usage: tests/corpus_small.sh LOOPLM_BINARY
 set -euo pipefail
 BIN="$1"
 work=$(mktemp -d)

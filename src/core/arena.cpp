@@ -23,8 +23,6 @@ void* alloc_working(size_t bytes) {
 
 void FreeDeleter::operator()(void* p) const { std::free(p); }
 
-static uint8_t* aligned_block(size_t bytes) { return static_cast<uint8_t*>(alloc_working(bytes)); }
-
 Arena::~Arena() {
   for (auto& b : blocks_) std::free(b.base);
 }
@@ -43,7 +41,7 @@ void* Arena::alloc(size_t bytes, size_t align) {
   }
   size_t size = bytes + align;
   if (size < (size_t(16) << 20)) size = size_t(16) << 20;
-  blocks_.push_back({aligned_block(size), size, 0});
+  blocks_.push_back({static_cast<uint8_t*>(alloc_working(size)), size, 0});
   cur_ = blocks_.size() - 1;
   return alloc(bytes, align);
 }
@@ -62,7 +60,7 @@ void Arena::reset() {
     size_t total = 0;
     for (auto& b : blocks_) { total += b.size; std::free(b.base); }
     blocks_.clear();
-    blocks_.push_back({aligned_block(total), total, 0});
+    blocks_.push_back({static_cast<uint8_t*>(alloc_working(total)), total, 0});
   }
   for (auto& b : blocks_) b.used = 0;
   cur_ = 0;
@@ -88,7 +86,7 @@ float* GradPool::acquire(size_t n) {
     it->second.pop_back();
     return p;
   }
-  float* p = reinterpret_cast<float*>(aligned_block(n * sizeof(float)));
+  float* p = static_cast<float*>(alloc_working(n * sizeof(float)));
   owned_.push_back(p);
   reserved_ += n * sizeof(float);
   return p;
