@@ -18,6 +18,12 @@ int coda_slots(const DecoderOptions& o) {
 }
 }  // namespace
 
+int Decoder::thread_cap(int rows, double token_flops) const {
+  const WeightFormat* f = m_.params().packed_format();
+  if (!f) f = find_weight_format("fp32");
+  return rows * token_flops < f->serial_decode_flops ? 1 : 0;
+}
+
 Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptions& o)
     : m_(m),
       o_(o),

@@ -36,12 +36,6 @@ inline op::KvElem kv_element(const std::string& kv_cache) {
   throw UsageError("the KV cache is fp32, bf16 or int8, not '" + io::brief(kv_cache) + "'");
 }
 
-// A decoding step with less work than this (rows × FLOPs per token at the depth) runs on one
-// thread (core/threads.h ThreadCap): its products are too small to split, and waking a second
-// thread for each of them costs more than it saves. Where the threshold lies was measured
-// (bench/README.md, "Threads"): batch-1 fp32 decoding broke even at ~12 MFLOP per token and bf16
-// at ~16-19 on 2 cores; the demo model's 4.3 MFLOP decode 1.9x faster on one thread.
-constexpr double kSerialDecodeFlops = 16e6;
 
 class Decoder {
  public:
@@ -75,9 +69,9 @@ class Decoder {
   // read it from; the last token's logits (or all n, `all`) at its exit into `logits`.
   void run_full(int seq, int from, const int32_t* ids, int n, float* logits, bool all);
   void keep(int steps_run, int64_t positions);  // the policy's bytes for positions that ran steps_run steps
-  // 1 (one thread) for a step of `rows` tokens of `token_flops` each below kSerialDecodeFlops,
-  // else 0 (no cap).
-  static int thread_cap(int rows, double token_flops) { return rows * token_flops < kSerialDecodeFlops ? 1 : 0; }
+  // 1 (one thread, core/threads.h ThreadCap) for a step of `rows` tokens of `token_flops` each
+  // below the packed weights' WeightFormat::serial_decode_flops (fp32's when unpacked), else 0 (no cap).
+  int thread_cap(int rows, double token_flops) const;
   const Model& m_;
   DecoderOptions o_;
   double token_flops_, draft_flops_;  // FLOPs per token at depth and at draft_depth

@@ -54,6 +54,12 @@ struct WeightFormat {
   // integer kernels of decoding, kFewRows rows at a time, its activations quantized to int8 per
   // block; more rows multiply dequantized weights in fp32 (quant_driver.h: where each is faster).
   int integer_rows = 0;
+  // Batch-1 decoding: a step of fewer FLOPs than this (rows × FLOPs per token) runs on one thread
+  // (infer/decoder.h): waking a second thread for each of its ~50 products costs more than it
+  // saves. The break-even is a time, ~0.5–0.7 ms of one thread's work per token, so it lies at more
+  // FLOPs where a FLOP is cheaper: ~12–20 M for fp32 and bf16, ~70 M for the integer kernels
+  // (bench/README.md, "Threads").
+  double serial_decode_flops = 16e6;
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
