@@ -2,7 +2,7 @@
 """looplm vs llama.cpp, batch-1 decoding at every precision, on the same weights.
 
     python3 bench/llamacpp.py [--looplm build/looplm] [--threads 1,2] [--repeats 3] [--n-new 200]
-                              [--prefill-len 128] [--d-model 384 --layers 6] [--loops 1]
+                              [--prefill-len 128] [--d-model 384 --layers 6] [--loops 1] [--kv-cache bf16]
                               [--exit-rule kl [--exit-budget 0.01] [--kv-policy last] [--train-steps 300]]
 
 The model: the `llama` preset at 6 x d384 (SwiGLU, RMSNorm, RoPE, byte vocab, tied head; the
@@ -13,7 +13,9 @@ runs as its `nanbeige` architecture. llama.cpp's prebuilt CPU build comes from n
 (bench/llamacpp/setup.sh); `looplm export --format gguf` writes the checkpoint as GGUF F32 /
 F16 / Q8_0 / Q4_0 (ggml's reference round-to-nearest quantization of the fp32 weights) and
 `looplm quantize` makes looplm's q8_0 / q4_0 from the same fp32 weights (the same rounding rule).
-Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. For every repeat and thread count,
+Pairs: looplm fp32 / F32, bf16 / F16, q8_0 / Q8_0, q4_0 / Q4_0. Both KV caches hold 2 bytes per
+value: llama.cpp's default F16, looplm's bf16 (--kv-cache fp32 times looplm's own default, fp32,
+which reads twice the cache bytes per token). For every repeat and thread count,
 every pair runs back to back (order alternating), 16-token prompt, --n-new greedy tokens; the table
 gives medians of decode tokens/s and their ratio (looplm / llama.cpp: above 1, looplm is faster).
 Repeats under 1/4 of the engine's best at the same setting are left out and counted under the table.
@@ -76,11 +78,12 @@ def verse(n):
     return (VERSE * (n // len(VERSE) + 1))[:n]
 
 
-def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode", extra=(), steps=None):
+def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="decode", extra=(), steps=None, kv="bf16"):
     """looplm's tokens/s of `what`: "decode" (the new tokens after the first) or "prefill" (the prompt).
-    extra: more generate options (an exit rule); steps: a list that gets the loop steps per token."""
+    extra: more generate options (an exit rule); steps: a list that gets the loop steps per token;
+    kv: looplm's KV cache element (--kv-cache)."""
     cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", prompt, "-n", str(n_new), "--temperature", "0",
-           "--threads", str(threads), *extra]
+           "--threads", str(threads), "--kv-cache", kv, *extra]
     if weights:
         cmd += ["--weights", weights]
     r = sh(cmd)
@@ -146,7 +149,7 @@ def choose_threshold(looplm, run_dir, work, rule, kv_policy, budget, val_bytes=8
     return None, full, tried
 
 
-def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets, exit_cfg=None):
+def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets, exit_cfg=None, kv="bf16"):
     lcpp = setup_llamacpp()
     if not lcpp:
         return None
@@ -194,13 +197,13 @@ def run(looplm, threads_list, repeats, n_new, prefill_len, work, sets, exit_cfg=
                 (ck, w), gguf = files[p]
                 order = ("looplm", "llama.cpp") if rep % 2 == 0 else ("llama.cpp", "looplm")
                 for who in order:
-                    v = looplm_rate(looplm, ck, w, t, n_new) if who == "looplm" else lcpp_rate(lcpp, gguf, t, n_new)
+                    v = looplm_rate(looplm, ck, w, t, n_new, kv=kv) if who == "looplm" else lcpp_rate(lcpp, gguf, t, n_new)
                     res[(t, p)][who].append(v)
                     if ex is not None and who == "looplm":  # the same weights with the exit rule
-                        ex[(t, p)]["looplm"].append(looplm_rate(looplm, ck, w, t, n_new, extra=exit_args, steps=ex_steps[p]))
+                        ex[(t, p)]["looplm"].append(looplm_rate(looplm, ck, w, t, n_new, extra=exit_args, steps=ex_steps[p], kv=kv))
                     if pre is not None:  # 2 new tokens: the prefill's output and one decode step; a
                         # cold prefill is one short sample, so each repeat takes the best of 3 processes
-                        v = max(looplm_rate(looplm, ck, w, t, 2, verse(prefill_len), "prefill") if who == "looplm"
+                        v = max(looplm_rate(looplm, ck, w, t, 2, verse(prefill_len), "prefill", kv=kv) if who == "looplm"
                                 else lcpp_rate(lcpp, gguf, t, 2, prefill_len, "prefill") for _ in range(3))
                         pre[(t, p)][who].append(v)
     sizes = {p: (os.path.getsize(files[p][0][0]), os.path.getsize(files[p][1])) for p, _ in PAIRS}
@@ -262,6 +265,8 @@ def main(argv=None):
     ap.add_argument("--exit-budget", type=float, default=0.01,
                     help="the held-out loss the exit may cost, relative to full depth (default 0.01: 1%%)")
     ap.add_argument("--kv-policy", default="last", help="the exit's KV policy (default last; per_step saves no steps)")
+    ap.add_argument("--kv-cache", choices=("bf16", "fp32", "int8"), default="bf16",
+                    help="looplm's KV cache element (default bf16: the 2 bytes per value of llama.cpp's default F16 cache)")
     ap.add_argument("--train-steps", type=int, default=300, help="training steps of the model timed with --exit-rule")
     a = ap.parse_args(argv)
     if a.d_model <= 0 or a.d_model % 64 or a.layers <= 0 or a.loops <= 0:
@@ -274,12 +279,12 @@ def main(argv=None):
         return 0
     with tempfile.TemporaryDirectory(prefix="looplm_lcpp_") as work:
         got = run(a.looplm, [int(t) for t in a.threads.split(",")], a.repeats, a.n_new, a.prefill_len, work,
-                  model_sets(a.d_model, a.layers, a.loops), exit_cfg)
+                  model_sets(a.d_model, a.layers, a.loops), exit_cfg, a.kv_cache)
     if got is None:
         return 0
     res, pre, sizes, ex, ex_steps = got
     print(table(res, sizes, a.repeats,
-                f"Batch-1 decoding, {a.layers} x d{a.d_model} Llama-style{f' looped {a.loops} times (llama.cpp: nanbeige)' if a.loops > 1 else ''}, byte vocab, 16-token prompt + {a.n_new} greedy tokens; "
+                f"Batch-1 decoding, {a.layers} x d{a.d_model} Llama-style{f' looped {a.loops} times (llama.cpp: nanbeige)' if a.loops > 1 else ''}, byte vocab, 16-token prompt + {a.n_new} greedy tokens, looplm's KV cache {a.kv_cache} (llama.cpp's F16); "
                 f"medians of {a.repeats} interleaved repeats (decode tokens/s; ratio looplm / llama.cpp):"))
     if pre is not None:
         print()
