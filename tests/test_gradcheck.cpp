@@ -336,6 +336,38 @@ TEST(GradCheck, FloatGeluMatchesDouble) {
     EXPECT_NEAR(fm::exp(v) / std::exp((double)v), 1.0, 3e-7) << v;
 }
 
+// SwiGLU's float overload (fm::exp's σ) against the double template, forward and backward (both
+// the = and the += form), on gates over [−30, 30] (σ saturating at both ends) in rows of 1, 17 and
+// 100. Tolerance: float rounding of a few products (~4e-7 relative) plus fm::exp's 2 ulp, times
+// the terms' magnitudes |g|·|up| and |dy|·(|up| + |g|·|up|).
+TEST(GradCheck, FloatSwigluMatchesDouble) {
+  for (int f : {1, 17, 100}) {
+    const int N = 3;
+    Vec u = randn(N * 2 * f, 50 + f, 1.0), dy = randn(N * f, 51 + f), y(N * f), du(N * 2 * f);
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < f; ++i) u[(size_t)n * 2 * f + i] = -30.0 + 60.0 * (n * f + i) / std::max(1, N * f - 1);
+    auto fl = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+    std::vector<float> uf = fl(u), dyf = fl(dy), yf(N * f), duf(N * 2 * f), acc_f(N * 2 * f, 0.5f);
+    Vec acc_d(N * 2 * f, 0.5);
+    k::swiglu_fwd(u.data(), y.data(), N, f);  // double template
+    k::swiglu_fwd(uf.data(), yf.data(), N, f);  // float overload (pointwise_f32.cpp)
+    k::swiglu_bwd(u.data(), dy.data(), du.data(), false, N, f);
+    k::swiglu_bwd(uf.data(), dyf.data(), duf.data(), false, N, f);
+    k::swiglu_bwd(u.data(), dy.data(), acc_d.data(), true, N, f);
+    k::swiglu_bwd(uf.data(), dyf.data(), acc_f.data(), true, N, f);
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < f; ++i) {
+        const size_t gi = (size_t)n * 2 * f + i, ui = gi + f, yi = (size_t)n * f + i;
+        const double g = std::fabs(u[gi]), up = std::fabs(u[ui]), d = std::fabs(dy[yi]);
+        EXPECT_NEAR(yf[yi], y[yi], 1e-6 * (1 + g * up)) << "f " << f << " g " << u[gi];
+        EXPECT_NEAR(duf[gi], du[gi], 1e-6 * (1 + d * up * (1 + g))) << "f " << f << " g " << u[gi];
+        EXPECT_NEAR(duf[ui], du[ui], 1e-6 * (1 + d * g)) << "f " << f << " g " << u[gi];
+        EXPECT_NEAR(acc_f[gi], acc_d[gi], 1e-6 * (1 + d * up * (1 + g))) << "f " << f;
+        EXPECT_NEAR(acc_f[ui], acc_d[ui], 1e-6 * (1 + d * g)) << "f " << f;
+      }
+  }
+}
+
 // The float row kernels (softmax, its backward, LayerNorm, decode attention) against the double
 // templates, on lengths around the 16-lane blocking (1, 15, 16, 17, 100). Tolerance 2e-6 of the
 // scale: float rounding (6e-8) accumulated over ≤ 100-term sums, plus fm::exp's 2 ulp.

@@ -11,6 +11,11 @@ namespace looplm::k {
 void gelu_fwd(const float* x, float* y, int64_t n);
 void gelu_bwd(const float* x, const float* dy, float* dx, bool acc, int64_t n);
 
+// SwiGLU over N rows: y[N, f] = silu(gate) ⊙ up from u[N, 2f] = [gate | up], and its backward
+// (d gate = dy ⊙ up ⊙ silu'(gate), d up = dy ⊙ silu(gate); du = or += when acc), multithreaded.
+void swiglu_fwd(const float* u, float* y, int N, int f);
+void swiglu_bwd(const float* u, const float* dy, float* du, bool acc, int N, int f);
+
 // One attention row of n visible scores: s ← softmax(s); returns log Σ exp(s) (the saved lse).
 float softmax_row(float* s, int n);
 // Backward of one row from the raw scores: p ← exp(p − lse); g ← p ∘ (g − Σ p∘g) (= dS).
