@@ -150,12 +150,15 @@ class Experiment:
         print(f"[{self.name} {time.time() - self.t0:6.0f}s] {msg}", flush=True)
 
     # ------------------------------------------------------------------ the binary
-    def looplm(self, *args, capture=True):
-        cmd = [BIN, *map(str, args)]
+    def run(self, cmd, capture=True):
+        """Run cmd from the project root; its stdout, or exit naming the command when it fails."""
         p = subprocess.run(cmd, cwd=ROOT, capture_output=capture, text=True)
         if p.returncode != 0:
             sys.exit(f"{self.name}: command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
         return p.stdout
+
+    def looplm(self, *args, capture=True):
+        return self.run([BIN, *map(str, args)], capture)
 
     def train(self, arm, preset, sets, seed, steps):
         """Train (or resume, or reuse) one run; returns its directory."""
@@ -182,9 +185,7 @@ class Experiment:
             elif os.path.exists(d):
                 shutil.rmtree(d)  # a run that never wrote a checkpoint
             t = time.time()
-            p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-            if p.returncode != 0:
-                sys.exit(f"{self.name}: command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+            self.run(cmd)
             if not os.path.exists(metrics) or os.path.getsize(metrics) != before:
                 self.new_training = True  # this call trained steps (not only reused a finished run)
         self.log(f"trained {label} ({time.time() - t:.0f}s)")

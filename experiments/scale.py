@@ -192,15 +192,16 @@ md = [f"# Hyperloop at a larger scale ({'QUICK CHECK: numbers mean nothing' if e
       "(resumable in parts: `--max-runs K`).", ""]
 if missing:
     md += [f"Not trained yet: {', '.join(missing)}.", ""]
+AT_D128 = "At d 128 on bytes (experiments/results/hyperloop): 0.0561 nats, 18.8x the larger seed spread."
 both = [s for s in ex.seeds if ("dense6", s) in done and ("dense2", s) in done]
 if both and not (loss["dense6"] and loss["dense2"]):
     md += ["Depth check so far (seed " + ", ".join(map(str, both)) + "; the spread needs every seed): " +
            "; ".join(f"dense 6 {done[('dense6', s)]['loss']:.4f} against dense 2 {done[('dense2', s)]['loss']:.4f} "
                      f"({done[('dense2', s)]['loss'] - done[('dense6', s)]['loss']:.4f} nats)" for s in both) + ".",
-           "At d 128 on bytes (experiments/results/hyperloop): 0.0561 nats, 18.8x the larger seed spread.", ""]
+           AT_D128, ""]
 if loss["dense6"] and loss["dense2"]:
     md += [depth_check("dense 6", loss["dense6"], "dense 2", loss["dense2"]),
-           "At d 128 on bytes (experiments/results/hyperloop): 0.0561 nats, 18.8x the larger seed spread.", ""]
+           AT_D128, ""]
 md += ["| model | unique non-embedding params | FLOPs/token (fwd) | val loss | per seed | training time per run |",
        "|---|---|---|---|---|---|"]
 for a in ("hyperloop", "looped", "dense8", "dense6", "dense2"):

@@ -19,8 +19,8 @@ int coda_slots(const DecoderOptions& o) {
 }  // namespace
 
 int Decoder::thread_cap(int rows, double token_flops) const {
-  const WeightFormat* f = m_.params().packed_format();
-  if (!f) f = find_weight_format("fp32");
+  static const WeightFormat* const fp32 = find_weight_format("fp32");  // unpacked: the values in place
+  const WeightFormat* f = m_.params().packed_format() ? m_.params().packed_format() : fp32;
   return rows * token_flops < f->serial_decode_flops ? 1 : 0;
 }
 

@@ -652,10 +652,10 @@ void pack_on_grids(const float* w, const float* scales, int64_t R, int64_t C, vo
 extern const WeightFormat kQ8_0 = {
     "q8_0", "int8 blocks of 32 with an fp16 scale (8.5 bits per weight; activations int8 per block in the products)",
     q8_bytes, q8_pack, q8_unpack, q8_gemv, q8_gemm, quant_scratch, quant_kernels_available,
-    kQBlock, 1, q8_choose_grid, q8_snap, pack_on_grids<BlockQ8_0x16, false>, "tiles16", 128, 72e6};
+    kQBlock, 1, q8_choose_grid, q8_snap, pack_on_grids<BlockQ8_0x16, false>, "tiles16", 128, kIntegerSerialDecodeFlops};
 extern const WeightFormat kQ4_0 = {
     "q4_0", "4-bit blocks of 32 with an fp16 scale (4.5 bits per weight; activations int8 per block in the products)",
     q4_bytes, q4_pack, q4_unpack, q4_gemv, q4_gemm, quant_scratch, quant_kernels_available,
-    kQBlock, 1, q4_choose_grid, q4_snap, pack_on_grids<BlockQ4_0x16, true>, "tiles16", 128, 72e6};
+    kQBlock, 1, q4_choose_grid, q4_snap, pack_on_grids<BlockQ4_0x16, true>, "tiles16", 128, kIntegerSerialDecodeFlops};
 
 }  // namespace looplm

@@ -40,6 +40,11 @@
 
 namespace looplm {
 
+// WeightFormat::serial_decode_flops of the integer formats (q8_0, q4_0, q4_k): their products are
+// ~4x cheaper per FLOP than fp32's, so a second thread pays for its fork and join only from ~70
+// MFLOP per token (the measured break-even lay between 66 and 81: bench/README.md, "Threads").
+constexpr double kIntegerSerialDecodeFlops = 72e6;
+
 // The most input rows one group kernel call multiplies (batched decoding reads each weight block
 // once for up to this many sequences; more would spill the accumulators out of the registers).
 constexpr int kGroupInputs = 8;

@@ -391,6 +391,6 @@ extern const WeightFormat kQ4_K = {
     "q4_k",
     "4-bit super-blocks of 256: 6-bit scale and min per 32, fp16 pair per 256 (4.5 bits per weight; activations int8 per block)",
     q4k_bytes, q4k_pack, q4k_unpack, q4k_gemv, q4k_gemm, quant_scratch, quant_kernels_available,
-    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "tiles16", 128, 72e6};
+    kQKBlock, kGridFloats, q4k_choose_grid, q4k_snap, q4k_pack_on_grids, "tiles16", 128, kIntegerSerialDecodeFlops};
 
 }  // namespace looplm
