@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
+#include "infer/decoder.h"
 #include "infer/early_exit.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
@@ -168,6 +170,48 @@ TEST(HfImport, OuroExitGateAndItsRule) {
   EXPECT_NE(r.out.find("learned exit gate"), std::string::npos) << r.out;
   r = run_shell(kBin + " eval --checkpoint " + run + " --data " + text + " --exit-rule gate --exit-threshold 1.5");
   EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// Generation under the gate rule steps tokens through the loop itself and runs the lm_head only
+// on the rows that exit (Decoder::decode). Two sequences of the fixture's ids, one 5 positions
+// ahead, decoded in one batch with the exact KV policy (per_step), so that rows exit at different
+// steps of the same call: each token must reach the fixture's exit step and logits, which the
+// independent port computed from whole forward passes.
+TEST(HfImport, OuroGateExitInBatchedDecoding) {
+  TempDir d("hf_ouro_decode");
+  const std::string run = convert(d, "ouro");
+  const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");
+  const std::vector<int32_t> ids = exp.read_i32("input.ids");
+  const std::vector<int32_t> want_step = exp.read_i32("exit.step");
+  const int T = (int)ids.size(), ahead = 5;
+  std::unique_ptr<Model> m = load_model(run + "/model.safetensors");
+  m->prepare_inference(*find_weight_format("fp32"));
+  const int V = m->config().vocab_size;
+  const std::vector<float> want_logits = exp.read_f32("exit.logits", {T, V});
+  DecoderOptions o;
+  o.depth = m->config().R;
+  o.exit = {ExitRule::gate, 0.5};
+  Decoder dec(*m, 2, T, o);
+  std::vector<float> logits(2 * (size_t)V);
+  dec.prefill(0, ids.data(), 1, logits.data());  // a prompt runs every step: not compared
+  dec.prefill(1, ids.data(), 1 + ahead, logits.data());
+  std::vector<float> got, want;
+  std::set<std::pair<int, int>> exits;  // (sequence 0's step, sequence 1's) in one call
+  for (int t = 1; t + ahead < T; ++t) {
+    const int seqs[2] = {0, 1}, pos[2] = {t, t + ahead};
+    const int32_t tokens[2] = {ids[t], ids[t + ahead]};
+    int steps[2];
+    dec.decode(seqs, tokens, 2, logits.data(), steps);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(steps[i], want_step[pos[i]]) << "sequence " << i << " position " << pos[i];
+      got.insert(got.end(), logits.begin() + (size_t)i * V, logits.begin() + (size_t)(i + 1) * V);
+      want.insert(want.end(), want_logits.begin() + (size_t)pos[i] * V, want_logits.begin() + (size_t)(pos[i] + 1) * V);
+    }
+    exits.insert({steps[0], steps[1]});
+  }
+  EXPECT_LT(rel_err(got, want), 1e-4);  // as the whole-pass check above: fp32 against float64
+  EXPECT_TRUE(std::any_of(exits.begin(), exits.end(), [](auto e) { return e.first != e.second; }))
+      << "the rows of one call exit at different steps";
 }
 
 TEST(HfImport, BrokenDirectoriesAreNamedAndLeaveNothing) {

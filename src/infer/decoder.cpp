@@ -158,6 +158,8 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
   z_.assign((size_t)n * V, 0.0f);
   h_.assign((size_t)n * d, 0.0f);
   gate_.assign((size_t)n, 0.0f);
+  active_row_.assign((size_t)n, 0);
+  const bool every_step_logits = rule_needs_logits(o_.exit.rule);
   ExitTracker& tracker = tracker_;
   tracker.reset(n);
   active_.resize(n);
@@ -182,17 +184,31 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     oa.coda_step = r - 1;
     Node* next = m_.loop_step(g_, st, hpa, r, na, 1, oa);
     Node* h = m_.readout(g_, next);
-    Node* final_hidden = nullptr;
-    Node* z = m_.head(g_, h, na, 1, oa, &final_hidden);
+    // The coda runs at every step (its cache slots for this step are what later tokens exiting
+    // here attend to); the lm_head only where the rule reads logits (kl, entropy) or, for the
+    // gate and latent rules, on the rows that exit (below): a large vocabulary's head is a loop
+    // step's worth of weight bytes at small widths, and ~8% of one at Ouro's.
+    Node* final_hidden = m_.final_hidden(g_, h, na, 1, oa);
+    Node* z = every_step_logits ? m_.lm_head(g_, final_hidden) : nullptr;
     Node* lambda = o_.exit.rule == ExitRule::gate ? m_.exit_gate(g_, final_hidden) : nullptr;
     for (int a = 0; a < na; ++a) {
       const int i = active_[a];
       if (lambda) gate_[i] = lambda->v[a];
       std::memcpy(state_.data() + i * S, next->v + a * S, sizeof(float) * S);
-      std::memcpy(z_.data() + (int64_t)i * V, z->v + (int64_t)a * V, sizeof(float) * V);
+      if (z) std::memcpy(z_.data() + (int64_t)i * V, z->v + (int64_t)a * V, sizeof(float) * V);
       std::memcpy(h_.data() + (int64_t)i * d, h->v + (int64_t)a * d, sizeof(float) * d);
+      active_row_[i] = a;
     }
-    for (int64_t i : tracker.step(r, z_.data(), h_.data(), lambda ? gate_.data() : nullptr)) {
+    const std::vector<int64_t>& exiting = tracker.step(r, z ? z_.data() : nullptr, h_.data(), lambda ? gate_.data() : nullptr);
+    if (!z && !exiting.empty()) {  // the exiting rows' final hidden states through the lm_head
+      const int ne = (int)exiting.size();
+      Node* x = g_.node(ne, d, false);
+      for (int e = 0; e < ne; ++e)
+        std::memcpy(x->v + (int64_t)e * d, final_hidden->v + (int64_t)active_row_[exiting[e]] * d, sizeof(float) * d);
+      Node* ze = m_.lm_head(g_, x);
+      for (int e = 0; e < ne; ++e) std::memcpy(z_.data() + exiting[e] * V, ze->v + (int64_t)e * V, sizeof(float) * V);
+    }
+    for (int64_t i : exiting) {
       std::memcpy(logits + i * V, z_.data() + i * V, sizeof(float) * V);
       if (steps) steps[i] = r;
       steps_ += r;

@@ -79,6 +79,7 @@ class Decoder {
   Graph g_;
   ExitTracker tracker_;  // the rows of the current pass through their exits (early exit only)
   std::vector<int> len_, pos_, act_seq_, act_pos_, active_;
+  std::vector<int> active_row_;  // a running row's place in the current step's batch
   std::vector<float> state_, h_pre_, z_, h_, gate_;  // gate_: the exit gate's λ per row (the gate rule)
   int64_t decoded_ = 0, steps_ = 0;
   std::vector<int64_t> exits_;

@@ -100,13 +100,14 @@ void ExitTracker::reset(int64_t rows) {
 
 const std::vector<int64_t>& ExitTracker::step(int r, const float* logits, const float* h, const float* gate) {
   LOOPLM_ASSERT(rule_.rule != ExitRule::gate || gate, "ExitTracker: the gate rule needs the gate's values");
+  LOOPLM_ASSERT(logits || !rule_needs_logits(rule_.rule), "ExitTracker: the kl and entropy rules need the logits");
   exiting_.clear();
   now_.assign(rows_, 0);
   const bool first = r == 1;
   parallel_for<int64_t>(rows_, rows_ * V_ > (1 << 16), [&](int64_t n) {
     if (exit_[n]) return;
     double* lp = logp_.data() + n * V_;
-    log_softmax_row(logits + n * V_, V_, lp);
+    if (logits) log_softmax_row(logits + n * V_, V_, lp);
     const double s = exit_score(rule_.rule, lp, first || prev_logp_.empty() ? nullptr : prev_logp_.data() + n * V_, V_,
                                 h + n * d_, first || prev_h_.empty() ? nullptr : prev_h_.data() + n * d_, d_);
     if (rule_.rule == ExitRule::gate) {  // Ouro's CDF rule: exit once Σ p_s reaches q

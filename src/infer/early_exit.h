@@ -18,6 +18,10 @@ void log_softmax_row(const float* z, int64_t V, double* out);
 double exit_score(ExitRule rule, const double* logp, const double* prev_logp, int64_t V, const float* h,
                   const float* prev_h, int d);
 
+// Whether the rule reads an exit's next-token distribution (kl, entropy); gate and latent decide
+// from the gate's λ or the exit state alone, so a caller may compute logits only where rows exit.
+inline bool rule_needs_logits(ExitRule rule) { return rule == ExitRule::kl || rule == ExitRule::entropy; }
+
 // The rows of a batch through the exits r = 1..depth of one forward pass: at each, the rows whose
 // criterion fires exit (all that remain at `depth`); a row exits once.
 class ExitTracker {
@@ -26,7 +30,8 @@ class ExitTracker {
   // A new forward pass of `rows` rows, reusing the buffers (incremental decoding: one per token).
   void reset(int64_t rows);
   // Exit r's logits [rows, V] and states [rows, d] (and, for the gate rule, the gate's λ [rows]);
-  // returns the rows that exit here.
+  // returns the rows that exit here. `logits` may be null where !rule_needs_logits (logp() is then
+  // not set).
   const std::vector<int64_t>& step(int r, const float* logits, const float* h, const float* gate = nullptr);
   const double* logp(int64_t row) const { return logp_.data() + row * V_; }  // this exit's, any row
   int exit_step(int64_t row) const { return exit_[row]; }  // 0 while running

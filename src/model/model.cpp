@@ -178,10 +178,19 @@ Node* Model::trunk(Graph& g, const int32_t* tokens, int B, int T, const RunOptio
 }
 
 Node* Model::head(Graph& g, Node* h, int B, int T, const RunOptions& o, Node** final_hidden) const {
+  Node* x = this->final_hidden(g, h, B, T, o);
+  if (final_hidden) *final_hidden = x;
+  return lm_head(g, x);
+}
+
+Node* Model::final_hidden(Graph& g, Node* h, int B, int T, const RunOptions& o) const {
   h = run_blocks(g, coda_, cfg_.n_prelude + cfg_.n_core, 0, h, B, T, o);
   Graph::At at(g, -1, 0);
-  Node* x = (*norm_f_)(g, h);
-  if (final_hidden) *final_hidden = x;
+  return (*norm_f_)(g, h);
+}
+
+Node* Model::lm_head(Graph& g, Node* x) const {
+  Graph::At at(g, -1, 0);
   g.tap("lm_head.in", x);
   return linear(g, x, *Wlm_, blm_);
 }

@@ -63,6 +63,10 @@ class Model {
   // coda → norm_f → lm_head: logits [B*T, V] of a hidden state (`final_hidden`, when given,
   // gets what the lm_head reads: the exit gate's input).
   Node* head(Graph& g, Node* h, int B, int T, const RunOptions& o, Node** final_hidden = nullptr) const;
+  // head() in its two parts: coda → norm_f (the final hidden state [B*T, d]), and the lm_head on
+  // any rows of it (generation with the gate or latent exit needs logits only where a token exits).
+  Node* final_hidden(Graph& g, Node* h, int B, int T, const RunOptions& o) const;
+  Node* lm_head(Graph& g, Node* final_hidden) const;
   // The learned exit gate's λ [B*T, 1] at an exit from head()'s final hidden state; nullptr for a
   // model without one (LoopRule::exit_gate).
   Node* exit_gate(Graph& g, Node* final_hidden) const { return rule_->exit_gate(g, final_hidden); }
