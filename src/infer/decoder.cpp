@@ -56,28 +56,40 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
   o.place.pos0 = from;
   o.place.rows = &seq;
   const int64_t first = all ? 0 : n - 1;
+  const int d = m_.config().d_model;
+  // The lm_head on rows first..n-1 of a final hidden state only: a prompt's logits are read at its
+  // last token (a large vocabulary's head over every prompt row would be a good part of the pass).
+  auto head_rows = [&](Node* final_hidden, int64_t from_row) {
+    if (from_row == 0) return m_.lm_head(g_, final_hidden);
+    Node* x = g_.node(n - from_row, d, false);
+    std::memcpy(x->v, final_hidden->v + from_row * d, sizeof(float) * (n - from_row) * d);
+    return m_.lm_head(g_, x);
+  };
   if (exiting() || o_.draft_depth > 0) {
     // Every exit's coda keys and values the later tokens read (every exit with early exit; the
     // draft's and the last with drafts); the next token comes from the last one's own exit.
-    const int d = m_.config().d_model;
     if (exiting()) tracker_.reset(1);  // the last token's
     m_.trunk(g_, ids, 1, n, o, [&](int r, Node* hr) {
       if (r == 0 || (!exiting() && r != o_.draft_depth && r != o_.depth)) return;
       o.coda_step = r - 1;
-      Node* final_hidden = nullptr;
-      Node* z = m_.head(g_, hr, 1, n, o, &final_hidden);
+      Node* final_hidden = m_.final_hidden(g_, hr, 1, n, o);  // every row: the coda's cache at this exit
       if (!exiting()) {
-        if (r == o_.depth) std::memcpy(logits, z->v + first * V, sizeof(float) * (n - first) * V);
+        if (r == o_.depth) std::memcpy(logits, head_rows(final_hidden, first)->v, sizeof(float) * (n - first) * V);
         return;
       }
-      const float* zl = z->v + (int64_t)(n - 1) * V;
-      const float* lambda = o_.exit.rule == ExitRule::gate ? m_.exit_gate(g_, final_hidden)->v + (n - 1) : nullptr;
-      if (tracker_.exit_step(0) == 0 && !tracker_.step(r, zl, hr->v + (int64_t)(n - 1) * d, lambda).empty())
-        std::memcpy(logits, zl, sizeof(float) * V);
+      if (tracker_.exit_step(0) != 0) return;
+      Node* z = head_rows(final_hidden, n - 1);
+      const float* lambda = nullptr;
+      if (o_.exit.rule == ExitRule::gate) {
+        Node* last = g_.node(1, d, false);
+        std::memcpy(last->v, final_hidden->v + (int64_t)(n - 1) * d, sizeof(float) * d);
+        lambda = m_.exit_gate(g_, last)->v;
+      }
+      if (!tracker_.step(r, z->v, hr->v + (int64_t)(n - 1) * d, lambda).empty()) std::memcpy(logits, z->v, sizeof(float) * V);
     });
   } else {
-    Node* z = m_.logits(g_, ids, 1, n, o);
-    std::memcpy(logits, z->v + first * V, sizeof(float) * (n - first) * V);
+    Node* h = m_.trunk(g_, ids, 1, n, o);
+    std::memcpy(logits, head_rows(m_.final_hidden(g_, h, 1, n, o), first)->v, sizeof(float) * (n - first) * V);
   }
   g_.reset();
   len_[seq] = from + n;
