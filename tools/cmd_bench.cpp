@@ -115,16 +115,16 @@ void print_contended(const Run& run, const std::map<std::string, Stat>& busy, do
 
 // The results: a markdown table (or --json, --csv) with training's fraction of the GEMM rate and
 // each format's fraction of the read rate.
-void print_results(const Run& run, double peak, const std::string& precision, double read_gbps, bool as_json, bool as_csv) {
+void print_results(const Run& run, double peak, const std::string& precision, bool as_json, bool as_csv) {
   const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive] = run;
   const std::vector<std::string>& formats = bench.formats();
   // Decoding one token reads every weight matrix it multiplies: its bytes in a format over the
   // machine's read rate bound the tokens/s memory allows.
   const int64_t n_params = bench.n_params();
   auto weight_bytes_per_token = [&](const std::string& fmt) { return bench.weight_bytes_per_token(fmt); };
-  auto bound_fraction = [&](const std::string& fmt) {
-    return read_gbps > 0 ? get(idle, "decode_" + sfx_of(fmt) + "tokens_per_s").mean * weight_bytes_per_token(fmt) / (read_gbps * 1e9) : 0.0;
-  };
+  // Each repetition's tokens/s against the read rate measured beside it (cmd_bench's repeat).
+  const double read_gbps = idle.count("read_gbps") ? get(idle, "read_gbps").mean : 0.0;
+  auto bound_fraction = [&](const std::string& fmt) { return get(idle, "decode_" + sfx_of(fmt) + "bandwidth_fraction"); };
   const double train_tps = get(idle, "train_tokens_per_s").mean;
   const double train_gflops = bench.train_flops_per_token() * train_tps / 1e9;
   const double train_rss = bench.peak_rss_after_training_mib();
@@ -147,9 +147,11 @@ void print_results(const Run& run, double peak, const std::string& precision, do
     }
     if (read_gbps > 0) {
       j["read_gbps"] = read_gbps;
+      j["read_gbps_stddev"] = get(idle, "read_gbps").sd;
       for (const std::string& f : formats) {
         j["weight_bytes_per_token_" + f] = weight_bytes_per_token(f);
-        j["decode_" + sfx_of(f) + "bandwidth_fraction"] = bound_fraction(f);
+        j["decode_" + sfx_of(f) + "bandwidth_fraction"] = bound_fraction(f).mean;
+        j["decode_" + sfx_of(f) + "bandwidth_fraction_stddev"] = bound_fraction(f).sd;
       }
     }
     std::printf("%s\n", j.dump().c_str());
@@ -172,12 +174,12 @@ void print_results(const Run& run, double peak, const std::string& precision, do
       if (idle.count(mt.key))
         std::printf("| %s | %.0f ± %.0f |\n", mt.label.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
     if (read_gbps > 0) {
-      std::printf("\nmemory reads at %.1f GB/s here (%d thread%s); batch-1 generation reads per token, and the fraction of "
-                  "that rate its tokens/s use:",
-                  read_gbps, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+      std::printf("\nmemory reads at %.1f ± %.1f GB/s here (%d thread%s, measured beside each repetition); batch-1 generation "
+                  "reads per token, and the fraction of the rate beside it that its tokens/s use:",
+                  read_gbps, get(idle, "read_gbps").sd, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
       for (const std::string& f : formats)
-        std::printf("%s %s %.1f MB %.0f%%", f == formats.front() ? "" : ",", f.c_str(), weight_bytes_per_token(f) / 1e6,
-                    100 * bound_fraction(f));
+        std::printf("%s %s %.1f MB %.0f ± %.0f%%", f == formats.front() ? "" : ",", f.c_str(), weight_bytes_per_token(f) / 1e6,
+                    100 * bound_fraction(f).mean, 100 * bound_fraction(f).sd);
       std::printf("\n(a model whose weights fit in the caches reads faster than memory: above 100%%)\n");
     }
   }
@@ -254,10 +256,23 @@ int cmd_bench(int argc, char** argv) {
   Bench bench(c, bo);
   const std::vector<BenchMetric>& metrics = bench.metrics();
   auto measure = [&] { return bench.measure(); };
+  // The memory read rate is measured beside every repetition, and each repetition's batch-1
+  // decoding is set against its own: a shared machine's memory rate drifts by tens of percent
+  // within minutes, so a rate taken once (or the best of many) measures the drift, not how close
+  // decoding comes to what the memory allows at that moment.
   auto repeat = [&] {
     std::map<std::string, std::vector<double>> all;
-    for (int r = 0; r < reps; ++r)
-      for (auto& [k, val] : measure()) all[k].push_back(val);
+    for (int r = 0; r < reps; ++r) {
+      std::map<std::string, double> m = measure();
+      if (gen_tokens > 0) {
+        const double gbps = measure_read_gbps(std::size_t(1) << 30, 2);
+        m["read_gbps"] = gbps;
+        for (const std::string& f : bench.formats())
+          m["decode_" + sfx_of(f) + "bandwidth_fraction"] =
+              m["decode_" + sfx_of(f) + "tokens_per_s"] * bench.weight_bytes_per_token(f) / (gbps * 1e9);
+      }
+      for (auto& [k, val] : m) all[k].push_back(val);
+    }
     std::map<std::string, Stat> out;
     for (auto& [k, vals] : all) out[k] = stat(vals);
     return out;
@@ -285,7 +300,7 @@ int cmd_bench(int argc, char** argv) {
   }
 
   print_results(run, decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7, c.precision), c.precision,
-                gen_tokens > 0 ? measure_read_gbps() : 0, as_json, as_csv);
+                as_json, as_csv);
   return 0;
 }
 
