@@ -162,7 +162,12 @@ TEST_F(Cli, BenchDecodeOnly) {
   EXPECT_GT(j["decode_batch_q4_0_tokens_per_s"].get<double>(), 0);
   EXPECT_FALSE(j.contains("train_tokens_per_s"));
   EXPECT_FALSE(j.contains("decode_bf16_tokens_per_s"));  // not named
-  EXPECT_GT(j["decode_q4_0_bandwidth_fraction"].get<double>(), 0);
+  // the fraction is the repetition's tokens/s over the read rate measured beside it (one here)
+  const double read = j["read_gbps"].get<double>(), frac = j["decode_q4_0_bandwidth_fraction"].get<double>();
+  EXPECT_GT(read, 0);
+  EXPECT_NEAR(frac, j["decode_q4_0_tokens_per_s"].get<double>() * j["weight_bytes_per_token_q4_0"].get<double>() / (read * 1e9),
+              1e-9 * frac);
+  EXPECT_EQ(j["decode_q4_0_bandwidth_fraction_stddev"].get<double>(), 0);
   r = run("bench --preset bench-dense --decode-only --weights none -r 1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("no format to time"), std::string::npos) << r.out;
