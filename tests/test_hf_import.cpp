@@ -116,18 +116,34 @@ TEST(HfImport, NanbeigeAndOuroLayouts) {
 
 // Ouro's exit gate at every loop, and its CDF rule: the steps at which tokens exit at q = 0.5 and
 // the logits there, as Ouro's own code computes them (the port in reference/export_hf_fixtures.py).
+// The Ouro fixture converted into d, loaded in fp32, with its expected ids, exit steps and exit logits.
+struct OuroGateFixture {
+  std::string run;
+  std::vector<int32_t> ids, want_step;
+  std::unique_ptr<Model> m;
+  std::vector<float> want_logits;
+  explicit OuroGateFixture(const TempDir& d) : run(convert(d, "ouro")) {
+    const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");
+    ids = exp.read_i32("input.ids");
+    want_step = exp.read_i32("exit.step");
+    m = load_model(run + "/model.safetensors");
+    m->prepare_inference(*find_weight_format("fp32"));
+    want_logits = exp.read_f32("exit.logits", {(int64_t)ids.size(), m->config().vocab_size});
+  }
+};
+
 TEST(HfImport, OuroExitGateAndItsRule) {
   TempDir d("hf_ouro_gate");
-  const std::string run = convert(d, "ouro");
-  const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");
-  const std::vector<int32_t> ids = exp.read_i32("input.ids");
-  const std::vector<int32_t> want_step = exp.read_i32("exit.step");
+  OuroGateFixture f(d);
+  const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");  // the gates per loop
+  const std::string& run = f.run;
+  const std::vector<int32_t>& ids = f.ids;
+  const std::vector<int32_t>& want_step = f.want_step;
+  const std::vector<float>& want_logits = f.want_logits;
   const int T = (int)ids.size();
-  std::unique_ptr<Model> m = load_model(run + "/model.safetensors");
-  m->prepare_inference(*find_weight_format("fp32"));
+  Model* m = f.m.get();
   const Config& c = m->config();
   const int V = c.vocab_size;
-  const std::vector<float> want_logits = exp.read_f32("exit.logits", {T, V});
   Graph g;
   Graph::NoGrad ng(g);
   RunOptions o;
@@ -179,15 +195,10 @@ TEST(HfImport, OuroExitGateAndItsRule) {
 // independent port computed from whole forward passes.
 TEST(HfImport, OuroGateExitInBatchedDecoding) {
   TempDir d("hf_ouro_decode");
-  const std::string run = convert(d, "ouro");
-  const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");
-  const std::vector<int32_t> ids = exp.read_i32("input.ids");
-  const std::vector<int32_t> want_step = exp.read_i32("exit.step");
-  const int T = (int)ids.size(), ahead = 5;
-  std::unique_ptr<Model> m = load_model(run + "/model.safetensors");
-  m->prepare_inference(*find_weight_format("fp32"));
-  const int V = m->config().vocab_size;
-  const std::vector<float> want_logits = exp.read_f32("exit.logits", {T, V});
+  OuroGateFixture f(d);
+  const std::vector<int32_t>& ids = f.ids;
+  const int T = (int)ids.size(), ahead = 5, V = f.m->config().vocab_size;
+  Model* m = f.m.get();
   DecoderOptions o;
   o.depth = m->config().R;
   o.exit = {ExitRule::gate, 0.5};
@@ -203,9 +214,9 @@ TEST(HfImport, OuroGateExitInBatchedDecoding) {
     int steps[2];
     dec.decode(seqs, tokens, 2, logits.data(), steps);
     for (int i = 0; i < 2; ++i) {
-      EXPECT_EQ(steps[i], want_step[pos[i]]) << "sequence " << i << " position " << pos[i];
+      EXPECT_EQ(steps[i], f.want_step[pos[i]]) << "sequence " << i << " position " << pos[i];
       got.insert(got.end(), logits.begin() + (size_t)i * V, logits.begin() + (size_t)(i + 1) * V);
-      want.insert(want.end(), want_logits.begin() + (size_t)pos[i] * V, want_logits.begin() + (size_t)(pos[i] + 1) * V);
+      want.insert(want.end(), f.want_logits.begin() + (size_t)pos[i] * V, f.want_logits.begin() + (size_t)(pos[i] + 1) * V);
     }
     exits.insert({steps[0], steps[1]});
   }
