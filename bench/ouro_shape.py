@@ -24,6 +24,7 @@ Results: bench/README.md, "Memory bandwidth".
 """
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -119,7 +120,7 @@ def write_hf(d, layers):
         name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
         header, off = {}, 0
         for t, shape, _ in shard:
-            n = 2 * eval("*".join(map(str, shape)))
+            n = 2 * math.prod(shape)
             header[t] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
             weight_map[t] = name
@@ -128,7 +129,7 @@ def write_hf(d, layers):
         with open(os.path.join(d, name + ".part"), "wb") as f:
             f.write(struct.pack("<Q", len(h)) + h)
             for t, shape, kind in shard:
-                n = eval("*".join(map(str, shape)))
+                n = math.prod(shape)
                 f.write(bf16_random(n, os.urandom) if kind == "rand" else
                         bf16_const(n, 1.0 if kind == "one" else args.gate_bias))
         os.replace(os.path.join(d, name + ".part"), os.path.join(d, name))

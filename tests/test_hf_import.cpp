@@ -114,16 +114,16 @@ TEST(HfImport, NanbeigeAndOuroLayouts) {
   EXPECT_TRUE(qw.tie_embeddings);
 }
 
-// Ouro's exit gate at every loop, and its CDF rule: the steps at which tokens exit at q = 0.5 and
-// the logits there, as Ouro's own code computes them (the port in reference/export_hf_fixtures.py).
-// The Ouro fixture converted into d, loaded in fp32, with its expected ids, exit steps and exit logits.
+// The Ouro fixture converted into d, loaded in fp32, with its expected outputs (exp): the ids, the
+// exit steps and the logits there.
 struct OuroGateFixture {
   std::string run;
+  io::SafetensorsFile exp;
   std::vector<int32_t> ids, want_step;
   std::unique_ptr<Model> m;
   std::vector<float> want_logits;
-  explicit OuroGateFixture(const TempDir& d) : run(convert(d, "ouro")) {
-    const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");
+  explicit OuroGateFixture(const TempDir& d)
+      : run(convert(d, "ouro")), exp(io::SafetensorsFile::open(kFix + "ouro/expected.safetensors")) {
     ids = exp.read_i32("input.ids");
     want_step = exp.read_i32("exit.step");
     m = load_model(run + "/model.safetensors");
@@ -132,10 +132,12 @@ struct OuroGateFixture {
   }
 };
 
+// Ouro's exit gate at every loop, and its CDF rule: the steps at which tokens exit at q = 0.5 and
+// the logits there, as Ouro's own code computes them (the port in reference/export_hf_fixtures.py).
 TEST(HfImport, OuroExitGateAndItsRule) {
   TempDir d("hf_ouro_gate");
   OuroGateFixture f(d);
-  const auto exp = io::SafetensorsFile::open(kFix + "ouro/expected.safetensors");  // the gates per loop
+  const io::SafetensorsFile& exp = f.exp;
   const std::string& run = f.run;
   const std::vector<int32_t>& ids = f.ids;
   const std::vector<int32_t>& want_step = f.want_step;

@@ -16,6 +16,16 @@ namespace {
 int coda_slots(const DecoderOptions& o) {
   return (o.exit.rule != ExitRule::fixed || o.draft_depth > 0) && o.depth >= 1 ? o.depth : 1;
 }
+
+// Rows row_of(0), .., row_of(count − 1) of x as a new node [count, cols]: the lm_head's (and the
+// exit gate's) input for the rows whose logits are read.
+template <class RowOf>
+Node* gather_rows(Graph& g, const Node* x, int count, RowOf row_of) {
+  Node* y = g.node(count, x->cols, false);
+  for (int e = 0; e < count; ++e)
+    std::memcpy(y->v + (int64_t)e * x->cols, x->v + (int64_t)row_of(e) * x->cols, sizeof(float) * x->cols);
+  return y;
+}
 }  // namespace
 
 int Decoder::thread_cap(int rows, double token_flops) const {
@@ -57,14 +67,11 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
   o.place.rows = &seq;
   const int64_t first = all ? 0 : n - 1;
   const int d = m_.config().d_model;
-  // The lm_head on rows first..n-1 of a final hidden state only: a prompt's logits are read at its
-  // last token (a large vocabulary's head over every prompt row would be a good part of the pass).
-  auto head_rows = [&](Node* final_hidden, int64_t from_row) {
-    if (from_row == 0) return m_.lm_head(g_, final_hidden);
-    Node* x = g_.node(n - from_row, d, false);
-    std::memcpy(x->v, final_hidden->v + from_row * d, sizeof(float) * (n - from_row) * d);
-    return m_.lm_head(g_, x);
-  };
+  // The lm_head runs only on the rows whose logits are read: a prompt's last token (a large
+  // vocabulary's head over every prompt row would be a good part of the pass), every fed token
+  // when verifying drafts.
+  auto last_row = [&](Node* x) { return gather_rows(g_, x, 1, [&](int) { return n - 1; }); };
+  auto read_rows = [&](Node* x) { return first == 0 ? x : last_row(x); };
   if (exiting() || o_.draft_depth > 0) {
     // Every exit's coda keys and values the later tokens read (every exit with early exit; the
     // draft's and the last with drafts); the next token comes from the last one's own exit.
@@ -74,22 +81,18 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
       o.coda_step = r - 1;
       Node* final_hidden = m_.final_hidden(g_, hr, 1, n, o);  // every row: the coda's cache at this exit
       if (!exiting()) {
-        if (r == o_.depth) std::memcpy(logits, head_rows(final_hidden, first)->v, sizeof(float) * (n - first) * V);
+        if (r == o_.depth) std::memcpy(logits, m_.lm_head(g_, read_rows(final_hidden))->v, sizeof(float) * (n - first) * V);
         return;
       }
       if (tracker_.exit_step(0) != 0) return;
-      Node* z = head_rows(final_hidden, n - 1);
-      const float* lambda = nullptr;
-      if (o_.exit.rule == ExitRule::gate) {
-        Node* last = g_.node(1, d, false);
-        std::memcpy(last->v, final_hidden->v + (int64_t)(n - 1) * d, sizeof(float) * d);
-        lambda = m_.exit_gate(g_, last)->v;
-      }
+      Node* last = last_row(final_hidden);
+      Node* z = m_.lm_head(g_, last);
+      const float* lambda = o_.exit.rule == ExitRule::gate ? m_.exit_gate(g_, last)->v : nullptr;
       if (!tracker_.step(r, z->v, hr->v + (int64_t)(n - 1) * d, lambda).empty()) std::memcpy(logits, z->v, sizeof(float) * V);
     });
   } else {
     Node* h = m_.trunk(g_, ids, 1, n, o);
-    std::memcpy(logits, head_rows(m_.final_hidden(g_, h, 1, n, o), first)->v, sizeof(float) * (n - first) * V);
+    std::memcpy(logits, m_.lm_head(g_, read_rows(m_.final_hidden(g_, h, 1, n, o)))->v, sizeof(float) * (n - first) * V);
   }
   g_.reset();
   len_[seq] = from + n;
@@ -214,10 +217,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     const std::vector<int64_t>& exiting = tracker.step(r, z ? z_.data() : nullptr, h_.data(), lambda ? gate_.data() : nullptr);
     if (!z && !exiting.empty()) {  // the exiting rows' final hidden states through the lm_head
       const int ne = (int)exiting.size();
-      Node* x = g_.node(ne, d, false);
-      for (int e = 0; e < ne; ++e)
-        std::memcpy(x->v + (int64_t)e * d, final_hidden->v + (int64_t)active_row_[exiting[e]] * d, sizeof(float) * d);
-      Node* ze = m_.lm_head(g_, x);
+      Node* ze = m_.lm_head(g_, gather_rows(g_, final_hidden, ne, [&](int e) { return active_row_[exiting[e]]; }));
       for (int e = 0; e < ne; ++e) std::memcpy(z_.data() + exiting[e] * V, ze->v + (int64_t)e * V, sizeof(float) * V);
     }
     for (int64_t i : exiting) {
