@@ -17,6 +17,8 @@
 #include <omp.h>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/parallel.h"
+#include "backend/cpu/weight_format.h"
 #include "core/threads.h"
 #include "looplm/looplm.h"
 
@@ -207,4 +209,82 @@ TEST(Threads, OneModelServesSeveralThreadsAtOnce) {
     EXPECT_EQ(got, alone) << "round " << round;
     EXPECT_EQ(loss, loss_alone) << "round " << round;
   }
+}
+
+// The balanced loop of the matrix-vector products (backend/cpu/parallel.h): every item exactly
+// once, in chunks of `grain` that start at multiples of it, at any thread count (more threads than
+// cores included) and with shares left to steal.
+TEST(Threads, BalancedLoopRunsEveryItemOnce) {
+  for (int threads : {1, 2, 3, 5})
+    for (int64_t n : {0, 1, 7, 100, 1000})
+      for (int64_t grain : {1, 3, 64}) {
+        set_threads(threads);
+        std::vector<std::atomic<int>> seen(n);
+        std::atomic<bool> misplaced{false};
+        parallel_balanced(n, grain, true, [&](int64_t lo, int64_t count) {
+          // One thread: one call over everything; else chunks.
+          const bool whole = current_threads() == 1 && lo == 0 && count == n;
+          if (!whole && (lo % grain || count < 1 || count > grain || lo + count > n)) misplaced = true;
+          for (int64_t i = lo; i < lo + count; ++i) seen[i]++;
+        });
+        int64_t wrong = 0;
+        for (auto& s : seen) wrong += s.load() != 1;
+        EXPECT_EQ(wrong, 0) << threads << " threads, n " << n << ", grain " << grain;
+        EXPECT_FALSE(misplaced) << threads << " threads, n " << n << ", grain " << grain;
+      }
+  set_threads(0);
+}
+
+// A thread held up in its first chunk has the back of its share taken by the other, which then
+// goes on from there: thread 0 waits (up to 10 s) in its first chunk until thread 1 has done the
+// last chunk of thread 0's share, which only a steal can give it (thread 1 starts once thread 0
+// holds its first chunk, so that it cannot take the whole share before thread 0 begins).
+TEST(Threads, BalancedLoopHandsASlowThreadsShareToTheOther) {
+  set_threads(2);
+  constexpr int64_t n = 64;  // two shares of 32 chunks of one item
+  std::vector<std::atomic<int>> by(n);
+  for (auto& b : by) b = -1;
+  std::atomic<int> team{0};
+  parallel_balanced(n, 1, true, [&](int64_t lo, int64_t) {
+    const int id = omp_get_thread_num();
+    team = omp_get_num_threads();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    if (id == 1 && lo == n / 2)  // its own first chunk
+      while (by[0] != 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    by[lo] = id;
+    if (id == 0 && lo == 0 && team == 2)
+      while (by[n / 2 - 1] != 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  });
+  set_threads(0);
+  if (team != 2) GTEST_SKIP() << "the region had " << team << " thread(s)";
+  EXPECT_EQ(by[0], 0);
+  EXPECT_EQ(by[n / 2 - 1], 1) << "the back of the held-up thread's share was not taken";
+  for (int64_t i = 0; i < n; ++i) EXPECT_GE(by[i], 0) << "item " << i << " never ran";
+}
+
+// Decoding's matrix-vector products give the same bits at any thread count: the balanced loop
+// moves chunks between threads but each output row is one kernel's sum whichever thread runs it.
+// Every weight format and kernel; rows not a multiple of any chunk, several chunks per thread.
+TEST(Threads, MatrixVectorBitsDoNotDependOnTheThreadCount) {
+  const int R = 1000, C = 512;
+  std::vector<float> W((size_t)R * C), x(C);
+  uint32_t h = 7;
+  for (auto& v : W) v = (float)((h = h * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+  for (auto& v : x) v = (float)((h = h * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+  for (const WeightFormat* f : weight_formats()) {
+    std::vector<uint8_t> packed(f->pack ? f->packed_bytes(R, C) : 0);
+    if (f->pack) f->pack(W.data(), R, C, packed.data());
+    const void* p = f->pack ? (const void*)packed.data() : (const void*)W.data();
+    for (GemvKernel k : f->kernels()) {
+      std::vector<float> ref;
+      for (int threads : {1, 2, 3, 4}) {
+        set_threads(threads);
+        std::vector<float> y(R, 0.5f);
+        f->gemv(R, C, p, x.data(), y.data(), true, k);
+        if (ref.empty()) ref = y;
+        EXPECT_TRUE(y == ref) << f->name << " kernel " << (int)k << " at " << threads << " threads";
+      }
+    }
+  }
+  set_threads(0);
 }

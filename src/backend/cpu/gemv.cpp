@@ -468,17 +468,13 @@ bool have_avx512_bf16() { return false; }
 #endif
 
 // Run span(lo, count) over rows [0, N): one call for small products (waking the pool costs more
-// than the work), else one contiguous block of rows (a multiple of 4) per thread.
+// than the work), else chunks of ~32 KB of weights balanced between the threads (parallel_balanced,
+// backend/cpu/parallel.h). A chunk is a multiple of 16 rows, so every chunk's row blocks (4 rows, or
+// 16 for short rows) start where one span over all rows would start them: the same bits.
 template <class F>
-void for_row_blocks(int N, int K, F span) {
-  if ((int64_t)N * K <= (1 << 15) || !pool_has_threads()) { span(0, N); return; }
-#pragma omp parallel
-  {
-    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int per = ((N + nt - 1) / nt + 3) / 4 * 4;
-    const int lo = std::min(N, id * per), hi = std::min(N, lo + per);
-    if (hi > lo) span(lo, hi - lo);
-  }
+void for_row_blocks(int N, int K, size_t elem_bytes, F span) {
+  const int64_t rows = std::max<int64_t>(16, (int64_t)(kBalancedChunkBytes / ((size_t)K * elem_bytes)) / 16 * 16);
+  parallel_balanced(N, rows, (int64_t)N * K > (1 << 15), [&](int64_t lo, int64_t n) { span((int)lo, (int)n); });
 }
 
 // x de-interleaved for the shift-and-mask bf16 kernels: xe = x[0::2] at X, xo = x[1::2] at X + half,
@@ -495,7 +491,7 @@ void gemv_rows(int N, int K, const float* W, int ldw, const float* x, float* y, 
   const bool wide = kernel == GemvKernel::best ? have_avx512()
                                                : kernel == GemvKernel::avx512 || kernel == GemvKernel::avx512_bf16;
   const bool avx2 = !wide && (kernel == GemvKernel::best || kernel == GemvKernel::avx2) && have_avx2_fma();
-  for_row_blocks(N, K, [&](int lo, int n) {
+  for_row_blocks(N, K, sizeof(float), [&](int lo, int n) {
 #ifdef LOOPLM_AVX512_GEMV
     if (wide) return span_f32_avx512(W + (int64_t)lo * ldw, ldw, x, K, y + lo, n, accumulate);
 #endif
@@ -595,7 +591,7 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
       xh[i] = to_bf16(x[i]);
       xl[i] = to_bf16(x[i] - from_bf16(xh[i]));
     }
-    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_dp(W + (int64_t)lo * K, xh, xl, K, y + lo, n, accumulate); });
+    for_row_blocks(N, K, sizeof(uint16_t), [&](int lo, int n) { span_bf16_dp(W + (int64_t)lo * K, xh, xl, K, y + lo, n, accumulate); });
     return;
   }
 #endif
@@ -606,14 +602,14 @@ void gemv_rows_bf16(int N, int K, const uint16_t* W, const float* x, float* y, b
     deinterleave(x, K, xe, half);
 #ifdef LOOPLM_AVX512_GEMV
     if (kernel == GemvKernel::avx512) {
-      for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx512(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
+      for_row_blocks(N, K, sizeof(uint16_t), [&](int lo, int n) { span_bf16_avx512(W + (int64_t)lo * K, xe, xo, K, y + lo, n, accumulate); });
       return;
     }
 #endif
-    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2(W + (int64_t)lo * K, xe, half, K, y + lo, n, accumulate); });
+    for_row_blocks(N, K, sizeof(uint16_t), [&](int lo, int n) { span_bf16_avx2(W + (int64_t)lo * K, xe, half, K, y + lo, n, accumulate); });
     return;
   }
-  for_row_blocks(N, K, [&](int lo, int n) { span_bf16_portable(W + (int64_t)lo * K, x, K, y + lo, n, accumulate); });
+  for_row_blocks(N, K, sizeof(uint16_t), [&](int lo, int n) { span_bf16_portable(W + (int64_t)lo * K, x, K, y + lo, n, accumulate); });
 }
 
 bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, int ldx, float* Y, int ldy) {
@@ -626,7 +622,7 @@ bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, 
     if ((int)xbuf.size() < 2 * M * half) xbuf.resize((size_t)2 * M * half);
     float* XD = xbuf.data();  // this thread's buffer: inside the parallel region `xbuf` names another's
     for (int m = 0; m < M; ++m) deinterleave(X + (int64_t)m * ldx, K, XD + (size_t)2 * m * half, half);
-    for_row_blocks(N, K, [&](int lo, int n) { span_bf16_avx2_rows(M, W, XD, 2 * half, half, K, Y, ldy, lo, n); });
+    for_row_blocks(N, K, sizeof(uint16_t), [&](int lo, int n) { span_bf16_avx2_rows(M, W, XD, 2 * half, half, K, Y, ldy, lo, n); });
     return true;
   }
 #ifdef LOOPLM_AVX512_GEMV
@@ -642,7 +638,7 @@ bool gemm_rows_bf16_few(int M, int N, int K, const uint16_t* W, const float* X, 
       XH[(size_t)m * pad + i] = to_bf16(x);
       XL[(size_t)m * pad + i] = to_bf16(x - from_bf16(XH[(size_t)m * pad + i]));
     }
-  for_row_blocks(N, K, [&](int lo, int n) { span_bf16_dp_rows(M, W, XH, XL, pad, K, Y, ldy, lo, n); });
+  for_row_blocks(N, K, sizeof(uint16_t), [&](int lo, int n) { span_bf16_dp_rows(M, W, XH, XL, pad, K, Y, ldy, lo, n); });
   return true;
 #else
   (void)M, (void)N, (void)K, (void)W, (void)X, (void)ldx, (void)Y, (void)ldy;
@@ -654,12 +650,12 @@ bool gemm_rows_f32_few(int M, int N, int K, const float* W, int ldw, const float
   if (M < 1) return false;
 #ifdef LOOPLM_AVX512_GEMV
   if (have_avx512()) {
-    for_row_blocks(N, K, [&](int lo, int n) { span_f32_rows4(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+    for_row_blocks(N, K, sizeof(float), [&](int lo, int n) { span_f32_rows4(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
     return true;
   }
 #endif
   if (!have_avx2_fma()) return false;
-  for_row_blocks(N, K, [&](int lo, int n) { span_f32_avx2_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
+  for_row_blocks(N, K, sizeof(float), [&](int lo, int n) { span_f32_avx2_rows(M, W, ldw, X, ldx, K, Y, ldy, lo, n); });
   return true;
 }
 

@@ -540,12 +540,15 @@ void quant_gemv(int R, int C, const void* W, size_t group_bytes, const float* x,
   const auto* p = static_cast<const uint8_t*>(W);
   const int rows = f.rows;
   const int64_t G = (R + rows - 1) / rows;
-  parallel_for<int64_t>(G, (int64_t)R * C > (1 << 15), [&](int64_t g) {
-    float o[kQTile];
-    f.f(p + g * group_bytes, C, xs, 1, o);
-    for (int r = 0; r < rows && g * rows + r < R; ++r) {
-      float& t = y[g * rows + r];
-      t = accumulate ? t + o[r] : o[r];
+  const int64_t grain = std::max<int64_t>(1, kBalancedChunkBytes / (int64_t)group_bytes);
+  parallel_balanced(G, grain, (int64_t)R * C > (1 << 15), [&](int64_t g0, int64_t count) {
+    for (int64_t g = g0; g < g0 + count; ++g) {
+      float o[kQTile];
+      f.f(p + g * group_bytes, C, xs, 1, o);
+      for (int r = 0; r < rows && g * rows + r < R; ++r) {
+        float& t = y[g * rows + r];
+        t = accumulate ? t + o[r] : o[r];
+      }
     }
   });
 }
