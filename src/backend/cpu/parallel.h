@@ -45,7 +45,7 @@ void parallel_spans(int64_t n, F f, int64_t min_parallel = 1 << 14) {
 // Streams of weights split between threads that do not read at the same rate. A matrix-vector
 // product streams its weights once; split statically, the thread that finishes its share first
 // waits at the region's end while the other streams alone (on the 2-vCPU VMs the two shares of a
-// q4_0 product ended 13–25% of its time apart: bench/README.md, "Threads"). Handing out small
+// q4_0 product ended 13–25% of its time apart: bench/README.md, "Memory bandwidth"). Handing out small
 // chunks to whoever asks (OpenMP's dynamic schedule) balances them but interleaves the threads'
 // streams chunk by chunk, which ran slower still. So each thread starts on its own contiguous share
 // and takes chunks from its front; a thread whose share is done takes the back half of the largest
@@ -89,7 +89,8 @@ struct alignas(64) ChunkShare {
 };
 
 // The weights per chunk that the matrix-vector products hand out: one claim (a compare-and-swap on
-// the thread's own cache line) per 32 KB costs little beside streaming them.
+// the thread's own cache line) per 32 KB. Claiming several chunks at once, for fewer locked
+// instructions, measured no faster (bench/README.md, "Memory bandwidth").
 constexpr int64_t kBalancedChunkBytes = 32768;
 
 // f(lo, count) over [0, n) in chunks of `grain` items (the last may be shorter), balanced as above
