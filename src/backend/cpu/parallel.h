@@ -44,8 +44,8 @@ void parallel_spans(int64_t n, F f, int64_t min_parallel = 1 << 14) {
 
 // Streams of weights split between threads that do not read at the same rate. A matrix-vector
 // product streams its weights once; split statically, the thread that finishes its share first
-// waits at the region's end while the other streams alone (on the 2-vCPU VMs the two shares of a
-// q4_0 product ended 13–25% of its time apart: bench/README.md, "Memory bandwidth"). OpenMP's
+// waits at the region's end while the other streams alone (vCPUs that share a host do not stream at
+// one rate: bench/README.md, "Memory bandwidth", has the measurement). OpenMP's
 // dynamic schedule balances them but interleaves the threads' streams chunk by chunk, which with
 // small chunks ran slower still. So each thread starts on its own contiguous share and takes
 // chunks from its front; a thread whose share is done takes the back half of the largest share
