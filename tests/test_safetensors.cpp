@@ -172,6 +172,23 @@ TEST_F(SafetensorsTest, RoundTripSeveralDTypes) {
   EXPECT_EQ(copy.read_f32("tok_emb.weight", {24, 5}), w);
 }
 
+// Bytes::release drops a mapped file's whole pages in the range from the resident set (an
+// inference load copies a quantized checkpoint's matrices out, then releases them): what is read
+// afterwards, inside the range and on the partial pages at its edges, is still the file.
+TEST_F(SafetensorsTest, ReleasedPagesOfAMappedFileReadBackTheFile) {
+  const size_t page = (size_t)::sysconf(_SC_PAGESIZE), n = 5 * page + 123;
+  std::string content(n, '\0');
+  for (size_t i = 0; i < n; ++i) content[i] = (char)(i * 131 + i / 7);
+  write_file_atomic(p("bytes.bin"), content);
+  for (auto bytes : {map_file(p("bytes.bin")), hold_bytes(content)}) {
+    ASSERT_EQ(bytes->size(), n);
+    ASSERT_EQ(std::memcmp(bytes->data(), content.data(), n), 0);
+    bytes->release(bytes->data() + page / 2, 3 * page);  // 2 whole pages and 2 partial ones
+    bytes->release(bytes->data() + 4 * page, n - 4 * page);
+    EXPECT_EQ(std::memcmp(bytes->data(), content.data(), n), 0);
+  }
+}
+
 TEST_F(SafetensorsTest, NoTensorsNoMetadata) {
   write_safetensors(p("e.safetensors"), {}, {});
   const std::string bytes = read_file(p("e.safetensors"));

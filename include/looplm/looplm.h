@@ -225,7 +225,7 @@ struct GenerateOptions {
 };
 struct LoadOptions {
   // The weight format inference passes read (chosen once, here): "" (default) the checkpoint's own
-  // (fp32, or a quantized checkpoint's, its packed bytes used in place); "fp32" (exact); "bf16" (a
+  // (fp32, or a quantized checkpoint's, its packed bytes as they are); "fp32" (exact); "bf16" (a
   // rounded copy; half the memory traffic, logits within ~1e-2); "q8_0" / "q4_0" / "q4_k" (quantized at
   // load, round to nearest: `looplm quantize` writes checkpoints, also by GPTQ).
   std::string weights;

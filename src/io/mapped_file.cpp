@@ -48,6 +48,11 @@ class Mapping : public Bytes {
     if (base_) ::munmap(base_, size_);
     if (fd_ >= 0) ::close(fd_);
   }
+  void release(const uint8_t* p, size_t n) const override {
+    const uintptr_t page = (uintptr_t)::sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + n) / page * page;
+    if (hi > lo) ::madvise((void*)lo, hi - lo, MADV_DONTNEED);  // read-only and private: nothing is lost
+  }
   // "" or what changed: the open file (its inode), so a rename over the name is no change.
   std::string changed() const {
     struct stat st{};

@@ -1,6 +1,7 @@
 // Read-only bytes of a file or of memory, shared by whoever reads them. A file is mapped (mmap,
-// private, read-only) rather than read: a checkpoint loaded for inference is used in place, so
-// loading costs the pages that are touched, not a copy (docs/format.md).
+// private, read-only) rather than read: an fp32 checkpoint loaded for inference is used in place,
+// so loading costs the pages that are touched, not a copy (docs/format.md). A quantized one's
+// packed matrices are copied into 2 MB pages instead (model_io.cpp), the file's pages released.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,9 @@ class Bytes {
   virtual ~Bytes() = default;
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Done with [p, p + n) (inside these bytes) for now: a file mapping drops the whole pages in it
+  // from the resident set (a later read faults them in again from the file); memory keeps them.
+  virtual void release(const uint8_t* p, size_t n) const { (void)p, (void)n; }
 
  protected:
   const uint8_t* data_ = nullptr;

@@ -114,7 +114,7 @@ CheckpointSummary inspect_checkpoint(const std::string& checkpoint) {
   CheckpointSummary s;
   s.file = checkpoint_file(checkpoint);
   LoadModelOptions lo;
-  lo.lean = true;  // a quantized checkpoint's packed bytes in place, no fp32 copy of them
+  lo.lean = true;  // a quantized checkpoint's packed bytes as they are, no fp32 copy of them
   std::unique_ptr<Model> lm = load_model(s.file, lo);
   if (const WeightFormat* f = lm->params().prepacked_format()) {
     s.weights = f->name;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/weight_format.h"
+#include "core/arena.h"
 #include "data/tokenizer.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
@@ -217,25 +218,45 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     // the dequantized ones; products use the packed bytes in place (ParamStore::set_prepacked).
     // Lean: only the matrices read as values are dequantized in place; the others one at a time
     // into a scratch matrix, for the finiteness check below, and their values are left unset.
-    // The packed bytes are used where the file has them when they are aligned for the formats'
-    // blocks (fp16 scales: every file looplm writes keeps each packed tensor 16-byte aligned);
-    // otherwise (a file from another writer, or crafted) they are copied to aligned memory first,
-    // as misaligned fp32 values are above.
+    // Lean (an inference load): the packed bytes are copied into one block of working memory,
+    // which takes 2 MB pages where the kernel gives them (alloc_working), and each tensor's pages
+    // of the file are released once copied, so the resident set stays about the file's size. A
+    // batch-1 product streams every matrix once per token, and from the file's 4 KB pages an
+    // Ouro-1.4B-shaped q4_0 model decoded slower (bench/README.md, "Weights in 2 MB pages").
+    // Otherwise the packed bytes are used where the file has them when they are aligned for the
+    // formats' blocks (fp16 scales: every file looplm writes keeps each packed tensor 16-byte
+    // aligned); misaligned ones (a file from another writer, or crafted) are copied to aligned
+    // memory first, as misaligned fp32 values are above.
     struct Owner {
       std::shared_ptr<const void> file;
+      std::unique_ptr<void, FreeDeleter> block;
       std::vector<std::vector<std::max_align_t>> copies;
     };
     auto owner = std::make_shared<Owner>();
-    owner->file = f.keep_alive();
+    std::vector<size_t> block_at;
+    if (o.lean) {
+      size_t bytes = 0;
+      for (const PackedEntry& p : packed) block_at.push_back(bytes), bytes += (f.get(p.tensor).nbytes + 63) / 64 * 64;
+      owner->block.reset(alloc_working(bytes));
+    } else {
+      owner->file = f.keep_alive();
+    }
     std::map<int, const void*> data;
     std::vector<float> scratch;
-    for (const PackedEntry& p : packed) {  // each packed matrix is one the model multiplies with
+    for (size_t k = 0; k < packed.size(); ++k) {  // each packed matrix is one the model multiplies with
+      const PackedEntry& p = packed[k];
       const WeightMatrix* w = nullptr;
       for (const WeightMatrix& x : m->params().matrices())
         if (x.first == p.first && x.last == p.last && x.node->rows == p.rows && x.node->cols == p.cols) w = &x;
       if (!w) throw Error(path + ": packed tensor '" + p.tensor + "' is not one of the model's weight matrices");
       const void* bytes = f.get(p.tensor).data;
-      if (reinterpret_cast<uintptr_t>(bytes) % alignof(std::max_align_t) != 0) {
+      if (o.lean) {
+        const size_t n = f.get(p.tensor).nbytes;
+        uint8_t* copy = static_cast<uint8_t*>(owner->block.get()) + block_at[k];
+        std::memcpy(copy, bytes, n);
+        f.release(static_cast<const uint8_t*>(bytes), n);
+        bytes = copy;
+      } else if (reinterpret_cast<uintptr_t>(bytes) % alignof(std::max_align_t) != 0) {
         const size_t n = f.get(p.tensor).nbytes;
         auto& copy = owner->copies.emplace_back((n + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
         std::memcpy(copy.data(), bytes, n);

@@ -15,7 +15,7 @@ io::WrittenFile save_model(const std::string& path, const Model& m, const std::m
 // A checkpoint in the model's inference weight format (Model::prepare_inference, e.g. q8_0): each
 // weight matrix as its packed bytes (tensor "packed.<first param>", dtype U8), the other params
 // fp32; metadata "weights" names the format and "packed" lists the matrices (docs/format.md).
-// load_model reads it back (the packed bytes used in place), and `extra` goes into the metadata.
+// load_model reads it back (the packed bytes as they are, not requantized), and `extra` goes into the metadata.
 void save_model_packed(const std::string& path, const Model& m, const std::map<std::string, std::string>& extra = {});
 
 struct LoadModelOptions {
@@ -30,7 +30,8 @@ struct LoadModelOptions {
   // multiplied from the packed bytes and their fp32 values are never written, so they take no
   // memory (a q4_0 model's resident set is then its file, not its file plus an fp32 copy).
   // Packing into another format later fills them first (ParamStore::pack). Their finiteness is
-  // still checked, one dequantized matrix at a time.
+  // still checked, one dequantized matrix at a time. The packed bytes are copied into working
+  // memory (2 MB pages where the kernel gives them), each one's file pages released once copied.
   bool lean = false;
 };
 // Reads the config from the metadata and checks every tensor the config declares (name, shape,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/arena.h"
 #include "core/memory.h"
 #include "core/rng.h"
 
@@ -167,10 +168,26 @@ void ParamStore::pack(const WeightFormat& f) {
     for (WeightMatrix& m : matrices_) m.node->values_unset = false;
     prepacked_values_unset_ = false;
   }
-  packed_store_.clear();
+  packed_store_.reset();
   packed_bytes_ = 0;
   format_ = &f;
+  // The copies in one block of working memory (2 MB pages where the kernel gives them: a batch-1
+  // product streams each matrix once per token, and from 4 KB pages it ran slower, bench/README.md
+  // "Weights in 2 MB pages"); one block, since a matrix of a little over 2 MB would waste most of a
+  // second huge page of its own.
+  std::vector<size_t> at(matrices_.size(), 0);
+  size_t store = 0, k = 0;
+  for (const WeightMatrix& m : matrices_) {
+    if (f.pack && !(prepacked_format_ == &f && prepacked_.count(m.first))) {
+      at[k] = store;
+      store += (f.packed_bytes(m.node->rows, m.node->cols) + 63) / 64 * 64;
+    }
+    ++k;
+  }
+  if (store) packed_store_.reset(static_cast<uint8_t*>(alloc_working(store)));
+  k = 0;
   for (WeightMatrix& m : matrices_) {
+    const size_t offset = at[k++];
     const Node* n = m.node;
     m.packed = {&f, n->v, n->rows, n->cols};
     if (prepacked_format_ == &f && prepacked_.count(m.first)) {  // packed in the checkpoint: used in place
@@ -183,9 +200,7 @@ void ParamStore::pack(const WeightFormat& f) {
       continue;
     }
     const size_t bytes = f.packed_bytes(n->rows, n->cols);
-    auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    if (!mem) throw std::bad_alloc();
-    packed_store_.emplace_back(mem);
+    uint8_t* mem = packed_store_.get() + offset;
     f.pack(n->v, n->rows, n->cols, mem);
     m.packed.data = mem;
     packed_bytes_ += bytes;

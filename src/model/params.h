@@ -131,7 +131,7 @@ class ParamStore {
   std::map<int, const void*> prepacked_;
   std::shared_ptr<const void> prepacked_owner_;
   bool prepacked_values_unset_ = false;
-  std::vector<std::unique_ptr<uint8_t, Free>> packed_store_;
+  std::unique_ptr<uint8_t, Free> packed_store_;  // pack(): every matrix packed here, one block
   size_t packed_bytes_ = 0;
 };
 
