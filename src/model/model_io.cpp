@@ -215,7 +215,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     for (size_t i = 0; i < layout.size(); ++i)
       if (!covered[i]) f.read_f32(layout[i].name, layout[i].shape, m->params().value((int)i));
     // Packed matrices: their fp32 values (for lookups that read them, e.g. a tied embedding) are
-    // the dequantized ones; products use the packed bytes in place (ParamStore::set_prepacked).
+    // the dequantized ones; products use the packed bytes (ParamStore::set_prepacked).
     // Lean: only the matrices read as values are dequantized in place; the others one at a time
     // into a scratch matrix, for the finiteness check below, and their values are left unset.
     // Lean (an inference load): the packed bytes are copied into one block of working memory,
@@ -249,15 +249,15 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
       for (const WeightMatrix& x : m->params().matrices())
         if (x.first == p.first && x.last == p.last && x.node->rows == p.rows && x.node->cols == p.cols) w = &x;
       if (!w) throw Error(path + ": packed tensor '" + p.tensor + "' is not one of the model's weight matrices");
-      const void* bytes = f.get(p.tensor).data;
+      const auto& t = f.get(p.tensor);
+      const void* bytes = t.data;
       if (o.lean) {
-        const size_t n = f.get(p.tensor).nbytes;
         uint8_t* copy = static_cast<uint8_t*>(owner->block.get()) + block_at[k];
-        std::memcpy(copy, bytes, n);
-        f.release(static_cast<const uint8_t*>(bytes), n);
+        std::memcpy(copy, t.data, t.nbytes);
+        f.release(t.data, t.nbytes);
         bytes = copy;
       } else if (reinterpret_cast<uintptr_t>(bytes) % alignof(std::max_align_t) != 0) {
-        const size_t n = f.get(p.tensor).nbytes;
+        const size_t n = t.nbytes;
         auto& copy = owner->copies.emplace_back((n + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
         std::memcpy(copy.data(), bytes, n);
         bytes = copy.data();

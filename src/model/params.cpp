@@ -175,13 +175,11 @@ void ParamStore::pack(const WeightFormat& f) {
   // product streams each matrix once per token, and from 4 KB pages it ran slower, bench/README.md
   // "Weights in 2 MB pages"); one block, since a matrix of a little over 2 MB would waste most of a
   // second huge page of its own.
+  auto prepacked = [&](const WeightMatrix& m) { return prepacked_format_ == &f && prepacked_.count(m.first) > 0; };
   std::vector<size_t> at(matrices_.size(), 0);
   size_t store = 0, k = 0;
   for (const WeightMatrix& m : matrices_) {
-    if (f.pack && !(prepacked_format_ == &f && prepacked_.count(m.first))) {
-      at[k] = store;
-      store += (f.packed_bytes(m.node->rows, m.node->cols) + 63) / 64 * 64;
-    }
+    if (f.pack && !prepacked(m)) at[k] = store, store += (f.packed_bytes(m.node->rows, m.node->cols) + 63) / 64 * 64;
     ++k;
   }
   if (store) packed_store_.reset(static_cast<uint8_t*>(alloc_working(store)));
@@ -190,7 +188,7 @@ void ParamStore::pack(const WeightFormat& f) {
     const size_t offset = at[k++];
     const Node* n = m.node;
     m.packed = {&f, n->v, n->rows, n->cols};
-    if (prepacked_format_ == &f && prepacked_.count(m.first)) {  // packed in the checkpoint: used in place
+    if (prepacked(m)) {  // packed in the checkpoint: used in place
       m.packed.data = prepacked_.at(m.first);
       packed_bytes_ += f.packed_bytes(n->rows, n->cols);
       continue;
