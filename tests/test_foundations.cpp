@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -453,6 +454,28 @@ TEST(LoopCtx, RandomTermsAreKeyedPerMicroBatch) {
 }
 
 // ---------------------------------------------------------------- 7. loading for inference
+// Packing releases the attached fp32 values' pages (a bf16 copy should not keep the fp32 file
+// resident too). That is the owner's to do: a mapped file reads them back from disk, bytes held in
+// memory must keep them (dropping anonymous pages would zero them).
+TEST(Load, PackingKeepsAttachedValuesHeldInMemory) {
+  TempDir d("attach");
+  Config c = small_config(d);
+  Model src(c);
+  src.init_weights(2);
+  const ParamStore& sp = src.params();
+  const std::string values(reinterpret_cast<const char*>(sp.value(0)), sizeof(float) * sp.total());
+  ASSERT_GT(values.size(), size_t(8) * 4096);  // several whole pages inside the matrices
+  std::shared_ptr<const io::Bytes> held = io::hold_bytes(values);
+  ParamStorage s;
+  s.grads = false;
+  s.external = const_cast<float*>(reinterpret_cast<const float*>(held->data()));
+  s.owner = held;
+  Model m(c, s);
+  ASSERT_TRUE(m.params().attached());
+  m.params().pack(*find_weight_format("bf16"));
+  EXPECT_EQ(std::memcmp(held->data(), values.data(), values.size()), 0);
+}
+
 TEST(Load, InferenceMapsTheCheckpointAndChecksItFirst) {
   TempDir d("load");
   Config c = small_config(d);

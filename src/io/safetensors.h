@@ -64,7 +64,7 @@ class SafetensorsFile {
   static SafetensorsFile parse(std::string bytes, const std::string& origin);
   static SafetensorsFile parse(std::shared_ptr<const Bytes> bytes, const std::string& origin);
   // Keeps the bytes (and so every TensorInfo::data) alive, e.g. for a model using them in place.
-  std::shared_ptr<const void> keep_alive() const { return bytes_; }
+  std::shared_ptr<const Bytes> keep_alive() const { return bytes_; }
   // Done with tensor bytes [p, p + n) for now (Bytes::release: a mapped file's pages leave the
   // resident set).
   void release(const uint8_t* p, size_t n) const { bytes_->release(p, n); }

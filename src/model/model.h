@@ -32,7 +32,7 @@ struct RunOptions {
 struct ParamStorage {
   bool grads = true;                    // training: gradients too
   float* external = nullptr;            // inference: use these values (e.g. a mapped checkpoint)
-  std::shared_ptr<const void> owner;    // ... kept alive by this
+  std::shared_ptr<const io::Bytes> owner;  // ... kept alive by this (its pages released once packed)
 };
 
 class Model {

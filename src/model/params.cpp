@@ -1,8 +1,5 @@
 #include "model/params.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +8,7 @@
 #include "core/arena.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "io/mapped_file.h"
 
 namespace looplm {
 
@@ -61,7 +59,7 @@ void ParamStore::allocate(bool with_grads) {
   }
 }
 
-void ParamStore::attach(float* values, std::shared_ptr<const void> owner) {
+void ParamStore::attach(float* values, std::shared_ptr<const io::Bytes> owner) {
   LOOPLM_ASSERT(!values_, "ParamStore: values already exist");
   values_ = values;
   owner_ = std::move(owner);
@@ -150,16 +148,6 @@ WeightMatrix* ParamStore::matrix(int i) {
   return matrix(i, i, s[0], s[1]);
 }
 
-namespace {
-// Drop the whole pages inside [p, p + bytes) from this process's resident set. Only for read-only
-// file mappings: a later read faults the page in again from the file.
-void release_pages(const void* p, size_t bytes) {
-  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + bytes) / page * page;
-  if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
-}
-}  // namespace
-
 void ParamStore::pack(const WeightFormat& f) {
   if (prepacked_values_unset_ && prepacked_format_ != &f) {  // another format packs from the values
     for (const WeightMatrix& m : matrices_)
@@ -202,7 +190,9 @@ void ParamStore::pack(const WeightFormat& f) {
     f.pack(n->v, n->rows, n->cols, mem);
     m.packed.data = mem;
     packed_bytes_ += bytes;
-    if (owner_) release_pages(n->v, sizeof(float) * n->numel());
+    // Packed: the attached fp32 values are not read again for products (a mapped file's pages leave
+    // the resident set; values in memory stay).
+    if (owner_) owner_->release(reinterpret_cast<const uint8_t*>(n->v), sizeof(float) * n->numel());
   }
 }
 

@@ -23,6 +23,9 @@
 #include "ops/graph.h"
 
 namespace looplm {
+namespace io {
+class Bytes;
+}
 
 struct Init {
   enum class Kind { Constant, Normal, Uniform, Eye };
@@ -70,7 +73,7 @@ class ParamStore {
   // Values and (with_grads) gradients, zeroed.
   void allocate(bool with_grads = true);
   // Use `values` (total() floats, read-only) that `owner` keeps alive, e.g. a mapped checkpoint.
-  void attach(float* values, std::shared_ptr<const void> owner);
+  void attach(float* values, std::shared_ptr<const io::Bytes> owner);
   bool allocated() const { return values_ != nullptr || infos_.empty(); }
   bool has_grads() const { return grad_store_ != nullptr; }
   bool attached() const { return owner_ != nullptr; }  // values live elsewhere (attach)
@@ -123,7 +126,7 @@ class ParamStore {
   float* grads_ = nullptr;
   // allocate(): calloc'd, so pages never written (a lean load's unset values) take no memory
   std::unique_ptr<float[], Free> value_store_, grad_store_;
-  std::shared_ptr<const void> owner_;            // attach()
+  std::shared_ptr<const io::Bytes> owner_;       // attach()
   std::deque<Node> nodes_;                       // stable addresses
   std::deque<WeightMatrix> matrices_;
   const WeightFormat* format_ = nullptr;
