@@ -233,18 +233,18 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
       std::vector<std::vector<std::max_align_t>> copies;
     };
     auto owner = std::make_shared<Owner>();
-    std::vector<size_t> block_at;
+    auto slot = [&](const PackedEntry& p) { return (f.get(p.tensor).nbytes + 63) / 64 * 64; };  // each on a cache line
+    size_t block_at = 0;  // where the next copy goes
     if (o.lean) {
       size_t bytes = 0;
-      for (const PackedEntry& p : packed) block_at.push_back(bytes), bytes += (f.get(p.tensor).nbytes + 63) / 64 * 64;
+      for (const PackedEntry& p : packed) bytes += slot(p);
       owner->block.reset(alloc_working(bytes));
     } else {
       owner->file = f.keep_alive();
     }
     std::map<int, const void*> data;
     std::vector<float> scratch;
-    for (size_t k = 0; k < packed.size(); ++k) {  // each packed matrix is one the model multiplies with
-      const PackedEntry& p = packed[k];
+    for (const PackedEntry& p : packed) {  // each packed matrix is one the model multiplies with
       const WeightMatrix* w = nullptr;
       for (const WeightMatrix& x : m->params().matrices())
         if (x.first == p.first && x.last == p.last && x.node->rows == p.rows && x.node->cols == p.cols) w = &x;
@@ -252,7 +252,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
       const auto& t = f.get(p.tensor);
       const void* bytes = t.data;
       if (o.lean) {
-        uint8_t* copy = static_cast<uint8_t*>(owner->block.get()) + block_at[k];
+        uint8_t* copy = static_cast<uint8_t*>(owner->block.get()) + block_at;
+        block_at += slot(p);
         std::memcpy(copy, t.data, t.nbytes);
         f.release(t.data, t.nbytes);
         bytes = copy;

@@ -163,17 +163,15 @@ void ParamStore::pack(const WeightFormat& f) {
   // product streams each matrix once per token, and from 4 KB pages it ran slower, bench/README.md
   // "Weights in 2 MB pages"); one block, since a matrix of a little over 2 MB would waste most of a
   // second huge page of its own.
+  // Each copy starts on a cache line, the next one where the last ends.
   auto prepacked = [&](const WeightMatrix& m) { return prepacked_format_ == &f && prepacked_.count(m.first) > 0; };
-  std::vector<size_t> at(matrices_.size(), 0);
-  size_t store = 0, k = 0;
-  for (const WeightMatrix& m : matrices_) {
-    if (f.pack && !prepacked(m)) at[k] = store, store += (f.packed_bytes(m.node->rows, m.node->cols) + 63) / 64 * 64;
-    ++k;
-  }
+  auto slot = [&](const Node* n) { return (f.packed_bytes(n->rows, n->cols) + 63) / 64 * 64; };
+  size_t store = 0;
+  for (const WeightMatrix& m : matrices_)
+    if (f.pack && !prepacked(m)) store += slot(m.node);
   if (store) packed_store_.reset(static_cast<uint8_t*>(alloc_working(store)));
-  k = 0;
+  size_t offset = 0;
   for (WeightMatrix& m : matrices_) {
-    const size_t offset = at[k++];
     const Node* n = m.node;
     m.packed = {&f, n->v, n->rows, n->cols};
     if (prepacked(m)) {  // packed in the checkpoint: used in place
@@ -187,6 +185,7 @@ void ParamStore::pack(const WeightFormat& f) {
     }
     const size_t bytes = f.packed_bytes(n->rows, n->cols);
     uint8_t* mem = packed_store_.get() + offset;
+    offset += slot(n);
     f.pack(n->v, n->rows, n->cols, mem);
     m.packed.data = mem;
     packed_bytes_ += bytes;
