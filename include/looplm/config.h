@@ -19,6 +19,28 @@ namespace looplm {
 // rotated key on the stack (src/ops/ops.cpp), and validation refuses a config beyond it.
 inline constexpr int kMaxHeadDim = 1024;
 
+// What a converted model says about its text beyond its tokenizer (docs/interchange.md): the ids
+// that end a generation, its begin-of-text convention and its chat template, as `convert` read them
+// from a Hugging Face directory (generation_config.json, tokenizer_config.json) or a GGUF file. Not
+// config keys: a checkpoint stores them in its metadata under "looplm.text" (docs/format.md).
+// Models trained here have none: their end-of-text token is found by name, and chat uses the
+// documented convention (docs/serve.md).
+struct TextConventions {
+  std::vector<int32_t> eos_token_ids;  // generation ends at any of these; empty: by name (above)
+  int32_t bos_token_id = -1;           // -1: none known (the tokenizer's, by name)
+  int add_bos_token = -1;              // 1: a prompt starts with bos_token_id; 0: it does not; -1: not said (0)
+  std::string chat_template;           // Jinja source; "": none
+  // tokenizer_config.json's clean_up_tokenization_spaces: what transformers' decode does to
+  // " ," and " 's" (`looplm tokenize --decode`, Python's detokenize); generation streams exact text.
+  bool clean_up_tokenization_spaces = false;
+  bool empty() const;
+  // The metadata value: a JSON object (only the fields that are set). Parsing checks every field
+  // and throws Error naming `origin` and the field.
+  std::string to_json_text() const;
+  static TextConventions from_json_text(const std::string& text, const std::string& origin);
+};
+inline constexpr const char* kTextMetadataKey = "looplm.text";
+
 struct Config {
   // ---- model layout: tokens -> embed -> prelude -> core x R -> coda -> norm_f -> lm_head
   int vocab_size = 256;
@@ -50,6 +72,7 @@ struct Config {
   // hf: that file's text. Not a config key (config.json stays small): a checkpoint stores it in its
   // metadata under "tokenizer.huggingface.json" (docs/format.md) and load_model puts it back here.
   std::string tokenizer_json;
+  TextConventions text;  // the same: metadata "looplm.text", not config keys
 
   // ---- training
   std::string data_train = "data/kjv/train.txt";

@@ -17,8 +17,10 @@
 namespace looplm {
 
 namespace {
-// An hf tokenizer's tokenizer.json travels in the metadata (docs/format.md), not in the config.
+// An hf tokenizer's tokenizer.json and a converted model's text conventions travel in the
+// metadata (docs/format.md), not in the config.
 void add_tokenizer(const Config& c, std::map<std::string, std::string>& meta) {
+  if (!c.text.empty()) meta[kTextMetadataKey] = c.text.to_json_text();
   if (c.tokenizer != "hf") return;
   meta[kTokenizerMetadataKey] = c.tokenizer_json.empty() ? Tokenizer::from_config(c).hf_json() : c.tokenizer_json;
 }
@@ -133,6 +135,20 @@ std::vector<PackedEntry> packed_entries(const std::string& path, const io::Safet
 }
 }  // namespace
 
+TextConventions text_conventions_of(const Config& c, const std::map<std::string, std::string>& metadata, const std::string& path) {
+  auto it = metadata.find(kTextMetadataKey);
+  if (it == metadata.end()) return {};
+  TextConventions t = TextConventions::from_json_text(it->second, path);
+  auto check = [&](int32_t id, const char* field) {
+    if (id >= c.vocab_size)
+      throw Error(path + ": metadata '" + kTextMetadataKey + "' field '" + field + "' holds id " + std::to_string(id) +
+                  ", outside the model's vocabulary (" + std::to_string(c.vocab_size) + " ids)");
+  };
+  for (int32_t id : t.eos_token_ids) check(id, "eos_token_ids");
+  if (t.bos_token_id >= 0) check(t.bos_token_id, "bos_token_id");
+  return t;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o) {
   auto f = io::SafetensorsFile::open(path);
   auto it = f.metadata().find("config");
@@ -143,6 +159,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     c = Config::from_json_text(it->second, path + " (metadata 'config')");
     layout = Model::layout(c);  // validates; allocates no parameters
     c.tokenizer_json = Tokenizer::from_checkpoint(c, f.metadata(), path).hf() ? f.metadata().at(kTokenizerMetadataKey) : "";
+    c.text = text_conventions_of(c, f.metadata(), path);
   } catch (const UsageError& e) {  // a bad file is a runtime error, not a usage error
     throw Error(e.what());
   }

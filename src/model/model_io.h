@@ -34,6 +34,10 @@ struct LoadModelOptions {
   // memory (2 MB pages where the kernel gives them), each one's file pages released once copied.
   bool lean = false;
 };
+// A checkpoint's text conventions (metadata "looplm.text"; none when absent), checked: Error naming
+// `path` and the field for a malformed one or an id outside the config's vocabulary.
+TextConventions text_conventions_of(const Config& c, const std::map<std::string, std::string>& metadata, const std::string& path);
+
 // Reads the config from the metadata and checks every tensor the config declares (name, shape,
 // dtype, nothing unexpected) before anything is allocated, then builds the model and checks that
 // every value is finite.

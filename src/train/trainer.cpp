@@ -33,6 +33,7 @@
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
+#include "model/model_io.h"
 #include "train/checkpoint.h"
 #include "train/depth_sampler.h"
 #include "train/distributed.h"
@@ -121,6 +122,7 @@ Config config_of(const std::string& model_path) {
     Config c = Config::from_json_text(it->second, model_path + " (metadata 'config')");
     if (auto t = f.metadata().find(kTokenizerMetadataKey); c.tokenizer == "hf" && t != f.metadata().end())
       c.tokenizer_json = t->second;
+    c.text = text_conventions_of(c, f.metadata(), model_path);
     return c;
   } catch (const UsageError& e) {  // a damaged file is a runtime error
     throw Error(e.what());
@@ -358,6 +360,7 @@ std::unique_ptr<Model> starting_weights(const RunDirectory& run, const TrainOpti
                      "); the weights are tied to their token ids");
   c.tokenizer_chars = from.tokenizer_chars;
   c.tokenizer_json = from.tokenizer_json;
+  c.text = from.text;  // a fine-tuned converted model keeps its end tokens and chat template
   if (c.tokenizer_file.empty()) c.tokenizer_file = from.tokenizer_file;
   return init;
 }
