@@ -221,8 +221,48 @@ struct GenerateOptions {
   // values rounded to 8 bits of mantissa, logits within ~1e-2) or "int8" (a quarter, plus one fp32
   // scale per position and head: each head vector rounded to 127 steps of its largest |value|).
   std::string kv_cache = "fp32";
+  // The model's end tokens (LanguageModel::special_tokens().eos_ids) end a sequence, and are not
+  // part of its output, unless this is set.
+  bool ignore_eos = false;
+  // Added to a token's logit before it is chosen (OpenAI's logit_bias: -100 bans, 100 forces).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
 };
+// ---------------------------------------------------------------- token ids to text
+// The text of tokens as they arrive: the one path from ids to text that generate, serve, the
+// Python module and training's sample take. Each token adds its bytes; text is given out in whole
+// UTF-8 characters (a character split across tokens waits for its last byte) and held back while
+// it may begin a stop string. The text it gives out, all told, is decode(ids) (invalid UTF-8
+// repaired as decode repairs it), cut before the first stop string; tokens after that are
+// ignored. O(1) amortised per token for byte and char tokenizers and the Hugging Face decoders
+// that act token by token (GPT-2, Llama 2 and 3, Qwen, Gemma, Mistral: ByteLevel, Metaspace,
+// ByteFallback, Replace, Strip, Fuse); a decoder that reads tokens together decodes the whole
+// text each token.
+struct TextStreamOptions {
+  std::vector<std::string> stop;  // the text ends before the first of these
+  // The tokens open the text, rather than continue a prompt (a SentencePiece decoder drops the
+  // space of a text's first word, not of a continuation's).
+  bool at_start = false;
+};
+class TextStream {
+ public:
+  TextStream(TextStream&&) noexcept;
+  TextStream& operator=(TextStream&&) noexcept;
+  ~TextStream();
+  std::string push(int32_t id);  // the text ready after this token (may be empty); Error for an id outside the vocabulary
+  std::string finish();          // the rest (an unfinished character as U+FFFD); push no more after it
+  bool stopped() const;          // a stop string was found: the text ended before it
+  // Bytes of text decided so far (given out, or held back only as a possible stop string's
+  // start): where the next token's text begins (OpenAI's text_offset).
+  size_t text_bytes() const;
+
+  struct Impl;
+  explicit TextStream(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 struct LoadOptions {
   // The weight format inference passes read (chosen once, here): "" (default) the checkpoint's own
   // (fp32, or a quantized checkpoint's, its packed bytes as they are); "fp32" (exact); "bf16" (a
@@ -249,17 +289,27 @@ class LanguageModel {
   // A prompt: a char model maps a character outside its alphabet (or a byte of invalid UTF-8) to
   // its fallback symbol (the space when it has one, else its first) instead of failing; `unseen`
   // gets each such character once ("U+00E9 'é'"). A byte model encodes every byte.
-  std::vector<int32_t> encode_prompt(const std::string& text, std::vector<std::string>* unseen = nullptr) const;
+  // add_bos: the model's BOS first where its convention says so (SpecialTokens::add_bos; not
+  // twice); a rendered chat template writes its own.
+  std::vector<int32_t> encode_prompt(const std::string& text, std::vector<std::string>* unseen = nullptr,
+                                     bool add_bos = true) const;
   std::string fallback_symbol() const;  // what an unseen character becomes, as text
   std::string decode(const std::vector<int32_t>& ids) const;
-  // A Hugging Face tokenizer's begin- and end-of-text tokens (the first special token named like
-  // one: "<|endoftext|>", "</s>", "<|im_end|>", ...); -1 and "" where there is none (byte and char
-  // models have none: their text simply goes on).
+  // Text as tokens arrive (TextStream): a generation's continuation of its prompt by default.
+  TextStream text_stream(const TextStreamOptions& o = {}) const;
+  // The model's begin- and end-of-text tokens. A converted model's own (Config::text: the ids of
+  // generation_config.json and tokenizer_config.json, or the GGUF file's eos and eot); otherwise
+  // a Hugging Face tokenizer's special token named like one ("<|endoftext|>", "</s>", ...); -1,
+  // "" and no ids where there is none (byte and char models: their text simply goes on).
   struct SpecialTokens {
-    int32_t bos = -1, eos = -1;
+    int32_t bos = -1, eos = -1;       // eos: the first end token
     std::string bos_text, eos_text;
+    std::vector<int32_t> eos_ids;     // generation ends at any of these (ignore_eos: it does not)
+    bool add_bos = false;             // a prompt starts with bos (encode_prompt adds it)
   };
-  SpecialTokens special_tokens() const;
+  const SpecialTokens& special_tokens() const;
+  // The model's chat template (Jinja, from its tokenizer_config.json or GGUF file); "" for none.
+  const std::string& chat_template() const;
 
   // Deterministic evaluation over consecutive non-overlapping windows of `context` tokens
   // (targets shifted by one); depth -1 = R, 0 = h_pre. Noise off. max_windows < 0: all of them.
@@ -284,6 +334,7 @@ class LanguageModel {
   // its neighbours (a SentencePiece decoder strips the first token's space, a byte token may be
   // part of a character), so this is decode(prompt + added) less decode(prompt) where that is a
   // prefix, else decode(added). Byte and char models: decode(added).
+  // (a TextStream's text, pushed `added` whole)
   std::string decode_continuation(const std::vector<int32_t>& prompt, const std::vector<int32_t>& added) const;
 
   // Logits [T, V] of a full forward pass (no cache) over `tokens` at `depth`; for tests/tools.
@@ -334,6 +385,7 @@ struct SequenceOptions {
   // -1: no log-probabilities; k >= 0: each token's log-probability under the model's distribution
   // (the raw logits' softmax, not the sampling's) and the k most likely tokens' (k <= 20).
   int logprobs = -1;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // GenerateOptions::logit_bias
 };
 struct SessionOptions {
   int slots = 8;  // sequences at once
@@ -452,6 +504,7 @@ class TextTokenizer {
   // char tokenizer, which has none.
   std::vector<int32_t> encode(const std::string& text, bool add_special = false) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // Error naming an id outside the vocabulary
+  TextStream text_stream(const TextStreamOptions& o = {}) const;  // the tokenizer must outlive it
 
   struct Impl;  // the library's tokenizer (src/data/tokenizer.h)
   const Impl& impl() const { return *impl_; }

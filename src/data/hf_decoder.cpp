@@ -25,7 +25,15 @@ class Sequence final : public Decoder {
   void run(std::vector<std::string>& t) const override {
     for (const auto& p : parts) p->run(t);
   }
+  bool piece(std::string& s, PieceState& st) const override {
+    for (const auto& p : parts)
+      if (!p->piece(s, st)) return false;
+    return true;
+  }
 };
+
+// A step that rewrites the text after a Strip at its ends would move what the stream strips.
+bool after_end_strip(const PieceState& st) { return st.strip_start + st.strip_stop > 0; }
 
 // All tokens to bytes through GPT-2's table (a token with a character outside it is kept as its
 // own bytes), then one string, invalid UTF-8 replaced.
@@ -47,6 +55,18 @@ class ByteLevel final : public Decoder {
       }
     }
     t.assign(1, utf8_lossy(bytes));
+  }
+  bool piece(std::string& s, PieceState& st) const override {
+    // Over one fused string a single character outside the table keeps all of it raw: not per token.
+    if (st.fused || after_end_strip(st)) return false;
+    std::string bytes;
+    for (size_t i = 0; i < s.size();) {
+      const int b = unicode_to_byte(next_cp(s, i));
+      if (b < 0) return st.fused = true;  // kept as its own bytes (s unchanged)
+      bytes += static_cast<char>(b);
+    }
+    s = std::move(bytes);
+    return st.fused = true;
   }
 };
 
@@ -70,6 +90,15 @@ class Metaspace final : public Decoder {
       }
       t[k] = std::move(out);
     }
+  }
+  bool piece(std::string& s, PieceState& st) const override {
+    if (st.fused || after_end_strip(st)) return false;  // (then the whole text is "the first token")
+    std::vector<std::string> one{std::move(s)};
+    Metaspace m = *this;
+    m.drop_first = drop_first && st.first;
+    m.run(one);
+    s = std::move(one[0]);
+    return true;
   }
 };
 
@@ -105,6 +134,15 @@ class ByteFallback final : public Decoder {
     flush();
     t.swap(out);
   }
+  bool piece(std::string& s, PieceState& st) const override {
+    if (st.fused || after_end_strip(st)) return false;
+    st.byte_fallback = true;
+    if (const int b = byte_of(s); b >= 0) {
+      s.assign(1, static_cast<char>(b));
+      st.byte_token = true;
+    }
+    return true;
+  }
 };
 
 class Fuse final : public Decoder {
@@ -114,6 +152,7 @@ class Fuse final : public Decoder {
     for (const std::string& s : t) all += s;
     t.assign(1, std::move(all));
   }
+  bool piece(std::string&, PieceState& st) const override { return st.fused = true; }
 };
 
 // Up to `start` leading and `stop` trailing copies of one character cut from every token.
@@ -130,6 +169,19 @@ class Strip final : public Decoder {
       s = s.substr(b, e - b);
     }
   }
+  bool piece(std::string& s, PieceState& st) const override {
+    if (!st.fused) {  // each token's own ends
+      std::vector<std::string> one{std::move(s)};
+      run(one);
+      s = std::move(one[0]);
+      return true;
+    }
+    if (after_end_strip(st)) return false;
+    st.strip = content;
+    st.strip_start = start;
+    st.strip_stop = stop;
+    return true;
+  }
 };
 
 class Replace final : public Decoder {
@@ -137,6 +189,13 @@ class Replace final : public Decoder {
   ReplaceRule rule;
   void run(std::vector<std::string>& t) const override {
     for (std::string& s : t) rule.apply(s);
+  }
+  bool piece(std::string& s, PieceState& st) const override {
+    // Over fused text a pattern may span two tokens, unless it is one character.
+    if (after_end_strip(st)) return false;
+    if (st.fused && !rule.single_character()) return false;
+    rule.apply(s);
+    return true;
   }
 };
 
@@ -159,6 +218,7 @@ class BpeSuffix final : public Decoder {
       t[k] = std::move(out);
     }
   }
+  bool piece(std::string&, PieceState&) const override { return false; }  // the last token's suffix differs
 };
 
 }  // namespace

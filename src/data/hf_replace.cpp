@@ -23,6 +23,10 @@ ReplaceRule ReplaceRule::parse(const nlohmann::json& j, const std::string& where
   return r;
 }
 
+bool ReplaceRule::single_character() const {
+  return !regex.valid() && !literal.empty() && literal.size() == cp_len(static_cast<unsigned char>(literal[0]));
+}
+
 void ReplaceRule::apply(std::string& s) const {
   std::string out;
   size_t from = 0;

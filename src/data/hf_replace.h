@@ -18,6 +18,8 @@ struct ReplaceRule {
   // s with every match replaced; s is left as it is when nothing matches. An empty regex match
   // replaces nothing (the search steps over one character), as the Rust library does.
   void apply(std::string& s) const;
+  // A String pattern of one character: its matches never span two tokens' strings.
+  bool single_character() const;
 };
 
 }  // namespace looplm::hf

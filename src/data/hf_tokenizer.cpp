@@ -35,6 +35,9 @@ struct HfTokenizer::Impl {
   std::vector<uint8_t> present, special;
   bool raw_bytes = false;
   std::string summary;
+  StreamPlan stream;
+
+  const std::string& checked_token(int32_t id) const;
 
   void encode_piece(std::string_view text, bool at_start, std::vector<int32_t>& out, WordCache& cache) const;
 };
@@ -144,6 +147,15 @@ std::shared_ptr<const HfTokenizer> HfTokenizer::from_json(const std::string& tex
   m.decoder = make_decoder(dec ? *dec : null, origin + ": decoder");
   const nlohmann::json* post = member(j, "post_processor", origin);
   post_processor(post ? *post : null, origin + ": post_processor", m.before, m.after);
+  if (m.decoder) {  // the chain's shape decides the plan; any token string shows it
+    std::string probe = "a";
+    PieceState st;
+    m.stream.piecewise = m.decoder->piece(probe, st);
+    m.stream.byte_fallback = st.byte_fallback;
+    m.stream.strip = st.strip;
+    m.stream.strip_start = st.strip_start;
+    m.stream.strip_stop = st.strip_stop;
+  }
 
   // The id space: the model's vocabulary, then the added tokens (which win where they overlap).
   int32_t max_id = -1;
@@ -260,16 +272,38 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
   return out;
 }
 
+const std::string& HfTokenizer::Impl::checked_token(int32_t id) const {
+  if (id < 0 || id >= (int32_t)present.size() || !present[id])
+    throw Error("token id " + std::to_string(id) + " is not in the tokenizer's vocabulary (" + origin + ": " +
+                std::to_string(present.size()) + " ids)");
+  return id_to_token[id];
+}
+
+const HfTokenizer::StreamPlan& HfTokenizer::stream_plan() const { return impl_->stream; }
+
+void HfTokenizer::append_piece(int32_t id, bool first, std::string& out, bool* byte_token) const {
+  const Impl& m = *impl_;
+  std::string s = m.checked_token(id);
+  PieceState st;
+  st.first = first;
+  if (!m.decoder) {  // no decoder: the tokens joined by spaces
+    if (!first) out += ' ';
+  } else {
+    LOOPLM_ASSERT(m.stream.piecewise, "append_piece: this tokenizer's decoder is not piecewise");
+    m.decoder->piece(s, st);
+  }
+  out += s;
+  if (byte_token) *byte_token = st.byte_token;
+}
+
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   const Impl& m = *impl_;
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id < 0 || id >= (int32_t)m.present.size() || !m.present[id])
-      throw Error("token id " + std::to_string(id) + " is not in the tokenizer's vocabulary (" + m.origin + ": " +
-                  std::to_string(m.present.size()) + " ids)");
+    const std::string& tok = m.checked_token(id);
     if (skip_special && m.special[id]) continue;
-    tokens.push_back(m.id_to_token[id]);
+    tokens.push_back(tok);
   }
   if (!m.decoder) {
     std::string out;
@@ -299,6 +333,15 @@ std::optional<int32_t> HfTokenizer::id_of(std::string_view tok) const {
 
 bool HfTokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special[id];
+}
+
+const std::vector<std::string>& hf_end_of_text_names() {
+  static const std::vector<std::string> n = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|eot_id|>"};
+  return n;
+}
+const std::vector<std::string>& hf_begin_of_text_names() {
+  static const std::vector<std::string> n = {"<|begin_of_text|>", "<s>", "<bos>"};
+  return n;
 }
 
 std::optional<int32_t> HfTokenizer::find_special(const std::vector<std::string>& names) const {

@@ -19,6 +19,12 @@
 
 namespace looplm {
 
+// The names a tokenizer's end- and begin-of-text special tokens go by, in order of preference (a
+// model trained here has no other word on them; a converted model's own ids come first:
+// Config::text).
+const std::vector<std::string>& hf_end_of_text_names();
+const std::vector<std::string>& hf_begin_of_text_names();
+
 class HfTokenizer {
  public:
   ~HfTokenizer();
@@ -33,6 +39,21 @@ class HfTokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
   // Error for an id outside the vocabulary. Invalid UTF-8 from byte tokens becomes U+FFFD.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+
+  // Streaming (data/text_stream.h): decode's text as per-token pieces. `piecewise` is false when
+  // the decoder chain reads tokens together in a way a piece cannot say (then a stream decodes its
+  // whole text each token); `byte_fallback`: a run of <0xXX> tokens that is not UTF-8 becomes one
+  // U+FFFD per byte; a Strip after the tokens are fused cuts up to strip_start copies of `strip`
+  // from the text's start and strip_stop from its end.
+  struct StreamPlan {
+    bool piecewise = true, byte_fallback = false;
+    std::string strip;
+    size_t strip_start = 0, strip_stop = 0;
+  };
+  const StreamPlan& stream_plan() const;
+  // Appends the raw bytes token `id` adds to decode's text (`first`: the token opens the text);
+  // *byte_token: it is a ByteFallback byte. Error for an id outside the vocabulary.
+  void append_piece(int32_t id, bool first, std::string& out, bool* byte_token = nullptr) const;
 
   // One more than the largest id (ids with no token in between are possible, and refused by
   // decode).

@@ -37,6 +37,17 @@ size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
+size_t utf8_pending_tail(std::string_view s) {
+  // A character is at most 4 bytes, so only a lead byte among the last 3 can still be waiting.
+  for (size_t j = s.size() > 3 ? s.size() - 3 : 0; j < s.size(); ++j) {
+    const auto b = static_cast<unsigned char>(s[j]);
+    if (b < 0xC2 || b > 0xF4) continue;
+    const auto [n, ok] = scan(s, j);
+    if (!ok && j + n >= s.size()) return s.size() - j;
+  }
+  return 0;
+}
+
 std::string utf8_lossy(std::string_view s) {
   std::string out;
   out.reserve(s.size());

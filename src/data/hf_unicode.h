@@ -32,6 +32,9 @@ inline size_t cp_len(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 
 // Offset of the first byte that does not start valid UTF-8 (strict: no overlongs, surrogates or
 // code points above U+10FFFF), or npos when all of s is valid.
 size_t invalid_utf8_at(std::string_view s);
+// The bytes at the end of s that begin a character still missing bytes (0 when s ends whole or
+// with an ill-formed sequence): what a text arriving in pieces holds back until the next piece.
+size_t utf8_pending_tail(std::string_view s);
 // Invalid sequences replaced by U+FFFD, one per maximal ill-formed subpart (as Rust's
 // String::from_utf8_lossy and the WHATWG decoder do).
 std::string utf8_lossy(std::string_view bytes);

@@ -2,6 +2,7 @@
 // tokenizer.json or a checkpoint.
 #include <sys/stat.h>
 
+#include "data/text_stream.h"
 #include "data/text_tokenizer_impl.h"
 #include "data/tokenizer.h"
 #include "io/json_input.h"
@@ -14,6 +15,23 @@ TextTokenizer::TextTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 TextTokenizer::TextTokenizer(TextTokenizer&&) noexcept = default;
 TextTokenizer& TextTokenizer::operator=(TextTokenizer&&) noexcept = default;
 TextTokenizer::~TextTokenizer() = default;
+
+struct TextStream::Impl {
+  TextStreamer s;
+};
+TextStream::TextStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TextStream::TextStream(TextStream&&) noexcept = default;
+TextStream& TextStream::operator=(TextStream&&) noexcept = default;
+TextStream::~TextStream() = default;
+std::string TextStream::push(int32_t id) { return impl_->s.push(id); }
+std::string TextStream::finish() { return impl_->s.finish(); }
+bool TextStream::stopped() const { return impl_->s.stopped(); }
+size_t TextStream::text_bytes() const { return impl_->s.text_bytes(); }
+
+TextStream make_text_stream(const Tokenizer& tok, const TextStreamOptions& o) {
+  return TextStream(std::make_unique<TextStream::Impl>(TextStream::Impl{TextStreamer(tok, {o.stop, o.at_start})}));
+}
+TextStream TextTokenizer::text_stream(const TextStreamOptions& o) const { return make_text_stream(impl_->tok, o); }
 
 TextTokenizer TextTokenizer::open(const std::string& path) {
   struct stat st;

@@ -9,4 +9,7 @@ struct TextTokenizer::Impl {
   Tokenizer tok;
 };
 
+// A public TextStream over `tok` (which must outlive it): data/text_stream.h does the work.
+TextStream make_text_stream(const Tokenizer& tok, const TextStreamOptions& o);
+
 }  // namespace looplm

@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/hf_tokenizer.h"
+#include "data/text_tokenizer_impl.h"
 #include "data/tokenizer.h"
 #include "infer/decoder.h"
 #include "infer/eval.h"
@@ -23,9 +24,13 @@
 namespace looplm {
 
 // speculative.cpp: one sequence, after generate_batch has checked the prompt and the options
+// `ends`: the ids that end the sequence (not emitted).
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
-                                          const std::function<void(int32_t)>& on_token);
+                                          const std::vector<int32_t>& ends, const std::function<void(int32_t)>& on_token);
 
+
+LanguageModel::Impl::Impl(std::unique_ptr<Model> m)
+    : model(std::move(m)), tok(Tokenizer::from_config(model->config())), special(special_tokens_of(model->config(), tok)) {}
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
@@ -68,9 +73,14 @@ int64_t LanguageModel::n_params() const { return impl_->model->n_params(); }
 bool LanguageModel::has_exit_gate() const { return impl_->model->has_exit_gate(); }
 std::vector<int32_t> LanguageModel::encode(const std::string& text) const { return impl_->tok.encode(text); }
 std::string LanguageModel::decode(const std::vector<int32_t>& ids) const { return impl_->tok.decode(ids); }
-std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::vector<std::string>* unseen) const {
-  return impl_->tok.encode_prompt(text, unseen);
+std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::vector<std::string>* unseen, bool add_bos) const {
+  std::vector<int32_t> ids = impl_->tok.encode_prompt(text, unseen);
+  const SpecialTokens& sp = impl_->special;
+  if (add_bos && sp.add_bos && (ids.empty() || ids[0] != sp.bos)) ids.insert(ids.begin(), sp.bos);
+  return ids;
 }
+TextStream LanguageModel::text_stream(const TextStreamOptions& o) const { return make_text_stream(impl_->tok, o); }
+const std::string& LanguageModel::chat_template() const { return impl_->model->config().text.chat_template; }
 std::vector<std::string> available_weight_formats() {
   std::vector<std::string> v;
   for (const WeightFormat* f : weight_formats()) v.push_back(f->name);
@@ -93,20 +103,28 @@ std::string joined(const std::vector<std::string>& names, const char* sep) {
   return s;
 }
 
-LanguageModel::SpecialTokens LanguageModel::special_tokens() const {
-  SpecialTokens st;
-  const HfTokenizer* hf = impl_->tok.hf();
-  if (!hf) return st;
-  if (auto e = hf->find_special({"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|eot_id|>"})) {
-    st.eos = *e;
-    st.eos_text = hf->decode({*e});
+LanguageModel::SpecialTokens special_tokens_of(const Config& c, const Tokenizer& tok) {
+  LanguageModel::SpecialTokens st;
+  const TextConventions& own = c.text;
+  const HfTokenizer* hf = tok.hf();
+  auto text_of = [&](int32_t id) { return tok.decode({id}); };
+  if (!own.eos_token_ids.empty()) {
+    st.eos_ids = own.eos_token_ids;
+  } else if (hf) {
+    if (auto e = hf->find_special(hf_end_of_text_names())) st.eos_ids = {*e};
   }
-  if (auto b = hf->find_special({"<|begin_of_text|>", "<s>", "<bos>"})) {
-    st.bos = *b;
-    st.bos_text = hf->decode({*b});
+  if (own.bos_token_id >= 0) st.bos = own.bos_token_id;
+  else if (hf) st.bos = hf->find_special(hf_begin_of_text_names()).value_or(-1);
+  if (!st.eos_ids.empty()) {
+    st.eos = st.eos_ids[0];
+    st.eos_text = text_of(st.eos);
   }
+  if (st.bos >= 0) st.bos_text = text_of(st.bos);
+  st.add_bos = own.add_bos_token == 1 && st.bos >= 0;
   return st;
 }
+
+const LanguageModel::SpecialTokens& LanguageModel::special_tokens() const { return impl_->special; }
 std::string LanguageModel::fallback_symbol() const { return impl_->tok.decode({impl_->tok.fallback_id()}); }
 
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
@@ -256,11 +274,10 @@ LanguageModel::Trace LanguageModel::trace(const std::vector<int32_t>& tokens, co
 }
 
 std::string LanguageModel::decode_continuation(const std::vector<int32_t>& prompt, const std::vector<int32_t>& added) const {
-  if (impl_->model->config().tokenizer != "hf") return decode(added);
-  std::vector<int32_t> all = prompt;
-  all.insert(all.end(), added.begin(), added.end());
-  const std::string base = decode(prompt), full = decode(all);
-  return full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : decode(added);
+  TextStream ts = text_stream();
+  std::string text;
+  for (int32_t id : added) text += ts.push(id);
+  return text + ts.finish();
 }
 
 std::vector<int32_t> LanguageModel::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
@@ -290,12 +307,15 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
         throw UsageError("generate: prompt" + which + " token " + std::to_string(t) + " is outside the vocabulary");
     longest = std::max(longest, std::min<size_t>(prompts[i].size(), ctx));
   }
+  check_logit_bias(opt.logit_bias, V);
+  const std::vector<int32_t> ends = opt.ignore_eos ? std::vector<int32_t>{} : impl_->special.eos_ids;
+  auto is_end = [&](int32_t t) { return std::find(ends.begin(), ends.end(), t) != ends.end(); };
   if (opt.speculative > 0) {  // one sequence at a time
     std::vector<std::vector<int32_t>> outs;
     for (int i = 0; i < B; ++i) {
       GenerateOptions oi = opt;
       oi.seed = opt.seed + (uint64_t)i;
-      outs.push_back(generate_speculative(m, prompts[i], oi, [&](int32_t t) {
+      outs.push_back(generate_speculative(m, prompts[i], oi, ends, [&](int32_t t) {
         if (on_token) on_token(i, t);
       }));
     }
@@ -304,13 +324,15 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   // The cache holds what the window can hold: the longest prompt (at most a context) and the new tokens.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
   Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy, 0, kv_element(opt.kv_cache)});
-  SamplerOptions so{opt.temperature, opt.top_k, opt.top_p};
+  SamplerOptions so{opt.temperature, opt.top_k, opt.top_p, &opt.logit_bias};
   std::vector<Rng> rng;
   for (int i = 0; i < B; ++i) rng.emplace_back(opt.seed + (uint64_t)i, kStreamSample);
   std::vector<float> work, last((size_t)B * V), z((size_t)B * V);
   std::vector<std::vector<int32_t>> seq(prompts), out(B);
   std::vector<int> rows;
   std::vector<int32_t> next(B), in;
+  std::vector<bool> ended(B, false);  // an end token came (it is not part of the output)
+  int running = B, made = 0;
 
   // Sequence i restarts its cache on its last n tokens (positions from 0).
   auto prefill = [&](int i, int n) {
@@ -326,21 +348,29 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   }
   const auto t1 = std::chrono::steady_clock::now();
   auto checked = t1;  // when the mapped checkpoint was last checked (io::check_mapped_files)
-  for (int step = 0; step < opt.max_new; ++step) {
+  for (int step = 0; step < opt.max_new && running > 0; ++step) {
     if (const auto now = std::chrono::steady_clock::now(); now - checked > std::chrono::milliseconds(500)) {
       io::check_mapped_files();
       checked = now;
     }
     for (int i = 0; i < B; ++i) {
+      if (ended[i]) continue;
       next[i] = sample_token(last.data() + (size_t)i * V, V, so, rng[i], work);
+      if (is_end(next[i])) {
+        ended[i] = true;
+        --running;
+        continue;
+      }
       seq[i].push_back(next[i]);
       out[i].push_back(next[i]);
+      ++made;
       if (on_token) on_token(i, next[i]);
     }
     if (step + 1 == opt.max_new) break;
     rows.clear();
     in.clear();
     for (int i = 0; i < B; ++i) {
+      if (ended[i]) continue;
       if (dec.length(i) == capacity) {
         prefill(i, std::max(1, ctx / 2));  // window full: restart on the last half context
       } else {
@@ -359,7 +389,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     GenerateStats& st = *opt.stats;
     st.prompt_tokens = prompt_tokens;
     st.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-    st.new_tokens = B * opt.max_new;
+    st.new_tokens = made;
     st.gen_seconds = std::chrono::duration<double>(t2 - t1).count();
     st.mean_steps = dec.decoded() ? (double)dec.steps() / (double)dec.decoded() : depth;
     st.kv_bytes_per_token = dec.kv_bytes_per_token();

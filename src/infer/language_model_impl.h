@@ -12,7 +12,12 @@ namespace looplm {
 struct LanguageModel::Impl {
   std::unique_ptr<Model> model;
   Tokenizer tok;
-  explicit Impl(std::unique_ptr<Model> m) : model(std::move(m)), tok(Tokenizer::from_config(model->config())) {}
+  LanguageModel::SpecialTokens special;  // special_tokens_of(config, tok)
+  explicit Impl(std::unique_ptr<Model> m);
 };
+
+// A model's end and begin tokens: its own conventions (Config::text) where it has them, else a
+// Hugging Face tokenizer's special tokens found by name (models trained here).
+LanguageModel::SpecialTokens special_tokens_of(const Config& c, const Tokenizer& tok);
 
 }  // namespace looplm

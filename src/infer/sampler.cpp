@@ -20,8 +20,26 @@ void require_finite_logits(const float* z, int V) {
               "): its outputs overflow or are NaN on this prompt (a diverged or damaged checkpoint?)");
 }
 
-int32_t sample_token(const float* z, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work) {
-  require_finite_logits(z, V);
+void check_logit_bias(const LogitBias& bias, int V) {
+  for (const auto& [id, b] : bias) {
+    if (id < 0 || id >= V)
+      throw UsageError("logit_bias: token " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+    if (!std::isfinite(b) || b < -100 || b > 100)
+      throw UsageError("logit_bias: the bias of token " + std::to_string(id) + " must be a number from -100 to 100");
+  }
+}
+
+const float* biased_logits(const float* z, int V, const LogitBias* bias, std::vector<float>& biased) {
+  if (!bias || bias->empty()) return z;
+  biased.assign(z, z + V);
+  for (const auto& [id, b] : *bias) biased[id] += b;
+  return biased.data();
+}
+
+int32_t sample_token(const float* z_in, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work) {
+  require_finite_logits(z_in, V);
+  thread_local std::vector<float> biased;
+  const float* z = biased_logits(z_in, V, o.logit_bias, biased);
   if (o.temperature <= 0) return (int32_t)(std::max_element(z, z + V) - z);
   // Candidates sorted by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
   std::vector<int32_t> idx(V);

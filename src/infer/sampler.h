@@ -1,17 +1,26 @@
 // Next-token choice from logits: greedy (temperature 0) or temperature / top-k / top-p sampling.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
 
 namespace looplm {
 
+using LogitBias = std::vector<std::pair<int32_t, float>>;  // (token id, added to its logit)
+
 struct SamplerOptions {
   double temperature = 1.0;
   int top_k = 0;
   double top_p = 1.0;
+  const LogitBias* logit_bias = nullptr;  // added before anything else (greedy included)
 };
+// UsageError naming the entry: an id outside [0, V), a bias that is not finite or outside
+// [-100, 100] (OpenAI's range).
+void check_logit_bias(const LogitBias& bias, int V);
+// z with `bias` added (copied into `biased`), or z itself when there is none.
+const float* biased_logits(const float* z, int V, const LogitBias* bias, std::vector<float>& biased);
 // Error when a logit is NaN or ±Inf (as eval refuses a non-finite loss): no token is chosen from
 // the outputs of a model that overflowed (a diverged or damaged checkpoint).
 void require_finite_logits(const float* logits, int V);

@@ -84,6 +84,7 @@ int DecodeSession::start(const std::vector<int32_t>& prompt, const SequenceOptio
   if (s.top_k < 0) throw UsageError("top_k must be >= 0");
   if (!(s.top_p > 0 && s.top_p <= 1)) throw UsageError("top_p must be greater than 0 and at most 1");
   if (s.logprobs > 20) throw UsageError("logprobs is at most 20");
+  check_logit_bias(s.logit_bias, V);
   int slot = -1;
   for (int i = 0; i < (int)im.slots.size() && slot < 0; ++i)
     if (!im.slots[i].used) slot = i;
@@ -121,7 +122,7 @@ std::vector<SessionToken> DecodeSession::step() {
     const float* z = im.last.data() + (size_t)i * V;
     SessionToken t;
     t.slot = i;
-    t.id = sample_token(z, V, SamplerOptions{s.opt.temperature, s.opt.top_k, s.opt.top_p}, s.rng, im.work);
+    t.id = sample_token(z, V, SamplerOptions{s.opt.temperature, s.opt.top_k, s.opt.top_p, &s.opt.logit_bias}, s.rng, im.work);
     t.steps = s.steps;
     if (s.opt.logprobs >= 0) {
       double mx = z[0];

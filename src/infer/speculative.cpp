@@ -15,15 +15,8 @@
 
 namespace looplm {
 
-namespace {
-int32_t argmax(const float* z, int V) {
-  require_finite_logits(z, V);
-  return (int32_t)(std::max_element(z, z + V) - z);
-}
-}  // namespace
-
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt_in, const GenerateOptions& opt,
-                                          const std::function<void(int32_t)>& on_token) {
+                                          const std::vector<int32_t>& ends, const std::function<void(int32_t)>& on_token) {
   const Config& c = m.config();
   const int V = c.vocab_size, ctx = c.context, K = opt.speculative;
   const int depth = c.depth_or_R(opt.depth);
@@ -41,7 +34,18 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   std::vector<float> z(V), zs((size_t)K * V);
   std::vector<int32_t> drafts(K + 1);
   int64_t drafted = 0, accepted = 0;
+  std::vector<float> biased;
+  auto argmax = [&](const float* z_in) {  // greedy choice, as sample_token makes it at temperature 0
+    require_finite_logits(z_in, V);
+    const float* z = biased_logits(z_in, V, &opt.logit_bias, biased);
+    return (int32_t)(std::max_element(z, z + V) - z);
+  };
+  bool ended = false;  // an end token came (not emitted)
   auto emit = [&](int32_t t) {
+    if (std::find(ends.begin(), ends.end(), t) != ends.end()) {
+      ended = true;
+      return;
+    }
     seq.push_back(t);
     out.push_back(t);
     if (on_token) on_token(t);
@@ -52,9 +56,9 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   adapt_threads();
   dec.prefill(0, seq.data() + start, (int)seq.size() - start, z.data());
   const auto t1 = std::chrono::steady_clock::now();
-  if (opt.max_new > 0) emit(argmax(z.data(), V));
+  if (opt.max_new > 0) emit(argmax(z.data()));
   auto checked = t1;  // when the mapped checkpoint was last checked (io::check_mapped_files)
-  while ((int)out.size() < opt.max_new) {
+  while (!ended && (int)out.size() < opt.max_new) {
     if (const auto now = std::chrono::steady_clock::now(); now - checked > std::chrono::milliseconds(500)) {
       io::check_mapped_files();
       checked = now;
@@ -65,7 +69,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
       const int keep = std::max(1, ctx / 2);
       adapt_threads();
       dec.prefill(0, seq.data() + seq.size() - keep, keep, z.data());
-      emit(argmax(z.data(), V));
+      emit(argmax(z.data()));
       continue;
     }
     // Drafts d1..dk at depth r: feed x, d1, ..., d_{k-1} (k = K, or what the window still holds).
@@ -74,7 +78,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
     for (int k = 1; k <= k_round; ++k) {
       adapt_threads();
       dec.draft(0, cur, z.data());
-      drafts[k] = cur = argmax(z.data(), V);
+      drafts[k] = cur = argmax(z.data());
     }
     // The full model on x, d1..d_{K-1} in one pass: y_i is its choice after the i-th of them.
     feed[0] = x;
@@ -84,9 +88,9 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
     drafted += k_round;
     int i = 0;
     while (i < k_round && (int)out.size() < opt.max_new) {
-      const int32_t y = argmax(zs.data() + (size_t)i * V, V);
+      const int32_t y = argmax(zs.data() + (size_t)i * V);
       emit(y);
-      if (y != drafts[i + 1]) break;
+      if (ended || y != drafts[i + 1]) break;
       ++accepted;
       ++i;
     }
