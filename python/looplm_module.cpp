@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -332,8 +333,16 @@ PYBIND11_MODULE(looplm, m) {
            [](const PyModel& s, const py::object& prompt, int max_tokens, std::optional<double> temperature, int top_k,
               double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
               const std::string& kv_policy, const std::string& kv_cache, int speculative, int draft_depth,
-              const py::object& on_token, bool return_stats) -> py::object {
+              const py::object& on_token, bool return_stats, std::optional<std::vector<std::string>> stop, bool ignore_eos,
+              std::optional<std::map<int64_t, double>> logit_bias, const py::object& on_text) -> py::object {
              GenerateOptions g;
+             if (stop) g.stop = *stop;
+             g.ignore_eos = ignore_eos;
+             if (logit_bias)
+               for (const auto& [id, b] : *logit_bias) {
+                 if (id < 0 || id > INT32_MAX) throw UsageError("generate: logit_bias token " + std::to_string(id) + " is outside the vocabulary");
+                 g.logit_bias.push_back({(int32_t)id, (float)b});
+               }
              if (max_tokens < 0) throw UsageError("generate: max_tokens must be >= 0");
              g.max_new = max_tokens;
              // speculative decoding is greedy (the CLI's default too)
@@ -354,7 +363,7 @@ PYBIND11_MODULE(looplm, m) {
                throw UsageError("generate: speculative=K and draft_depth=r go together");
              GenerateStats st;
              g.stats = &st;
-             const bool callback = !on_token.is_none();
+             const bool callback = !on_token.is_none(), text_callback = !on_text.is_none();
              // A batch: a list of prompts (text), one sequence each (sequence i samples with seed + i).
              if (py::isinstance<py::list>(prompt) && py::len(prompt) > 0 && py::isinstance<py::str>(prompt[py::int_(0)])) {
                std::vector<std::vector<int32_t>> ids;
@@ -367,15 +376,27 @@ PYBIND11_MODULE(looplm, m) {
                  if (ids.back().empty()) throw UsageError("generate: prompt " + std::to_string(ids.size()) + " is empty");
                }
                std::vector<std::vector<int32_t>> outs;
-               std::vector<std::string> texts;
+               std::vector<TextStream> streams;  // each sequence's text (TextStream: whole characters, cut at a stop string)
+               for (size_t i = 0; i < ids.size(); ++i) streams.push_back(s.lm->text_stream({g.stop, false}));
+               std::vector<std::string> texts(ids.size());
                {
                  CallLock l;
                  outs = s.lm->generate_batch(ids, g, [&](int i, int32_t t) {
-                   if (!callback) return;
+                   const std::string piece = streams[i].push(t);
+                   texts[i] += piece;
+                   if (!callback && !text_callback) return;
                    py::gil_scoped_acquire gil;
-                   on_token(i, t);
+                   if (callback) on_token(i, t);
+                   if (text_callback && !piece.empty()) on_text(i, text_of(piece));
                  });
-                 for (size_t i = 0; i < outs.size(); ++i) texts.push_back(s.lm->decode_continuation(ids[i], outs[i]));
+                 for (size_t i = 0; i < outs.size(); ++i) {
+                   const std::string rest = streams[i].finish();
+                   texts[i] += rest;
+                   if (text_callback && !rest.empty()) {
+                     py::gil_scoped_acquire gil;
+                     on_text((int)i, text_of(rest));
+                   }
+                 }
                }
                py::list result;
                for (const auto& t : texts) result.append(text_of(t));
@@ -396,12 +417,21 @@ PYBIND11_MODULE(looplm, m) {
              std::string text;
              {
                CallLock l;
+               TextStream stream = s.lm->text_stream({g.stop, false});
                out = s.lm->generate(ids, g, [&](int32_t t) {
-                 if (!callback) return;
+                 const std::string piece = stream.push(t);
+                 text += piece;
+                 if (!callback && !text_callback) return;
                  py::gil_scoped_acquire gil;
-                 on_token(t);
+                 if (callback) on_token(t);
+                 if (text_callback && !piece.empty()) on_text(text_of(piece));
                });
-               if (as_text) text = s.lm->decode_continuation(ids, out);
+               const std::string rest = stream.finish();
+               text += rest;
+               if (text_callback && !rest.empty()) {
+                 py::gil_scoped_acquire gil;
+                 on_text(text_of(rest));
+               }
              }
              py::object result;
              if (as_text) {
@@ -417,10 +447,14 @@ PYBIND11_MODULE(looplm, m) {
            py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
            py::arg("exit_threshold") = py::none(), py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            py::arg("speculative") = 0, py::arg("draft_depth") = 0, py::arg("on_token") = py::none(),
-           py::arg("return_stats") = false,
+           py::arg("return_stats") = false, py::arg("stop") = py::none(), py::arg("ignore_eos") = false,
+           py::arg("logit_bias") = py::none(), py::arg("on_text") = py::none(),
            "Sample a continuation (the CLI's generate). prompt: text -> the new text; token ids -> the new ids "
            "(numpy int32); a list of texts -> a list of new texts, decoded together (sequence i with seed + i). "
-           "on_token(id) (a batch: on_token(i, id)) sees each new token. temperature None: 1, or 0 with speculative.")
+           "on_token(id) (a batch: on_token(i, id)) sees each new token, on_text(text) (on_text(i, text)) each piece "
+           "of text as it is ready (whole characters). The model's end tokens end a sample (ignore_eos: they do not); "
+           "stop: strings the text ends before; logit_bias: {token id: bias from -100 to 100}. temperature None: 1, "
+           "or 0 with speculative.")
       .def("evaluate",
            [](const PyModel& s, const py::object& data, std::optional<int> depth, const std::string& exit_rule,
               std::optional<double> exit_threshold, std::optional<bool> incremental, std::optional<std::string> kv_policy,

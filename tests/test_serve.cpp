@@ -15,6 +15,7 @@
 #include <fstream>
 #include <future>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -456,5 +457,132 @@ TEST_F(Serve, PageInARealBrowser) {
                            " http://127.0.0.1:" + std::to_string(s.port) + "/ " + quoted(expected.dump()));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// ---------------------------------------------------------------- text the vocabulary splits
+// A byte-level BPE trained here on text full of 4-byte characters and new emoji (so most of them
+// are split across tokens), random weights: the answers are full of characters that arrive over
+// several tokens, and of invalid byte runs (U+FFFD). The server's text, plain and streamed, is
+// `looplm generate`'s, and decode of the tokens it made; a stop string that is one of those split
+// characters cuts the text before it.
+namespace {
+class ServeText : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir = new TempDir("serve_text");
+    std::string text;
+    const char* pieces[] = {"𠀋", "𠂢", "𠃌", "𡈽", "𡌛", "🫠", "🫨", "🪿", "🧑🏽‍🚀", "한국어", "漢字", " word ", "\n"};
+    uint32_t x = 12345;
+    for (int i = 0; i < 6000; ++i) {
+      x = x * 1103515245u + 12345u;
+      text += pieces[(x >> 16) % 13];
+    }
+    std::ofstream(*dir / "text.txt", std::ios::binary) << text;
+    auto r = run_shell(kBin + " data --input " + (*dir / "text.txt") + " --tokenizer-train bpe --vocab-size 300 --out " + (*dir / "bpe"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_shell(kBin + " train --preset looped --set steps=0 --set d_model=64 --set n_heads=4 --set context=256 --set init_std=0.3 "
+                  "--set tokenizer=hf --set tokenizer_file=" + (*dir / "bpe/tokenizer.json") + " --data " + (*dir / "text.txt") +
+                  " --out " + (*dir / "run") + " --quiet -t 1");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() {
+    delete dir;
+    dir = nullptr;
+  }
+  static std::string ckpt() { return *dir / "run"; }
+  static TempDir* dir;
+};
+TempDir* ServeText::dir = nullptr;
+
+// The completion's text from the server-sent events of a streamed request.
+std::string streamed_text(const ServerProcess& s, const json& body, std::string* finish = nullptr) {
+  auto c = s.client();
+  std::string sse, text;
+  stream_post(c, "/v1/completions", body.dump(), [&](const char* d, size_t n) {
+    sse.append(d, n);
+    return true;
+  });
+  for (size_t at = 0; (at = sse.find("data: {", at)) != std::string::npos; ++at) {
+    const json j = json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+    if (j["choices"].empty()) continue;
+    text += j["choices"][0]["text"].get<std::string>();
+    if (finish && !j["choices"][0]["finish_reason"].is_null()) *finish = j["choices"][0]["finish_reason"];
+  }
+  return text;
+}
+}  // namespace
+
+TEST_F(ServeText, SplitCharactersArriveWholeAndNothingIsCut) {
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "serve.log");
+  ASSERT_GT(s.port, 0);
+  // the CLI's batch output holds each sample's text and token ids
+  const std::vector<std::string> prompts = {"𠀋𠂢", "한국어 word", "🫠🫨", " word 漢"};
+  {
+    std::ofstream f(*dir / "prompts.jsonl");
+    for (const auto& p : prompts) f << json{{"prompt", p}}.dump() << "\n";
+  }
+  const auto g = run_shell(kBin + " generate --checkpoint " + ckpt() + " --prompts " + (*dir / "prompts.jsonl") +
+                           " -n 80 --temperature 0 --ignore-eos --quiet 2>/dev/null");
+  ASSERT_EQ(g.code, 0) << g.out;
+  std::istringstream lines(g.out);
+  size_t split = 0;
+  for (const auto& p : prompts) {
+    SCOPED_TRACE(p);
+    std::string line;
+    std::getline(lines, line);
+    const json cli = json::parse(line);
+    const std::string want = cli["completion"];
+    const json body = {{"prompt", p}, {"max_tokens", 80}, {"temperature", 0}, {"ignore_eos", true}};
+    const json r = post(s, "/v1/completions", body);
+    EXPECT_EQ(r["choices"][0]["text"], want);
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+    json sb = body;
+    sb["stream"] = true;
+    EXPECT_EQ(streamed_text(s, sb), want);
+    // decode of the ids the model made (their first token continues the prompt: a byte-level
+    // vocabulary decodes token by token, so decode alone gives the same text)
+    EXPECT_EQ(post(s, "/detokenize", {{"tokens", cli["tokens"]}})["prompt"], want);
+    // the tokens that are parts of characters: logprobs names them by their bytes
+    const json lp = post(s, "/v1/completions", {{"prompt", p}, {"max_tokens", 80}, {"temperature", 0}, {"ignore_eos", true},
+                                                {"logprobs", 2}})["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), 80u);
+    size_t last = 0;
+    for (size_t k = 0; k < 80; ++k) {
+      const std::string t = lp["tokens"][k];
+      split += t.rfind("bytes:", 0) == 0;
+      const size_t off = lp["text_offset"][k];
+      EXPECT_GE(off, last);
+      last = off;
+    }
+  }
+  EXPECT_GT(split, 5u) << "the answers should hold characters split across tokens";
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST_F(ServeText, StopStringsInsideSplitCharacters) {
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "serve_stop.log");
+  ASSERT_GT(s.port, 0);
+  const json body = {{"prompt", "🫠🫨"}, {"max_tokens", 80}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string full = post(s, "/v1/completions", body)["choices"][0]["text"];
+  // every 4-byte character of the answer as the stop string, and one with the character before it
+  int tried = 0;
+  for (size_t i = 0; i + 4 <= full.size() && tried < 6; ++i) {
+    if ((static_cast<unsigned char>(full[i]) & 0xF8) != 0xF0) continue;
+    for (const std::string stop : {full.substr(i, 4), i > 0 && (full[i - 1] & 0xC0) != 0x80 ? full.substr(i - 1, 5) : full.substr(i, 4)}) {
+      SCOPED_TRACE(stop);
+      json b = body;
+      b["stop"] = {stop};
+      const json r = post(s, "/v1/completions", b);
+      EXPECT_EQ(r["choices"][0]["text"], full.substr(0, full.find(stop)));
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+      b["stream"] = true;
+      std::string finish;
+      EXPECT_EQ(streamed_text(s, b, &finish), full.substr(0, full.find(stop)));
+      EXPECT_EQ(finish, "stop");
+    }
+    ++tried;
+  }
+  EXPECT_GT(tried, 0) << "the answer holds no 4-byte character: " << full;
   EXPECT_EQ(s.stop(), 0);
 }

@@ -8,8 +8,30 @@
 #include "cli.h"
 #include "cli_common.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 
 namespace looplm::cli {
+
+namespace {
+// "ID=BIAS" of --logit-bias (the range against the vocabulary is checked by generate).
+std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
+  const size_t eq = s.find('=');
+  size_t a = 0, b = 0;
+  long long id = -1;
+  double bias = 0;
+  try {
+    if (eq != std::string::npos) {
+      id = std::stoll(s.substr(0, eq), &a);
+      bias = std::stod(s.substr(eq + 1), &b);
+    }
+  } catch (const std::exception&) {
+    a = 0;
+  }
+  if (eq == std::string::npos || a == 0 || a != eq || b == 0 || b != s.size() - eq - 1 || id < 0 || id > INT32_MAX)
+    throw UsageError("generate: --logit-bias '" + brief(s) + "' is not ID=BIAS (e.g. --logit-bias 50256=-100)");
+  return {(int32_t)id, (float)bias};
+}
+}  // namespace
 
 int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint (KV cache per block and loop step).", "looplm generate"};
@@ -53,12 +75,18 @@ int cmd_generate(int argc, char** argv) {
                  "(default fp32)")
       ->check(CLI::IsMember(available_kv_caches()))
       ->type_name("TYPE");
+  app.add_flag("--ignore-eos", g.ignore_eos, "go on past the model's end tokens (they end a sample otherwise)");
+  app.add_option("--stop", g.stop, "end a sample's text before TEXT (repeatable)")->type_name("TEXT");
+  std::vector<std::string> biases;
+  app.add_option("--logit-bias", biases, "ID=BIAS: add BIAS (-100 to 100) to token ID's logit before it is chosen (repeatable)")
+      ->type_name("ID=BIAS");
   app.add_flag("--allow-nonfinite", lo.allow_nonfinite, "load a checkpoint whose tensors hold NaN/Inf");
   app.add_flag("--quiet", quiet, "no timing summary");
   ThreadsArg threads;
   threads.add(app);
   if (!parse(app, argc, argv, "generate")) return 0;
   const size_t temperature_given = temp_opt->count();
+  for (const std::string& b : biases) g.logit_bias.push_back(parse_logit_bias(b));
   set_threads(threads.n);
   g.exit = ex.exit();
   if ((g.speculative > 0) != (g.draft_depth > 0))
@@ -121,33 +149,15 @@ int cmd_generate(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
     GenerateStats st;
     g.stats = &st;
-    if (lm.config().tokenizer == "hf") {
-      // A Hugging Face token's text depends on its neighbours (a byte token is part of a character,
-      // a SentencePiece decoder strips the first space): decode the whole sequence and print what
-      // it added, holding back a character whose bytes have not all come yet.
-      std::vector<int32_t> seq = ids[0];
-      std::string shown = lm.decode(seq);
-      auto flush = [&](bool last) {
-        const std::string full = lm.decode(seq);
-        const bool pending = full.size() >= 3 && full.compare(full.size() - 3, 3, "\xEF\xBF\xBD") == 0;
-        if ((pending && !last) || full.compare(0, shown.size(), shown) != 0) return;
-        std::fwrite(full.data() + shown.size(), 1, full.size() - shown.size(), stdout);
-        std::fflush(stdout);
-        shown = full;
-      };
-      lm.generate(ids[0], g, [&](int32_t t) {
-        seq.push_back(t);
-        flush(false);
-      });
-      flush(true);
-    } else {
-      // (a byte token may be part of a UTF-8 character; the terminal sees it once its last byte arrives)
-      lm.generate(ids[0], g, [&](int32_t t) {
-        std::string str = lm.decode({t});
-        std::fwrite(str.data(), 1, str.size(), stdout);
-        std::fflush(stdout);
-      });
-    }
+    // Each token's text as it comes, in whole characters (a character split across tokens is
+    // printed when its last byte arrives).
+    TextStream text = lm.text_stream({g.stop, false});
+    auto print = [](const std::string& s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    };
+    lm.generate(ids[0], g, [&](int32_t t) { print(text.push(t)); });
+    print(text.finish());
     std::fputs("\n", stdout);
     add(st);
   } else {
@@ -162,7 +172,10 @@ int cmd_generate(int argc, char** argv) {
       for (size_t k = 0; k < n; ++k) {
         const size_t i = i0 + k;
         const std::string& text = texts[text_of[i]];
-        const std::string completion = lm.decode_continuation(chunk[k], outs[k]);
+        TextStream ts = lm.text_stream({g.stop, false});
+        std::string completion;
+        for (int32_t t : outs[k]) completion += ts.push(t);
+        completion += ts.finish();
         if (jsonl) {
           // completion: the bytes as text (invalid UTF-8 becomes U+FFFD); tokens: the ids, lossless
           nlohmann::json j = {{"prompt", text}, {"completion", completion}, {"tokens", outs[k]}, {"seed", seed0 + i}};

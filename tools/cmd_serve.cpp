@@ -178,6 +178,7 @@ struct Server {
         throw bad("'stop' is a string or a list of up to 4 strings", "stop");
       }
     }
+    if (body.contains("logit_bias") && !body["logit_bias"].is_null()) base.opt.logit_bias = logit_bias_of(body["logit_bias"]);
     // looped extensions
     const int64_t depth = f.get<int64_t>("depth", -1);
     if (body.contains("depth") && !body["depth"].is_null() && (depth < 0 || depth > 64 * std::max(1, lm.config().R)))
@@ -200,6 +201,28 @@ struct Server {
       if (base.loop.exit.rule == ExitRule::gate && !lm.has_exit_gate())
         throw bad("'exit_rule' gate needs a model with a learned exit gate (as Ouro has); this one has none", "exit_rule");
     }
+  }
+
+  // OpenAI's logit_bias: {"token id": bias from -100 to 100}.
+  std::vector<std::pair<int32_t, float>> logit_bias_of(const json& b) const {
+    if (!b.is_object()) throw bad("'logit_bias' maps token ids (as strings) to numbers from -100 to 100", "logit_bias");
+    const int V = lm.config().vocab_size;
+    std::vector<std::pair<int32_t, float>> out;
+    for (const auto& [key, v] : b.items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != key.size() || id < 0 || id >= V)
+        throw bad("'logit_bias' key '" + brief(key) + "' is not a token id (0.." + std::to_string(V - 1) + ")", "logit_bias");
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100)
+        throw bad("'logit_bias' of token " + key + " must be a number from -100 to 100", "logit_bias");
+      out.push_back({(int32_t)id, (float)v.get<double>()});
+    }
+    return out;
   }
 
   int n_of(const json& body) const {
@@ -241,38 +264,38 @@ struct Server {
     j.cv.wait(lk, [&] { return j.done; });
   }
 
-  // How many of a finished job's tokens its final text holds (a stop string or the end-of-text
-  // token cuts the rest).
-  size_t kept_tokens(const Job& j) const {
-    std::vector<int32_t> ids;
-    size_t n = 0;
-    for (const auto& t : j.tokens) {
-      ids.push_back(t.id);
-      if (lm.decode_continuation(j.prompt, ids).size() > j.text.size()) break;
-      ++n;
-    }
-    return std::min(n, j.tokens.size());
+  // A prompt's text as decode writes it (echo), whole UTF-8.
+  std::string prompt_text(const std::vector<int32_t>& ids) const {
+    TextStream ts = lm.text_stream({{}, true});
+    std::string text;
+    for (int32_t id : ids) text += ts.push(id);
+    return text + ts.finish();
   }
 
+  // A token as OpenAI's logprobs name it: its bytes as text, or "bytes:\\x.." for part of a character.
+  std::string label(int32_t id) const { return token_label(lm.token_piece(id)); }
+
   // OpenAI's logprobs object for the echoed prompt (first entry null; the rest from one full pass
-  // at the request's depth) and the kept completion tokens.
-  json logprobs_of(const Job& j, bool echo, int top, size_t kept, const std::string& prefix_text) const {
+  // at the request's depth) and the kept completion tokens. text_offset: where each token's text
+  // begins in the choice's text, in characters.
+  json logprobs_of(const Job& j, bool echo, int top, const std::string& prefix_text) const {
     json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-    size_t offset = 0;
-    auto add = [&](int32_t id, json lp, json alt) {
-      const std::string piece = lm.decode({id});
-      tokens.push_back(piece);
+    auto add = [&](int32_t id, json lp, json alt, size_t offset) {
+      tokens.push_back(label(id));
       lps.push_back(lp);
       tops.push_back(alt);
       offsets.push_back(offset);
-      offset += chars(piece);
     };
     if (echo) {
       std::vector<float> z = lm.forward_logits(j.prompt, j.loop.depth);
       const int V = lm.config().vocab_size;
+      TextStream prompt_text = lm.text_stream({{}, true});  // the prompt's text as decode writes it (prefix_text)
+      std::string shown;
       for (size_t t = 0; t < j.prompt.size(); ++t) {
+        const size_t offset = chars(prefix_text.substr(0, std::min(prompt_text.text_bytes(), prefix_text.size())));
+        shown += prompt_text.push(j.prompt[t]);
         if (t == 0) {
-          add(j.prompt[0], json(), json());
+          add(j.prompt[0], json(), json(), offset);
           continue;
         }
         const float* row = z.data() + (t - 1) * V;
@@ -286,17 +309,17 @@ struct Server {
           for (int v = 0; v < V; ++v) ids[v] = v;
           std::partial_sort(ids.begin(), ids.begin() + std::min(top, V), ids.end(),
                             [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-          for (int k = 0; k < std::min(top, V); ++k) alt[lm.decode({ids[k]})] = row[ids[k]] - lse;
+          for (int k = 0; k < std::min(top, V); ++k) alt[label(ids[k])] = row[ids[k]] - lse;
         }
-        add(j.prompt[t], row[j.prompt[t]] - lse, alt);
+        add(j.prompt[t], row[j.prompt[t]] - lse, alt, offset);
       }
-      offset = chars(prefix_text);
     }
-    for (size_t k = 0; k < kept; ++k) {
+    const size_t base = chars(prefix_text);
+    for (size_t k = 0; k < j.kept; ++k) {
       const auto& t = j.tokens[k];
       json alt = json::object();
-      for (const auto& [id, lp] : t.top) alt[lm.decode({id})] = lp;
-      add(t.id, t.logprob, alt);
+      for (const auto& [id, lp] : t.top) alt[label(id)] = lp;
+      add(t.id, t.logprob, alt, base + chars(j.text.substr(0, std::min(j.text_start[k], j.text.size()))));
     }
     return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
   }
@@ -446,7 +469,7 @@ struct Server {
     const std::string depth = std::to_string(lm.config().depth_or_R(base.loop.depth));
     if (streaming) {
       std::vector<std::string> prompt_texts;
-      for (const auto& p : prompts) prompt_texts.push_back(lm.decode(p));
+      for (const auto& p : prompts) prompt_texts.push_back(prompt_text(p));
       stream(
           res, jobs,
           [=, this](size_t k, const std::string& text, size_t from, size_t to, bool done) {
@@ -454,13 +477,13 @@ struct Server {
             json c = {{"index", k}, {"text", (echo && from == 0 ? prompt_texts[k / n] : "") + text},
                       {"logprobs", json()}, {"finish_reason", done ? json(j.finish_reason) : json()},
                       {"looplm", {{"steps", steps_of(j, from, to)}}}};
-            if (logprobs >= 0 && to > from) {
-              Job slice;
+            const size_t shown = done ? std::min(to, j.kept) : to;  // not an end token, nor past a stop string
+            if (logprobs >= 0 && shown > from) {
               c["logprobs"] = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
-              for (size_t q = from; q < to; ++q) {
+              for (size_t q = from; q < shown; ++q) {
                 json alt = json::object();
-                for (const auto& [tid, lp] : j.tokens[q].top) alt[lm.decode({tid})] = lp;
-                c["logprobs"]["tokens"].push_back(lm.decode({j.tokens[q].id}));
+                for (const auto& [tid, lp] : j.tokens[q].top) alt[label(tid)] = lp;
+                c["logprobs"]["tokens"].push_back(label(j.tokens[q].id));
                 c["logprobs"]["token_logprobs"].push_back(j.tokens[q].logprob);
                 c["logprobs"]["top_logprobs"].push_back(alt);
               }
@@ -481,10 +504,10 @@ struct Server {
       Job& j = *jobs[k];
       wait_done(j);
       if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
-      const size_t kept = kept_tokens(j);
-      const std::string prefix = echo ? lm.decode(j.prompt) : "";
+      const size_t kept = j.kept;
+      const std::string prefix = echo ? prompt_text(j.prompt) : "";
       json c = {{"index", k}, {"text", prefix + j.text}, {"finish_reason", j.finish_reason},
-                {"logprobs", logprobs >= 0 ? logprobs_of(j, echo, (int)logprobs, kept, prefix) : json()},
+                {"logprobs", logprobs >= 0 ? logprobs_of(j, echo, (int)logprobs, prefix) : json()},
                 {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}};
       choices.push_back(c);
       for (size_t q = 0; q < kept; ++q) steps += j.tokens[q].steps;
@@ -563,7 +586,7 @@ struct Server {
       Job& j = *jobs[k];
       wait_done(j);
       if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
-      const size_t kept = kept_tokens(j);
+      const size_t kept = j.kept;
       choices.push_back({{"index", k}, {"message", {{"role", "assistant"}, {"content", j.text}}}, {"finish_reason", j.finish_reason},
                          {"logprobs", json()}, {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}});
     }
@@ -587,7 +610,7 @@ struct Server {
     json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.context()}};
     if (Fields{body}.get<bool>("with_pieces", false)) {
       json pieces = json::array();
-      for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", lm.decode({id})}});
+      for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", label(id)}});
       out["tokens"] = pieces;
     }
     res.set_content(dump(out), "application/json");
@@ -613,8 +636,9 @@ struct Server {
     auto or_null = [](const std::string& s) { return s.empty() ? json() : json(s); };
     auto id_or_null = [](int32_t id) { return id < 0 ? json() : json(id); };
     res.set_content(dump({{"eos_token", or_null(sp.eos_text)}, {"eos_token_id", id_or_null(sp.eos)},
-                          {"bos_token", or_null(sp.bos_text)}, {"bos_token_id", id_or_null(sp.bos)},
-                          {"pad_token", json()}, {"chat_template", json()}, {"tokenizer_class", c.tokenizer},
+                          {"eos_token_ids", sp.eos_ids}, {"bos_token", or_null(sp.bos_text)},
+                          {"bos_token_id", id_or_null(sp.bos)}, {"add_bos_token", sp.add_bos},
+                          {"pad_token", json()}, {"chat_template", or_null(lm.chat_template())}, {"tokenizer_class", c.tokenizer},
                           {"vocab_size", c.vocab_size}, {"model_max_length", engine.context()}}),
                     "application/json");
   }

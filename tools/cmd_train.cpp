@@ -163,7 +163,7 @@ int cmd_train(int argc, char** argv) {
       GenerateOptions g;
       g.temperature = 0;
       g.max_new = (int)answer_ids.size();
-      const std::string got = lm.decode(lm.generate(prompt_ids, g));
+      const std::string got = lm.decode_continuation(prompt_ids, lm.generate(prompt_ids, g));
       std::printf("  %s -> %s [%s]\n", lm.decode(prompt_ids).c_str(), got.c_str(), lm.decode(answer_ids).c_str());
     }
   } else if (sample_len > 0) {
@@ -186,11 +186,13 @@ int cmd_train(int argc, char** argv) {
     std::printf("\nsample (temperature 0.8, top-k 40, %d tokens; the prompt is %s):\n%s", sample_len, from.c_str(),
                 prompt.c_str());
     std::fflush(stdout);
-    lm.generate(ids, g, [&](int32_t t) {  // streamed as it is made
-      std::string s = lm.decode({t});
+    TextStream text = lm.text_stream();  // streamed as it is made, in whole characters
+    auto print = [](const std::string& s) {
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);
-    });
+    };
+    lm.generate(ids, g, [&](int32_t t) { print(text.push(t)); });
+    print(text.finish());
     std::printf("\n");
   }
   return 0;

@@ -11,18 +11,7 @@ double now_s() {
 }
 }  // namespace
 
-size_t complete_utf8(const std::string& s) {
-  // Walk back over at most 3 continuation bytes to the last lead byte; keep it only when its
-  // character is whole.
-  size_t i = s.size(), back = 0;
-  while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) --i, ++back;
-  if (i == 0) return back ? 0 : s.size();
-  const unsigned char lead = (unsigned char)s[i - 1];
-  const size_t need = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 1;
-  return back + 1 >= need ? s.size() : i - 1;
-}
-
-Engine::Engine(const LanguageModel& lm, const EngineOptions& o) : lm_(lm), o_(o), special_(lm.special_tokens()) {
+Engine::Engine(const LanguageModel& lm, const EngineOptions& o) : lm_(lm), o_(o), eos_ids_(lm.special_tokens().eos_ids) {
   // The default settings' session now: a KV cache that does not fit is an error at start (naming
   // the memory it needs), not a failure of every request.
   context_ = session_for(LoopSettings{}).context();
@@ -80,6 +69,7 @@ EngineMetrics Engine::metrics() {
 void Engine::finish(Job& j, const std::string& reason, const std::string& error) {
   {
     std::lock_guard<std::mutex> lk(j.mu);
+    if (reason == "cancelled" || reason == "error") j.kept = j.tokens.size();
     j.done = true;
     j.finish_reason = reason;
     j.error = error;
@@ -127,6 +117,7 @@ void Engine::admit() {
         return;
       }
       j->slot = slot;
+      j->stream = std::make_unique<TextStream>(lm_.text_stream({j->stop, false}));
       j->queued_s = now_s() - j->submitted;
       running_[j->loop][slot] = j;
       std::lock_guard<std::mutex> lk(mu_);
@@ -144,42 +135,26 @@ void Engine::emit(Job& j, const SessionToken& t) {
     std::lock_guard<std::mutex> lk(j.mu);
     if (j.tokens.empty()) j.first_token_s = now_s() - j.submitted;
     j.tokens.push_back(t);
-    if (j.stop_at_eos && special_.eos >= 0 && t.id == special_.eos) {
+    j.text_start.push_back(j.stream->text_bytes());
+    const bool end_token = j.stop_at_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.id) != eos_ids_.end();
+    if (end_token) {
       finished = true;
       reason = "stop";
     } else {
-      std::vector<int32_t> ids;
-      ids.reserve(j.tokens.size());
-      for (const auto& k : j.tokens) ids.push_back(k.id);
-      j.full = lm_.decode_continuation(j.prompt, ids);
-      size_t cut = std::string::npos;
-      for (const auto& s : j.stop)
-        if (!s.empty()) cut = std::min(cut, j.full.find(s));
-      std::string text;
-      if (cut != std::string::npos) {
-        text = j.full.substr(0, cut);
+      j.text += j.stream->push(t.id);
+      if (j.stream->stopped()) {
         finished = true;
         reason = "stop";
       } else if (t.last) {
-        text = j.full;
         finished = true;
         reason = "length";
-      } else {
-        // what can be sent now: whole characters, less a tail that may begin a stop string
-        size_t n = complete_utf8(j.full), hold = 0;
-        for (const auto& s : j.stop)
-          for (size_t k = std::min(s.size() - 1, n); k > hold; --k)
-            if (j.full.compare(n - k, k, s, 0, k) == 0) {
-              hold = k;
-              break;
-            }
-        text = j.full.substr(0, n - hold);
       }
-      // the sent text only grows (a tokenizer whose decoding changes earlier text waits)
-      if (text.size() >= j.text.size() && text.compare(0, j.text.size(), j.text) == 0) {
-        j.text = std::move(text);
-        j.visible_tokens = j.tokens.size();
-      }
+    }
+    if (finished) {
+      j.text += j.stream->finish();
+      if (end_token) j.kept = j.tokens.size() - 1;
+      else if (reason == "length") j.kept = j.tokens.size();
+      else j.kept = (size_t)std::count_if(j.text_start.begin(), j.text_start.end(), [&](size_t b) { return b < j.text.size(); });
     }
     j.text_end.push_back(j.text.size());
   }
@@ -235,8 +210,17 @@ void Engine::run() {
           }
         continue;
       }
-      for (const auto& t : toks)
-        if (auto j = running_[loop][t.slot]) emit(*j, t);
+      for (const auto& t : toks) {
+        auto j = running_[loop][t.slot];
+        if (!j) continue;
+        try {
+          emit(*j, t);
+        } catch (const std::exception& e) {  // (a token the tokenizer cannot write): this job ends, the others go on
+          if (!t.last) session->cancel(t.slot);
+          running_[loop][t.slot] = nullptr;
+          finish(*j, "error", e.what());
+        }
+      }
     }
     count_running();
     // Sessions with other settings than the default are dropped when idle (their KV cache is memory).

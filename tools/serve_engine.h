@@ -1,8 +1,8 @@
 // The server's engine (docs/serve.md): one thread that owns the model's decode sessions and runs
 // continuous batching. HTTP threads submit Jobs and wait on them; the engine admits a job into a
 // free slot at the next token boundary, steps every running sequence one token per pass, turns
-// tokens into text (holding back an unfinished UTF-8 character and a possible stop string), and
-// finishes a job at max_tokens, a stop string, the end-of-text token, or when its client left.
+// tokens into text (a TextStream per job: whole characters, a possible stop string held back), and
+// finishes a job at max_tokens, a stop string, one of the model's end tokens, or when its client left.
 // Built on the public API only (include/looplm/looplm.h).
 #pragma once
 #include <atomic>
@@ -37,16 +37,18 @@ struct Job {
   SequenceOptions opt;
   LoopSettings loop;
   std::vector<std::string> stop;  // the text ends before the first of these
-  bool stop_at_eos = true;         // the model's end-of-text token ends the text (not included)
+  bool stop_at_eos = true;         // the model's end tokens end the text (not included)
 
   // what happened (read under `mu`, waited for on `cv`)
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<SessionToken> tokens;  // every token made (also those cut by a stop string)
+  std::vector<SessionToken> tokens;  // every token made (also those cut by a stop string, and an end token)
   std::string text;                  // the completion's text so far, ready to send
-  size_t visible_tokens = 0;         // tokens whose text is in `text` (the others are held back or cut)
   std::vector<size_t> text_end;      // per token: the size of `text` once it was made (a token's piece
                                      // is text[text_end[k-1], text_end[k]); empty while held back)
+  std::vector<size_t> text_start;    // per token: where its text begins in the final text (TextStream::text_bytes)
+  size_t kept = 0;                   // once done: the tokens whose text the answer holds (not an end
+                                     // token, nor those after a stop string began)
   bool done = false;
   std::string finish_reason;         // "length", "stop"; "cancelled"; "error" (with `error`)
   std::string error;
@@ -56,7 +58,7 @@ struct Job {
   std::atomic<bool> cancelled{false};  // set by the HTTP side (client gone); the engine frees the slot
   // engine-side state
   int slot = -1;
-  std::string full;  // everything decoded so far
+  std::unique_ptr<TextStream> stream;  // the tokens' text (TextStream: whole characters, stop strings)
   double submitted = 0;
 };
 
@@ -92,7 +94,7 @@ class Engine {
   DecodeSession& session_for(const LoopSettings& loop);
   const LanguageModel& lm_;
   EngineOptions o_;
-  LanguageModel::SpecialTokens special_;
+  std::vector<int32_t> eos_ids_;  // the model's end tokens
   std::mutex mu_;  // queue_, metrics_, stopping_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
@@ -104,8 +106,5 @@ class Engine {
   std::map<LoopSettings, std::vector<std::shared_ptr<Job>>> running_;  // per session, by slot
   std::thread thread_;
 };
-
-// The longest prefix of `s` that does not end inside a UTF-8 character (what can be sent now).
-size_t complete_utf8(const std::string& s);
 
 }  // namespace looplm::serve

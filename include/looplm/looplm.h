@@ -224,6 +224,10 @@ struct GenerateOptions {
   // The model's end tokens (LanguageModel::special_tokens().eos_ids) end a sequence, and are not
   // part of its output, unless this is set.
   bool ignore_eos = false;
+  // A sequence ends once its text (TextStream, as a continuation of the prompt) holds one of
+  // these; its output ends with the token that completed it (a TextStream with the same stop
+  // strings cuts the text before it).
+  std::vector<std::string> stop;
   // Added to a token's logit before it is chosen (OpenAI's logit_bias: -100 bans, 100 forces).
   std::vector<std::pair<int32_t, float>> logit_bias;
   GenerateStats* stats = nullptr;  // filled in when set (batched: summed over the sequences)
@@ -295,6 +299,9 @@ class LanguageModel {
                                      bool add_bos = true) const;
   std::string fallback_symbol() const;  // what an unseen character becomes, as text
   std::string decode(const std::vector<int32_t>& ids) const;
+  // The raw bytes one token adds to a text it continues (a byte token's: part of a character;
+  // a SentencePiece word's: with its space): what OpenAI's logprobs call a token.
+  std::string token_piece(int32_t id) const;
   // Text as tokens arrive (TextStream): a generation's continuation of its prompt by default.
   TextStream text_stream(const TextStreamOptions& o = {}) const;
   // The model's begin- and end-of-text tokens. A converted model's own (Config::text: the ids of

@@ -26,6 +26,11 @@ std::string brief_path(std::string_view path);
 // `word`'s length), else "". Words over 64 bytes get no suggestion.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 std::string format_bytes(double bytes);  // "3.2 GB", "512.0 MB", "4.0 kB"
+// A token's bytes as OpenAI's logprobs spell them: the text when it is whole UTF-8, else
+// "bytes:\xe4\xb8" (a byte token that is part of a character).
+std::string token_label(std::string_view bytes);
+// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool valid_utf8(std::string_view s);
 // The memory this process may use (the cgroup's limit, else physical memory): what reading a whole
 // file is bounded by.
 uint64_t memory_budget();

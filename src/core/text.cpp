@@ -1,6 +1,7 @@
 #include "core/text.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace looplm {
 
@@ -28,6 +29,36 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
     }
   }
   return bd <= 3 && 2 * bd < std::max<size_t>(word.size(), 2) ? best : "";
+}
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char b0 = b(0);
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range (Unicode Table 3-7)
+    if (b0 < 0x80) need = 0;
+    else if (b0 >= 0xC2 && b0 <= 0xDF) need = 1;
+    else if (b0 >= 0xE0 && b0 <= 0xEF) need = 2, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+    else if (b0 >= 0xF0 && b0 <= 0xF4) need = 3, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    if (need > 0 && i + need >= s.size()) return false;
+    for (size_t k = 1; k <= need; ++k)
+      if (k == 1 ? (b(k) < lo || b(k) > hi) : (b(k) < 0x80 || b(k) > 0xBF)) return false;
+    i += need + 1;
+  }
+  return true;
+}
+
+std::string token_label(std::string_view bytes) {
+  if (valid_utf8(bytes)) return std::string(bytes);
+  std::string out = "bytes:";
+  char buf[8];
+  for (unsigned char c : bytes) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace looplm

@@ -323,6 +323,14 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+std::string Tokenizer::piece(int32_t id) const {
+  if (kind_ != Kind::Hf) return decode_one(id);
+  if (!hf_->stream_plan().piecewise) return hf_->decode({id});  // (its decoder reads tokens together)
+  std::string out;
+  hf_->append_piece(id, false, out);
+  return out;
+}
+
 std::string Tokenizer::decode_one(int32_t id) const {
   if (kind_ == Kind::Hf) return hf_->decode({id});
   std::string out;

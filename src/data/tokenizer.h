@@ -75,6 +75,9 @@ class Tokenizer {
   // Error on an id outside [0, vocab_size).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode_one(int32_t id) const;
+  // The raw bytes token `id` adds to a text it continues (a byte token: part of a character; a
+  // SentencePiece word: with its leading space), as the text stream joins them.
+  std::string piece(int32_t id) const;
 
  private:
   Tokenizer() = default;

@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/hf_tokenizer.h"
+#include "data/text_stream.h"
 #include "data/text_tokenizer_impl.h"
 #include "data/tokenizer.h"
 #include "infer/decoder.h"
@@ -24,9 +25,11 @@
 namespace looplm {
 
 // speculative.cpp: one sequence, after generate_batch has checked the prompt and the options
-// `ends`: the ids that end the sequence (not emitted).
+// `ends`: the ids that end the sequence (not emitted); `text` (when set): the text the sequence
+// ends with once it finds a stop string (the token that completes it is emitted).
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
-                                          const std::vector<int32_t>& ends, const std::function<void(int32_t)>& on_token);
+                                          const std::vector<int32_t>& ends, TextStreamer* text,
+                                          const std::function<void(int32_t)>& on_token);
 
 
 LanguageModel::Impl::Impl(std::unique_ptr<Model> m)
@@ -79,6 +82,7 @@ std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text, std::
   if (add_bos && sp.add_bos && (ids.empty() || ids[0] != sp.bos)) ids.insert(ids.begin(), sp.bos);
   return ids;
 }
+std::string LanguageModel::token_piece(int32_t id) const { return impl_->tok.piece(id); }
 TextStream LanguageModel::text_stream(const TextStreamOptions& o) const { return make_text_stream(impl_->tok, o); }
 const std::string& LanguageModel::chat_template() const { return impl_->model->config().text.chat_template; }
 std::vector<std::string> available_weight_formats() {
@@ -310,12 +314,15 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   check_logit_bias(opt.logit_bias, V);
   const std::vector<int32_t> ends = opt.ignore_eos ? std::vector<int32_t>{} : impl_->special.eos_ids;
   auto is_end = [&](int32_t t) { return std::find(ends.begin(), ends.end(), t) != ends.end(); };
+  std::vector<TextStreamer> texts;  // with stop strings: each sequence's text, to see one come
+  if (!opt.stop.empty())
+    for (int i = 0; i < B; ++i) texts.emplace_back(impl_->tok, TextStreamer::Options{opt.stop, false});
   if (opt.speculative > 0) {  // one sequence at a time
     std::vector<std::vector<int32_t>> outs;
     for (int i = 0; i < B; ++i) {
       GenerateOptions oi = opt;
       oi.seed = opt.seed + (uint64_t)i;
-      outs.push_back(generate_speculative(m, prompts[i], oi, ends, [&](int32_t t) {
+      outs.push_back(generate_speculative(m, prompts[i], oi, ends, texts.empty() ? nullptr : &texts[i], [&](int32_t t) {
         if (on_token) on_token(i, t);
       }));
     }
@@ -365,6 +372,10 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
       out[i].push_back(next[i]);
       ++made;
       if (on_token) on_token(i, next[i]);
+      if (!texts.empty() && (texts[i].push(next[i]), texts[i].stopped())) {
+        ended[i] = true;
+        --running;
+      }
     }
     if (step + 1 == opt.max_new) break;
     rows.clear();

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "core/threads.h"
+#include "data/text_stream.h"
 #include "infer/decoder.h"
 #include "infer/sampler.h"
 #include "io/mapped_file.h"
@@ -16,7 +17,8 @@
 namespace looplm {
 
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt_in, const GenerateOptions& opt,
-                                          const std::vector<int32_t>& ends, const std::function<void(int32_t)>& on_token) {
+                                          const std::vector<int32_t>& ends, TextStreamer* text,
+                                          const std::function<void(int32_t)>& on_token) {
   const Config& c = m.config();
   const int V = c.vocab_size, ctx = c.context, K = opt.speculative;
   const int depth = c.depth_or_R(opt.depth);
@@ -49,6 +51,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
     seq.push_back(t);
     out.push_back(t);
     if (on_token) on_token(t);
+    if (text && (text->push(t), text->stopped())) ended = true;
   };
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -8,7 +8,7 @@
 // Limits (jinja.h: Limits): output and any one string <= 32 MiB, lists built by the template
 // <= 2^20 items, range() <= 100000 items (the sandbox's MAX_RANGE, same message), nested macro
 // calls / recursive loops <= 100, data nesting <= 256, template nesting (parser) <= 200 levels,
-// and a work budget of 20M steps (statements, iterations, calls, and one step per 64 bytes of
+// and a work budget of 5M steps (statements, iterations, calls, and one step per 64 bytes of
 // every string built), so a hostile template ends with a RenderError instead of running away.
 // Python integers are unbounded; ours are 64-bit and overflow is an error.
 #include "text/jinja.h"
@@ -17,6 +17,7 @@
 #include <unicode/ustring.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -349,9 +350,7 @@ std::string hash_key(const Value& v) {
     case K::Float: {
       double ip;
       if (std::modf(v.f, &ip) == 0.0 && std::fabs(v.f) < 9.2e18) return "i" + std::to_string(static_cast<int64_t>(v.f));
-      char buf[32];
-      std::memcpy(buf, &v.f, sizeof v.f);
-      return "f" + std::string(buf, sizeof v.f);
+      return "f" + std::to_string(std::bit_cast<uint64_t>(v.f));
     }
     case K::None: return "n";
     case K::Undef: return "u";
@@ -368,21 +367,30 @@ std::string hash_key(const Value& v) {
   fail(std::string("unhashable type: '") + type_name(v) + "'");
 }
 
-// A Python dict: insertion-ordered, keyed by value equality.
+// Heterogeneous lookup: find a std::string key by string_view without building one.
+struct SvHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using Index = std::unordered_map<std::string, size_t, SvHash, std::equal_to<>>;
+
+// A Python dict: insertion-ordered, keyed by value equality. String keys (nearly all of them)
+// have their own index, so attribute lookups do not allocate.
 struct DictObj {
   std::vector<std::pair<Value, Value>> items;
-  std::unordered_map<std::string, size_t> index;
+  Index strs, others;  // str keys; hash_key() of the other keys
 
-  const Value* find(const Value& key) const {
-    const auto it = index.find(hash_key(key));
-    return it == index.end() ? nullptr : &items[it->second].second;
+  const Value* find_str(std::string_view key) const {
+    const auto it = strs.find(key);
+    return it == strs.end() ? nullptr : &items[it->second].second;
   }
-  const Value* find_str(const std::string& key) const {
-    const auto it = index.find("s" + key);
-    return it == index.end() ? nullptr : &items[it->second].second;
+  const Value* find(const Value& key) const {
+    if (key.k == K::Str) return find_str(key.str());
+    const auto it = others.find(hash_key(key));
+    return it == others.end() ? nullptr : &items[it->second].second;
   }
   void set(const Value& key, Value v) {
-    auto [it, fresh] = index.emplace(hash_key(key), items.size());
+    auto [it, fresh] = key.k == K::Str ? strs.emplace(key.str(), items.size()) : others.emplace(hash_key(key), items.size());
     if (fresh) items.emplace_back(key, std::move(v));
     else items[it->second].second = std::move(v);
   }
@@ -2191,9 +2199,11 @@ struct Interp {
     step(s.size() / 64);
     return string(std::move(s), markup);
   }
+  [[noreturn]] void items_exceeded() const {
+    fail("the template built a list over the item limit (" + std::to_string(lim.max_items) + " items)");
+  }
   Value make_list(Vec v, Fl fl = Fl::List) {
-    if (v.size() > lim.max_items)
-      fail("the template built a list over the item limit (" + std::to_string(lim.max_items) + " items)");
+    if (v.size() > lim.max_items) items_exceeded();
     step(v.size() / 16);
     return list(std::move(v), fl);
   }
@@ -2342,11 +2352,20 @@ struct Interp {
       }
     }
     const int64_t x = a.as_int(), y = b.as_int();
-    int64_t r;
+    int64_t r = 0;
     switch (op) {
-      case Op2::Add: return integer(checked(__builtin_add_overflow(x, y, &r), r));
-      case Op2::Sub: return integer(checked(__builtin_sub_overflow(x, y, &r), r));
-      case Op2::Mul: return integer(checked(__builtin_mul_overflow(x, y, &r), r));
+      case Op2::Add: {
+        const bool o = __builtin_add_overflow(x, y, &r);
+        return integer(checked(o, r));
+      }
+      case Op2::Sub: {
+        const bool o = __builtin_sub_overflow(x, y, &r);
+        return integer(checked(o, r));
+      }
+      case Op2::Mul: {
+        const bool o = __builtin_mul_overflow(x, y, &r);
+        return integer(checked(o, r));
+      }
       case Op2::Div:
         if (y == 0) fail("division by zero");
         return real(static_cast<double>(x) / static_cast<double>(y));
@@ -2358,7 +2377,7 @@ struct Interp {
         return integer(q);
       }
       case Op2::Mod: {
-        if (y == 0) fail("integer division or modulo by zero");
+        if (y == 0) fail("integer modulo by zero");
         if (y == -1) return integer(0);
         int64_t m = x % y;
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
@@ -2371,9 +2390,15 @@ struct Interp {
         }
         int64_t result = 1, base = x, e = y;
         while (e > 0) {
-          if (e & 1) result = checked(__builtin_mul_overflow(result, base, &r), r);
+          if (e & 1) {
+            const bool o = __builtin_mul_overflow(result, base, &r);
+            result = checked(o, r);
+          }
           e >>= 1;
-          if (e > 0) base = checked(__builtin_mul_overflow(base, base, &r), r);
+          if (e > 0) {
+            const bool o = __builtin_mul_overflow(base, base, &r);
+            base = checked(o, r);
+          }
         }
         return integer(result);
       }
@@ -2392,7 +2417,7 @@ struct Interp {
       return str(std::move(out), seq.markup);
     }
     const ListObj& l = seq.obj<ListObj>();
-    if (!l.v.empty() && static_cast<uint64_t>(n) > lim.max_items / l.v.size()) make_list(Vec(lim.max_items + 1));
+    if (!l.v.empty() && static_cast<uint64_t>(n) > lim.max_items / l.v.size()) items_exceeded();
     Vec out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), l.v.begin(), l.v.end());
     return make_list(std::move(out), l.fl == Fl::Tuple ? Fl::Tuple : Fl::List);
@@ -2410,8 +2435,9 @@ struct Interp {
     switch (op) {
       case Op2::Add:
         if (a.k == K::Str && b.k == K::Str) {
-          // markupsafe: Markup + str escapes the str
-          return str(a.str() + (a.markup && !b.markup ? html_escape(b.str()) : b.str()), a.markup);
+          // markupsafe: adding a Markup and a str escapes the str (Markup.__radd__ runs first)
+          if (a.markup == b.markup) return str(a.str() + b.str(), a.markup);
+          return str(a.markup ? a.str() + html_escape(b.str()) : html_escape(a.str()) + b.str(), true);
         }
         if (a.k == K::List && b.k == K::List) {
           const ListObj &x = a.obj<ListObj>(), &y = b.obj<ListObj>();
@@ -2696,9 +2722,9 @@ struct Interp {
       if (std::optional<Value> m = method(o, key.str())) return *m;
       return no_attr(o, key.str());
     }
-    if (o.k == K::Dict || o.k == K::List || o.k == K::Str)
-      return undef(object_type_repr(o) + " has no element " + to_str(key));
-    return undef(object_type_repr(o) + " has no element " + to_str(key));
+    std::string key_repr;
+    repr_into(key_repr, key, 0, lim.max_data_depth);
+    return undef(object_type_repr(o) + " has no element " + key_repr);
   }
 
   static std::string cp_substr(const std::string& s, size_t from, size_t to) {
@@ -4387,7 +4413,8 @@ Value f_sum(Interp& in, const Value& v, Args& a) {
   Value total = p.get(1, integer(0));
   if (total.k == K::Str) fail("sum() can't sum strings [use ''.join(seq) instead]");
   const AttrPath path = attr_path(p.has(0) ? std::optional<Value>(p[0]) : std::nullopt);
-  for (const Value& x : *in.iterate(v)) total = in.binop(Op2::Add, total, follow(in, x, path));
+  const auto items = in.iterate(v);
+  for (const Value& x : *items) total = in.binop(Op2::Add, total, follow(in, x, path));
   return total;
 }
 
@@ -4454,7 +4481,8 @@ Value f_unique(Interp& in, const Value& v, Args& a) {
   const AttrPath path = attr_path(p.has(1) ? std::optional<Value>(p[1]) : std::nullopt, std::nullopt, !(p.has(0) && truthy(p[0])));
   std::unordered_map<std::string, bool> seen;
   Vec out;
-  for (const Value& x : *in.iterate(v))
+  const auto items = in.iterate(v);
+  for (const Value& x : *items)
     if (seen.emplace(hash_key(follow(in, x, path)), true).second) out.push_back(x);
   return iterator(std::move(out));
 }
@@ -4704,7 +4732,7 @@ Value g_strftime_now(Interp& in, Args& a) {
   for (size_t i = 0; i < f.size(); ++i) {
     if (f[i] != '%' || i + 1 >= f.size()) { fmt += f[i]; continue; }
     const char c = f[++i];
-    if (c == 'f') { char b[8]; std::snprintf(b, sizeof b, "%06ld", micros); fmt += b; }
+    if (c == 'f') { char b[24]; std::snprintf(b, sizeof b, "%06ld", micros); fmt += b; }
     else if (c == 'z' || c == 'Z') {}
     else { fmt += '%'; fmt += c; }
   }

@@ -51,8 +51,9 @@ struct Limits {
   size_t max_range = 100000;                   // range() length (jinja2.sandbox.MAX_RANGE)
   int max_call_depth = 100;                    // nested macro calls and recursive loops
   int max_data_depth = 256;                    // nesting of lists/dicts (input, printing, tojson)
-  uint64_t max_steps = 20'000'000;             // statements, loop iterations and calls, plus
-                                               // one per 64 bytes of every string built
+  uint64_t max_steps = 5'000'000;              // statements, loop iterations and calls, plus
+                                               // one per 64 bytes of every string built (a
+                                               // real template takes a few per message)
 };
 
 struct RenderOptions {
