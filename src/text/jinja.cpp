@@ -567,9 +567,11 @@ std::string to_str(const Value& v, int max_depth) {
     case K::Int: return std::to_string(v.i);
     case K::Float: return float_repr(v.f);
     case K::Str: return v.str();
-    case K::Func:
-      return v.obj<FuncObj>().macro ? "<Macro '" + v.obj<FuncObj>().name + "'>"
-                                    : "<built-in method " + v.obj<FuncObj>().name + ">";
+    case K::Func: {
+      const FuncObj& fn = v.obj<FuncObj>();
+      if (!fn.macro) return "<built-in method " + fn.name + ">";
+      return fn.name.empty() ? "<Macro anonymous>" : "<Macro '" + fn.name + "'>";  // a call block's caller has no name
+    }
     case K::Loop: return loop_repr(v);
     case K::Iter: return "<" + v.obj<IterObj>().type + " object>";
     default: {
@@ -629,7 +631,7 @@ void json_str(std::string& out, std::string_view s, bool ensure_ascii) {
   fail(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
 }
 
-bool py_less(const Value& a, const Value& b, const char* op = "<");
+int py_order(const Value& a, const Value& b, const char* op, const Value& lhs, const Value& rhs);
 
 // A dict key as json.dumps writes it (str, or int / float / bool / None converted).
 std::string json_key(const Value& k) {
@@ -682,7 +684,7 @@ void json_dump(std::string& out, const Value& v, const JsonOpts& o, int level) {
       std::vector<const std::pair<Value, Value>*> items;
       for (const auto& kv : d.items) items.push_back(&kv);
       if (o.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return py_less(a->first, b->first); });
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return py_order(a->first, b->first, "<", a->first, b->first) == -1; });
       out += '{';
       bool first = true;
       for (const auto* kv : items) {
@@ -748,26 +750,33 @@ bool py_eq(const Value& a, const Value& b, int depth = 0) {
   fail(std::string("'") + op + "' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
-// a < b as Python orders values (numbers, str, and lists or tuples of those); `op` names the
-// operator in the error Python would raise.
-bool py_less(const Value& a, const Value& b, const char* op) {
+// -1, 0 or 1 as Python orders a and b (numbers, str, and lists or tuples of those); 2 when
+// unordered (nan). Otherwise Python's TypeError for `lhs op rhs`.
+int py_order(const Value& a, const Value& b, const char* op, const Value& lhs, const Value& rhs) {
   if (a.k == K::Undef) undefined_error(a);
   if (b.k == K::Undef) undefined_error(b);
   if (a.is_num() && b.is_num()) {
-    if (a.k == K::Float || b.k == K::Float) return a.as_float() < b.as_float();
-    return a.as_int() < b.as_int();
+    if (a.k == K::Float || b.k == K::Float) {
+      const double x = a.as_float(), y = b.as_float();
+      if (std::isnan(x) || std::isnan(y)) return 2;
+      return x < y ? -1 : x > y ? 1 : 0;
+    }
+    return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
   }
-  if (a.k == K::Str && b.k == K::Str) return a.str() < b.str();  // UTF-8 order is code point order
+  if (a.k == K::Str && b.k == K::Str) {  // UTF-8 order is code point order
+    const int c = a.str().compare(b.str());
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
   if (a.k == K::List && b.k == K::List) {
     const ListObj &x = a.obj<ListObj>(), &y = b.obj<ListObj>();
     if (x.fl == y.fl && (x.fl == Fl::List || x.fl == Fl::Tuple)) {
       const size_t n = std::min(x.v.size(), y.v.size());
       for (size_t i = 0; i < n; ++i)
-        if (!py_eq(x.v[i], y.v[i])) return py_less(x.v[i], y.v[i], op);
-      return x.v.size() < y.v.size();
+        if (!py_eq(x.v[i], y.v[i])) return py_order(x.v[i], y.v[i], op, x.v[i], y.v[i]);
+      return x.v.size() < y.v.size() ? -1 : x.v.size() > y.v.size() ? 1 : 0;
     }
   }
-  order_error(op, a, b);
+  order_error(op, lhs, rhs);
 }
 
 
@@ -807,6 +816,19 @@ std::string describe(const Token& t) {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// A decimal float literal (digits, '.', exponent; already checked) as Python reads it: too large
+// is inf, too small is 0.
+double decimal_to_double(std::string_view t) {
+  double x = 0;
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), x);
+  if (r.ec == std::errc::result_out_of_range) {
+    const size_t e = t.find_first_of("eE");
+    const bool tiny = e != std::string_view::npos && e + 1 < t.size() && t[e + 1] == '-';
+    return tiny ? 0.0 : INFINITY;
+  }
+  return x;
+}
 
 class Lexer {
  public:
@@ -925,6 +947,10 @@ class Lexer {
 
   void lex_raw(size_t q) {
     const size_t n = src_.size();
+    if (q >= n) {  // Jinja fails only on a character it cannot place: nothing left is fine
+      pos_ = n;
+      return;
+    }
     for (size_t i = src_.find("{%", q); i != std::string::npos; i = src_.find("{%", i + 1)) {
       size_t j = i + 2;
       char sg = 0;
@@ -947,6 +973,10 @@ class Lexer {
 
   void lex_comment(size_t q) {
     const size_t n = src_.size();
+    if (q >= n) {  // as in lex_raw
+      pos_ = n;
+      return;
+    }
     for (size_t i = q; i < n; ++i) {
       size_t end = 0;
       if (src_[i] == '+' && at(i + 1, "#}")) end = i + 3;
@@ -994,7 +1024,7 @@ class Lexer {
       std::string t = src_.substr(p, e - p);
       t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
       Token tk{T::Float, line, {}};
-      std::from_chars(t.data(), t.data() + t.size(), tk.f);
+      tk.f = decimal_to_double(t);
       toks_.push_back(std::move(tk));
       return e;
     }
@@ -1404,7 +1434,7 @@ class Parser {
       } else if (tk.t == T::VarBegin) {
         next();
         auto s = stmt(SK::Print, tk.line);
-        s->exprs.push_back(parse_tuple(false, true, {}, false));
+        s->exprs.push_back(parse_tuple(false, true, false));
         expect(T::VarEnd, "end of print statement");
         body.push_back(std::move(s));
       } else if (tk.t == T::BlockBegin) {
@@ -1467,9 +1497,9 @@ class Parser {
   // for TARGET in ITER [if COND] [recursive] %} ... [{% else %} ...] {% endfor
   StmtP parse_for() {
     auto s = stmt(SK::For, next().line);
-    s->targets.push_back(parse_assign_target({"in"}, false));
+    s->targets.push_back(parse_assign_target(false));
     expect_name("in");
-    s->exprs.push_back(parse_tuple(false, false, {"recursive"}, false));
+    s->exprs.push_back(parse_tuple(false, false, false));
     s->exprs.push_back(skip_name("if") ? parse_expression(true) : nullptr);
     s->recursive = skip_name("recursive");
     ++loops_;
@@ -1486,7 +1516,7 @@ class Parser {
   StmtP parse_if() {
     auto s = stmt(SK::If, next().line);
     for (;;) {
-      s->exprs.push_back(parse_tuple(false, false, {}, false));
+      s->exprs.push_back(parse_tuple(false, false, false));
       s->bodies.push_back(parse_statements({"elif", "else", "endif"}, false));
       const Token& tk = next();
       if (tk.s == "elif") continue;
@@ -1501,11 +1531,11 @@ class Parser {
 
   StmtP parse_set() {
     const int line = next().line;
-    Target target = parse_assign_target({}, true);
+    Target target = parse_assign_target(true);
     if (skip_op("=")) {
       auto s = stmt(SK::Set, line);
       s->targets.push_back(std::move(target));
-      s->exprs.push_back(parse_tuple(false, true, {}, false));
+      s->exprs.push_back(parse_tuple(false, true, false));
       return s;
     }
     auto s = stmt(SK::SetBlock, line);
@@ -1571,7 +1601,7 @@ class Parser {
     auto s = stmt(SK::With, next().line);
     while (cur().t != T::BlockEnd) {
       if (!s->targets.empty()) expect_op(",");
-      s->targets.push_back(parse_assign_target({}, false));
+      s->targets.push_back(parse_assign_target(false));
       expect_op("=");
       s->exprs.push_back(parse_expression(true));
     }
@@ -1610,7 +1640,7 @@ class Parser {
   }
 
   // An assignment target: a name, names in a tuple, or (with_namespace) NAME.ATTR.
-  Target parse_assign_target(const std::vector<std::string>& extra_end, bool with_namespace) {
+  Target parse_assign_target(bool with_namespace) {
     Target t;
     if (with_namespace && cur().t == T::Name && is_op(look(), ".")) {
       t.k = Target::NsAttr;
@@ -1620,7 +1650,7 @@ class Parser {
       return t;
     }
     const int line = cur().line;
-    ExprP e = parse_tuple(true, true, extra_end, false);
+    ExprP e = parse_tuple(true, true, false);
     return to_target(*e, line);
   }
 
@@ -1812,7 +1842,7 @@ class Parser {
     }
     if (is_op(tk, "(")) {
       next();
-      ExprP e = parse_tuple(false, true, {}, true);
+      ExprP e = parse_tuple(false, true, true);
       expect_op(")");
       return e;
     }
@@ -1822,20 +1852,21 @@ class Parser {
     fail("unexpected '" + describe(tk) + "'", line);
   }
 
-  bool is_tuple_end(const std::vector<std::string>& extra_end) const {
+  // jinja2 3.1 passes the extra end rules to test_any() as one tuple, which never matches, so
+  // only these tokens end a tuple (`for x, in y` is a syntax error there too).
+  bool is_tuple_end() const {
     const Token& tk = cur();
-    if (tk.t == T::VarEnd || tk.t == T::BlockEnd || is_op(tk, ")")) return true;
-    return tk.t == T::Name && std::find(extra_end.begin(), extra_end.end(), tk.s) != extra_end.end();
+    return tk.t == T::VarEnd || tk.t == T::BlockEnd || is_op(tk, ")");
   }
 
   // Comma-separated expressions: one, or a Tuple when there is a comma.
-  ExprP parse_tuple(bool simplified, bool with_condexpr, const std::vector<std::string>& extra_end, bool explicit_parens) {
+  ExprP parse_tuple(bool simplified, bool with_condexpr, bool explicit_parens) {
     const int line = cur().line;
     std::vector<ExprP> items;
     bool is_tuple = false;
     for (;;) {
       if (!items.empty()) expect_op(",");
-      if (is_tuple_end(extra_end)) break;
+      if (is_tuple_end()) break;
       items.push_back(simplified ? parse_primary() : parse_expression(with_condexpr));
       if (is_op(cur(), ",")) is_tuple = true;
       else break;
@@ -1994,7 +2025,10 @@ class Parser {
 
   std::string dotted_name() {
     std::string name = expect_ident();
-    while (skip_op(".")) name += "." + expect_ident();
+    while (skip_op(".")) {
+      name += '.';
+      name += expect_ident();
+    }
     return name;
   }
 
@@ -2429,6 +2463,7 @@ struct Interp {
 
   Value binop(Op2 op, const Value& a, const Value& b) {
     if (a.k == K::Undef) undefined_error(a);
+    if (op == Op2::Mod && a.k == K::Str) return str(percent_format(a.str(), b), a.markup);  // str % undefined works
     if (b.k == K::Undef) undefined_error(b);
     if (a.is_num() && b.is_num()) return numeric(op, a, b);
     static const char* const kSym[] = {"+", "-", "*", "/", "//", "%", "** or pow()"};
@@ -2455,9 +2490,6 @@ struct Interp {
         if (is_seq(b) && a.is_intlike()) return repeat(b, a.as_int());
         if (is_seq(a) || is_seq(b))
           fail(std::string("can't multiply sequence by non-int of type '") + type_name(is_seq(a) ? b : a) + "'");
-        break;
-      case Op2::Mod:
-        if (a.k == K::Str) return str(percent_format(a.str(), b), a.markup);
         break;
       default:
         break;
@@ -2492,32 +2524,8 @@ struct Interp {
     fail(std::string("bad operand type for unary ") + (minus ? "-" : "+") + ": '" + type_name(v) + "'");
   }
 
-  // -1, 0 or 1 as Python orders a and b; 2 when unordered (nan).
-  int order(const Value& a, const Value& b, const char* op, const Value& lhs, const Value& rhs) {
-    if (a.k == K::Undef) undefined_error(a);
-    if (b.k == K::Undef) undefined_error(b);
-    if (a.is_num() && b.is_num()) {
-      if (a.k == K::Float || b.k == K::Float) {
-        const double x = a.as_float(), y = b.as_float();
-        if (std::isnan(x) || std::isnan(y)) return 2;
-        return x < y ? -1 : x > y ? 1 : 0;
-      }
-      return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
-    }
-    if (a.k == K::Str && b.k == K::Str) {
-      const int c = a.str().compare(b.str());
-      return c < 0 ? -1 : c > 0 ? 1 : 0;
-    }
-    if (a.k == K::List && b.k == K::List) {
-      const ListObj &x = a.obj<ListObj>(), &y = b.obj<ListObj>();
-      if (x.fl == y.fl && (x.fl == Fl::List || x.fl == Fl::Tuple)) {
-        const size_t n = std::min(x.v.size(), y.v.size());
-        for (size_t i = 0; i < n; ++i)
-          if (!py_eq(x.v[i], y.v[i])) return order(x.v[i], y.v[i], op, x.v[i], y.v[i]);
-        return x.v.size() < y.v.size() ? -1 : x.v.size() > y.v.size() ? 1 : 0;
-      }
-    }
-    order_error(op, lhs, rhs);
+  static int order(const Value& a, const Value& b, const char* op, const Value& lhs, const Value& rhs) {
+    return py_order(a, b, op, lhs, rhs);
   }
 
   bool compare(Cmp op, const Value& a, const Value& b) {
@@ -2769,27 +2777,29 @@ struct Interp {
     return out;
   }
 
+  // Slices bypass the sandbox's getitem in Jinja: Python's own errors come through.
   Value getslice(const Value& o, const std::optional<Value>& start, const std::optional<Value>& stop,
                  const std::optional<Value>& stepv) {
     if (o.k == K::Undef) undefined_error(o);
+    if (o.k == K::Dict) fail("unhashable type: 'slice'");
+    const bool sliceable = o.k == K::Str || (o.k == K::List && (o.obj<ListObj>().fl == Fl::List ||
+                                                                 o.obj<ListObj>().fl == Fl::Tuple ||
+                                                                 o.obj<ListObj>().fl == Fl::Range));
+    if (!sliceable) fail(std::string("'") + type_name(o) + "' object is not subscriptable");
     for (const auto* p : {&start, &stop, &stepv})
-      if (*p && (*p)->k != K::None && !(*p)->is_intlike()) return undef(object_type_repr(o) + " has no element slice");
+      if (*p && (*p)->k != K::None && !(*p)->is_intlike())
+        fail("slice indices must be integers or None or have an __index__ method");
     if (o.k == K::Str) {
       const std::u32string s = to_u32(o.str());
       std::u32string out;
       for (int64_t i : slice_positions(static_cast<int64_t>(s.size()), start, stop, stepv)) out += s[static_cast<size_t>(i)];
       return str(from_u32(out), o.markup);
     }
-    if (o.k == K::List) {
-      const ListObj& l = o.obj<ListObj>();
-      if (l.fl == Fl::List || l.fl == Fl::Tuple || l.fl == Fl::Range) {
-        Vec out;
-        for (int64_t i : slice_positions(static_cast<int64_t>(l.v.size()), start, stop, stepv))
-          out.push_back(l.v[static_cast<size_t>(i)]);
-        return make_list(std::move(out), l.fl == Fl::Tuple ? Fl::Tuple : Fl::List);
-      }
-    }
-    return undef(object_type_repr(o) + " has no element slice");
+    const ListObj& l = o.obj<ListObj>();
+    Vec out;
+    for (int64_t i : slice_positions(static_cast<int64_t>(l.v.size()), start, stop, stepv))
+      out.push_back(l.v[static_cast<size_t>(i)]);
+    return make_list(std::move(out), l.fl == Fl::Tuple ? Fl::Tuple : Fl::List);
   }
 
   // ---------------------------------------------------------------- loops
@@ -2869,7 +2879,9 @@ struct Interp {
     Value lv;
     lv.k = K::Loop;
     lv.p = l;
-    bool iterated = false;
+    // Jinja's else runs unless an iteration reached the end of the body: a break or continue in
+    // every iteration leaves it armed.
+    bool completed = false;
     for (;;) {
       std::optional<Value> item;
       if (l->after) {
@@ -2883,13 +2895,14 @@ struct Interp {
       if (l->index0 >= 0) l->prev = l->cur;
       l->cur = *item;
       ++l->index0;
-      iterated = true;
       ScopeGuard g(*this, child_of(l->outer));
       assign(s.targets[0], *item);
       scope->vars["loop"] = lv;
-      if (exec(s.bodies[0]) == Flow::Break) break;
+      const Flow f = exec(s.bodies[0]);
+      if (f == Flow::Break) break;
+      completed = completed || f == Flow::Normal;
     }
-    if (!iterated && !s.bodies[1].empty()) {
+    if (!completed && !s.bodies[1].empty()) {
       ScopeGuard g(*this, child_of(l->outer));
       exec(s.bodies[1]);
     }
@@ -2970,12 +2983,12 @@ struct Interp {
     return str(cap.take());
   }
 
-  Value make_macro(const MacroDef& m) {
+  Value make_macro(const MacroDef& m, bool anonymous = false) {
     captured.push_back(scope);
     const MacroDef* md = &m;
     ScopeP def = scope;
     return func(
-        m.name, [md, def](Interp& in, Args& a) { return in.call_macro(*md, def, a); }, true);
+        anonymous ? "" : m.name, [md, def](Interp& in, Args& a) { return in.call_macro(*md, def, a); }, true);
   }
 
   // ---------------------------------------------------------------- statements
@@ -3039,7 +3052,7 @@ struct Interp {
         const Expr& call = *s.exprs[0];
         const Value f = eval(*call.kids[0]);
         Args a = eval_args(call.args);
-        a.kw.emplace_back("caller", make_macro(*s.macro));
+        a.kw.emplace_back("caller", make_macro(*s.macro, true));
         line = s.line;
         emit(to_str(invoke(f, a), lim.max_data_depth));
         break;
@@ -3123,12 +3136,13 @@ struct Params {
     if (a.pos.size() > ns.size())
       fail(fname + "() takes at most " + std::to_string(ns.size()) + " argument(s) (" + std::to_string(a.pos.size()) + " given)");
     for (size_t i = 0; i < a.pos.size(); ++i) v[i] = a.pos[i];
-    for (auto& [k, val] : a.kw) {
-      const auto it = std::find_if(ns.begin(), ns.end(), [&](const char* n) { return k == n; });
+    for (auto& kv : a.kw) {
+      const std::string& k = kv.first;
+      const auto it = std::find_if(ns.begin(), ns.end(), [&k](const char* n) { return k == n; });
       if (it == ns.end()) fail(fname + "() got an unexpected keyword argument " + str_repr(k));
       auto& slot = v[static_cast<size_t>(it - ns.begin())];
       if (slot) fail(fname + "() got multiple values for argument " + str_repr(k));
-      slot = val;
+      slot = kv.second;
     }
     for (size_t i = 0; i < required; ++i)
       if (!v[i]) fail(fname + "() missing required argument: " + str_repr(ns[i]));
@@ -3386,7 +3400,7 @@ Value str_method(Interp& in, const Value& self, const std::string& m, Args& a) {
   }
   if (m == "splitlines") {
     Params p(m, a, {"keepends"});
-    return text_list(in, py_splitlines(s, p.has(0) && truthy(p[0])));
+    return text_list(in, py_splitlines(s, p.has(0) && as_index(p[0]) != 0));
   }
   if (m == "startswith" || m == "endswith") {
     Params p(m, a, {"prefix", "start", "end"}, 1);
@@ -3628,12 +3642,15 @@ std::string Interp::percent_format(const std::string& fmt, const Value& args) {
   const bool is_tuple = args.k == K::List && args.obj<ListObj>().fl == Fl::Tuple;
   if (is_tuple) items = args.obj<ListObj>().v;
   else items.push_back(args);
-  const DictObj* mapping = args.k == K::Dict ? &args.obj<DictObj>() : nullptr;
+  // Python takes any non-tuple argument with __getitem__ as a mapping: it may go unused.
+  const bool mapping = args.k == K::Dict || args.k == K::Undef ||
+                       (args.k == K::List && !is_tuple && args.obj<ListObj>().fl != Fl::Items &&
+                        args.obj<ListObj>().fl != Fl::Keys && args.obj<ListObj>().fl != Fl::Values);
   size_t next = 0;
   bool keyed = false;
   std::string out;
   const auto take = [&]() -> Value {
-    if (next >= items.size()) fail("not enough arguments for format string");
+    if (next >= items.size() || keyed) fail("not enough arguments for format string");
     return items[next++];
   };
   for (size_t i = 0; i < fmt.size();) {
@@ -3641,11 +3658,18 @@ std::string Interp::percent_format(const std::string& fmt, const Value& args) {
       out += fmt[i++];
       continue;
     }
-    const size_t spec_at = i++;
+    ++i;
     if (i >= fmt.size()) fail("incomplete format");
+    if (fmt[i] == '%') {  // "%%"; a '%' after flags or a width is a conversion (and unsupported)
+      out += '%';
+      ++i;
+      continue;
+    }
     std::optional<Value> arg;
     if (fmt[i] == '(') {
       if (!mapping) fail("format requires a mapping");
+      if (args.k == K::Undef) undefined_error(args);
+      if (args.k != K::Dict) fail(std::string(type_name(args)) + " indices must be integers or slices, not str");
       int depth = 1;
       size_t j = i + 1;
       while (j < fmt.size() && depth) {
@@ -3655,7 +3679,7 @@ std::string Interp::percent_format(const std::string& fmt, const Value& args) {
       }
       if (depth) fail("incomplete format key");
       const std::string key = fmt.substr(i + 1, j - i - 2);
-      const Value* v = mapping->find_str(key);
+      const Value* v = args.obj<DictObj>().find_str(key);
       if (!v) fail(str_repr(key));
       arg = *v;
       keyed = true;
@@ -3688,10 +3712,6 @@ std::string Interp::percent_format(const std::string& fmt, const Value& args) {
     while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
     if (i >= fmt.size()) fail("incomplete format");
     const char type = fmt[i++];
-    if (type == '%') {
-      out += '%';
-      continue;
-    }
     if (!arg) arg = take();
     const Value& v = *arg;
     const bool left = flags.find('-') != std::string::npos, zero = flags.find('0') != std::string::npos && !left;
@@ -3749,7 +3769,6 @@ std::string Interp::percent_format(const std::string& fmt, const Value& args) {
       default: {
         char b[96];
         std::snprintf(b, sizeof b, "unsupported format character '%c' (0x%x) at index %zu", type, static_cast<unsigned>(static_cast<unsigned char>(type)), i - 1);
-        (void)spec_at;
         fail(b);
       }
     }
@@ -3799,6 +3818,7 @@ std::string format_spec(const Value& v, const std::string& spec) {
   if (i < u.size() && u[i] == '.') {
     ++i;
     prec = 0;
+    if (i >= u.size() || u[i] < '0' || u[i] > '9') fail("Format specifier missing precision");
     while (i < u.size() && u[i] >= '0' && u[i] <= '9') prec = prec * 10 + (u[i++] - '0');
   }
   char type = 0;
@@ -4063,7 +4083,7 @@ Value f_dictsort(Interp& in, const Value& v, Args& a) {
     const Value& key = by == "key" ? k : val;
     keys.push_back({cs ? key : ignore_case(in, key)});
   }
-  sort_by(in, items, keys, p.has(2) && truthy(p[2]));
+  sort_by(in, items, keys, p.has(2) && as_index(p[2]) != 0);
   return in.make_list(std::move(items));
 }
 
@@ -4123,8 +4143,12 @@ std::optional<double> parse_float(const std::string& text) {
     if (!is_digit(c) && c != '.' && c != 'e' && c != '+' && c != '-') return std::nullopt;
   double x = 0;
   const auto r = std::from_chars(body.data(), body.data() + body.size(), x);
-  if (r.ec == std::errc::result_out_of_range) x = INFINITY;
-  else if (r.ec != std::errc() || r.ptr != body.data() + body.size()) return std::nullopt;
+  if (r.ec == std::errc::result_out_of_range) {
+    if (r.ptr != body.data() + body.size()) return std::nullopt;
+    x = decimal_to_double(body);
+  } else if (r.ec != std::errc() || r.ptr != body.data() + body.size()) {
+    return std::nullopt;
+  }
   return neg ? -x : x;
 }
 
@@ -4202,11 +4226,13 @@ Value f_indent(Interp& in, const Value& v, Args& a) {
   else ind = std::string(static_cast<size_t>(std::max<int64_t>(p.has(0) ? as_index(p[0]) : 4, 0)), ' ');
   const std::vector<std::string> lines = py_splitlines(v.str() + "\n", false);
   std::string out;
-  if (p.has(2) && truthy(p[2])) {
-    for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + ind : "") + lines[i];
-  } else {
-    out = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) out += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+  const bool blank = p.has(2) && truthy(p[2]);  // indent empty lines too
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) {
+      out += '\n';
+      if (blank || !lines[i].empty()) out += ind;
+    }
+    out += lines[i];
   }
   if (p.has(1) && truthy(p[1])) out = ind + out;
   return in.str(std::move(out), v.markup);
@@ -4398,7 +4424,7 @@ Value f_sort(Interp& in, const Value& v, Args& a) {
     for (const AttrPath& path : paths) k.push_back(follow(in, x, path));
     keys.push_back(std::move(k));
   }
-  sort_by(in, items, keys, p.has(0) && truthy(p[0]));
+  sort_by(in, items, keys, p.has(0) && as_index(p[0]) != 0);  // sorted(reverse=) takes an int
   return in.make_list(std::move(items));
 }
 
@@ -4675,6 +4701,7 @@ DictObj dict_args(Interp& in, Args& a, const char* fname) {
   DictObj d;
   if (!a.pos.empty()) {
     const Value& src = a.pos[0];
+    if (src.k == K::Undef) undefined_error(src);  // dict() looks for .keys() first
     if (src.k == K::Dict) {
       d = src.obj<DictObj>();
     } else {

@@ -322,6 +322,13 @@ SNIPPETS = [
     "{{ [1, 'a']|sort }}", "{{ [1, 'a']|max }}", "{{ l[::0] }}",
     "{{ '%d' % 'x' }}", "{{ '%s %s' % ('a',) }}", "{{ '%s' % ('a', 'b') }}", "{{ 'x' % 5 }}",
     "{{ loop.index }}", "{{ caller() }}", "{{ s.nosuch() }}", "{{ s.nosuch }}|",
+    # corners found by differential fuzzing
+    "{% for x in [1, 2] %}a{% break %}{% else %}E{% endfor %}|{% for x in [1, 2] %}a{% continue %}{% else %}E{% endfor %}",
+    "{{ s[u:2] }}", "{{ d[1:] }}", "{{ n[1:] }}", "{{ d.items()[1:] }}", "{{ s[1.5:] }}", "{{ dict(u) }}",
+    "{% for x, in [[1]] %}{{ x }}{% endfor %}", "{% set a, = [5] %}{{ a }}", "{{ '{:>5.}'.format('a') }}",
+    "{{ '%-%' % (1,) }}", "{{ '%(a)s-%s' % {'a': 1, 'b': 2} }}", "{{ 'x' % u }}|{{ '%s' % u }}|{{ 'x' % [1] }}|{{ '%s' % [1] }}",
+    "{{ [3, 1]|sort(reverse=u) }}", "{{ 'a'.splitlines(u) }}", "{{ 1e30045 }} {{ -1e400 }} {{ 1e-400 }} {{ '1e-400'|float }}",
+    "a{#", "x{% raw %}", "{% macro m() %}{{ caller }}{% endmacro %}{% call m() %}{% endcall %}",
 ]
 
 
