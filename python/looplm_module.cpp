@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 
 namespace py = pybind11;
 using namespace looplm;
@@ -261,16 +262,20 @@ PYBIND11_MODULE(looplm, m) {
            },
            py::arg("text"), "Token ids of `text` (numpy int32).")
       .def("detokenize",
-           [](const PyModel& s, const py::object& ids) {
+           [](const PyModel& s, const py::object& ids, std::optional<bool> clean_up) {
              const std::vector<int32_t> t = ids_of(ids, s.config().vocab_size, "detokenize");
              std::string text;
              {
                CallLock l;
                text = s.lm->decode(t);
              }
+             if (clean_up.value_or(s.config().text.clean_up_tokenization_spaces)) text = clean_up_tokenization(text);
              return text_of(text);
            },
-           py::arg("ids"), "The text of token ids (bytes that are not UTF-8 become U+FFFD).")
+           py::arg("ids"), py::arg("clean_up_tokenization_spaces") = py::none(),
+           "The text of token ids as transformers' decode gives it (bytes that are not UTF-8 become U+FFFD), tidied "
+           "(' ,' -> ',') when clean_up_tokenization_spaces is true, by default the model's own setting (a converted "
+           "model's tokenizer_config.json; False: the exact text).")
       .def("logits",
            [](const PyModel& s, const py::object& ids, std::optional<int> depth) {
              LanguageModel::TraceOptions o;
@@ -693,11 +698,15 @@ PYBIND11_MODULE(looplm, m) {
            },
            py::arg("text"), py::arg("add_special") = false)
       .def("decode",
-           [](const TextTokenizer& t, const py::object& ids) {
+           [](const TextTokenizer& t, const py::object& ids, std::optional<bool> clean_up) {
              const std::vector<int32_t> v = ids_of(ids, t.vocab_size(), "decode");
-             return text_of(t.decode(v));
+             const std::string text = t.decode(v);
+             return text_of(clean_up.value_or(t.clean_up_tokenization_spaces()) ? clean_up_tokenization(text) : text);
            },
-           py::arg("ids"));
+           py::arg("ids"), py::arg("clean_up_tokenization_spaces") = py::none(),
+           "The text of ids as transformers' decode gives it: tidied (' ,' -> ',') when clean_up_tokenization_spaces "
+           "is true, by default the tokenizer's own setting (its tokenizer_config.json's; False: the exact text).")
+      .def_property_readonly("clean_up_tokenization_spaces", &TextTokenizer::clean_up_tokenization_spaces);
   m.def("tokenizer", [](const std::string& path) { return TextTokenizer::open(path); }, py::arg("path"),
         "A Hugging Face tokenizer.json, or the tokenizer a checkpoint carries.");
 

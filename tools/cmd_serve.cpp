@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -94,6 +95,44 @@ struct Server {
   // a stopping server waits for them.
   std::atomic<int> inflight{0};
   std::atomic<bool> draining{false};
+
+  // ---------------------------------------------------------------- the request log (stderr)
+  // One line per generation request once it is answered (its id, tokens, mean loop steps, finish
+  // reasons, milliseconds) and per refused request (status and message): --log-format text | json.
+  bool log_json = false;
+  std::mutex log_mu;
+  void log_line(const json& fields) {
+    std::string line;
+    if (log_json) {
+      line = dump(fields);
+    } else {
+      line = "looplm serve:";
+      for (const auto& [k, v] : fields.items()) line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : dump(v));
+    }
+    std::lock_guard<std::mutex> lk(log_mu);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+  static double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::round(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() * 10) / 10;
+  }
+  // A generation request's line: its jobs' tokens and loop steps, their finish reasons.
+  void log_jobs(const std::string& id, const std::string& route, const std::vector<std::shared_ptr<Job>>& jobs, int n,
+                std::chrono::steady_clock::time_point t0) {
+    int64_t prompt = 0, made = 0;
+    double steps = 0;
+    std::string finish;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      std::lock_guard<std::mutex> lk(jobs[k]->mu);
+      if (k % n == 0) prompt += (int64_t)jobs[k]->prompt.size();
+      made += (int64_t)jobs[k]->tokens.size();
+      for (const auto& t : jobs[k]->tokens) steps += t.steps;
+      const std::string f = jobs[k]->done ? jobs[k]->finish_reason : "cancelled";
+      if (finish.find(f) == std::string::npos) finish += (finish.empty() ? "" : ",") + f;
+    }
+    log_line({{"id", id}, {"route", route}, {"status", 200}, {"prompt_tokens", prompt}, {"completion_tokens", made},
+              {"mean_steps", made ? std::round(steps / made * 1000) / 1000 : 0.0}, {"finish", finish}, {"ms", ms_since(t0)}});
+  }
 
   std::string new_id(const char* prefix) { return std::string(prefix) + std::to_string(next_id++); }
   int64_t created() const { return (int64_t)std::time(nullptr); }
@@ -363,7 +402,8 @@ struct Server {
   // one), and `last()` (the usage) at the end. A client that goes away cancels the jobs: their
   // slots are free at the next token boundary.
   void stream(httplib::Response& res, std::vector<std::shared_ptr<Job>> jobs,
-              std::function<json(size_t, const std::string&, size_t, size_t, bool)> chunk, std::function<json()> last) {
+              std::function<json(size_t, const std::string&, size_t, size_t, bool)> chunk, std::function<json()> last,
+              std::function<void()> ended) {
     struct State {
       std::vector<size_t> sent_text, sent_tokens;
       std::vector<bool> closed;
@@ -438,17 +478,19 @@ struct Server {
             if (wrote) return true;  // let the library flush; it calls again
           }
         },
-        [jobs, st, eng, count](bool) {
+        [jobs, st, eng, count, ended](bool) {
           if (!st->finished) {
             for (auto& j : jobs) j->cancelled = true;  // the client went away
             eng->wake();
           }
+          ended();
           --*count;
         });
   }
 
   // ---------------------------------------------------------------- POST /v1/completions
   void completions(const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
     const json body = parse_body(req);
     check_model(body);
     if (!body.contains("prompt")) throw bad("'prompt' is missing", "prompt");
@@ -494,7 +536,8 @@ struct Server {
           [=, this]() {
             return json{{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id},
                         {"choices", json::array()}, {"usage", usage(jobs, n)}, {"looplm", loop_summary(jobs, std::stoi(depth))}};
-          });
+          },
+          [=, this]() { const_cast<Server*>(this)->log_jobs(id, "/v1/completions", jobs, n, t0); });
       return;
     }
     json choices = json::array();
@@ -518,41 +561,73 @@ struct Server {
                 {"usage", usage(jobs, n)},
                 {"looplm", {{"depth", std::stoi(depth)}, {"mean_steps", counted ? steps / counted : 0.0}, {"kv_bytes_per_token", kv_bytes}}}};
     res.set_content(dump(out), "application/json");
+    log_jobs(id, "/v1/completions", jobs, n, t0);
+  }
+
+  // ---------------------------------------------------------------- chat
+  // A request's conversation as the model's prompt text (LanguageModel::apply_chat_template: its
+  // chat template, or the one --chat-template names). Messages are checked and their content parts
+  // joined into text; their other fields (tool_calls, name, ...) reach the template as they came,
+  // keys in their order (tojson prints that order).
+  std::string chat_prompt(const httplib::Request& req, const json& body) const {
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+      throw bad("'messages' must be a non-empty list of {role, content}", "messages");
+    const auto ordered = nlohmann::ordered_json::parse(req.body);  // (valid: parse_body read it)
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (const auto& m : ordered["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        throw bad("each message needs a 'role' (system, user or assistant) and its 'content'", "messages");
+      nlohmann::ordered_json msg = m;
+      const auto& c = m.contains("content") ? m["content"] : nlohmann::ordered_json();
+      if (c.is_array()) {  // [{type: text, text}]
+        std::string content;
+        for (const auto& p : c)
+          if (p.is_object() && p.value("type", "") == "text" && p.contains("text") && p["text"].is_string()) content += p["text"].get<std::string>();
+          else throw bad("only text message parts are understood", "messages");
+        msg["content"] = content;
+      } else if (!c.is_string() && !(c.is_null() && m.contains("tool_calls"))) {
+        throw bad("a message's 'content' must be text", "messages");
+      }
+      messages.push_back(std::move(msg));
+    }
+    ChatOptions o;
+    o.add_generation_prompt = Fields{body}.get<bool>("add_generation_prompt", true);
+    if (ordered.contains("tools") && !ordered["tools"].is_null()) {
+      if (!ordered["tools"].is_array()) throw bad("'tools' must be a list", "tools");
+      o.tools_json = ordered["tools"].dump();
+    }
+    if (ordered.contains("chat_template_kwargs") && !ordered["chat_template_kwargs"].is_null()) {
+      if (!ordered["chat_template_kwargs"].is_object()) throw bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+      o.extra_json = ordered["chat_template_kwargs"].dump();
+    }
+    try {
+      return lm.apply_chat_template(messages.dump(), o);
+    } catch (const UsageError& e) {
+      throw bad(e.what(), "messages");
+    }
+  }
+
+  // POST /apply-template (llama-server's route): {messages} -> {prompt}, the text chat would run.
+  void apply_template(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req);
+    res.set_content(dump({{"prompt", chat_prompt(req, body)}}), "application/json");
   }
 
   // ---------------------------------------------------------------- POST /v1/chat/completions
-  // ChatML (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n): the template of the
-  // looped models published with one (Ouro), and a plain-text convention for the others.
   void chat(const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
     const json body = parse_body(req);
     check_model(body);
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-      throw bad("'messages' must be a non-empty list of {role, content}", "messages");
-    std::string text;
-    for (const json& m : body["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        throw bad("each message needs a 'role' (system, user or assistant) and its 'content'", "messages");
-      std::string content;
-      const json& c = m.contains("content") ? m["content"] : json();
-      if (c.is_string()) {
-        content = c.get<std::string>();
-      } else if (c.is_array()) {  // [{type: text, text}]
-        for (const json& p : c)
-          if (p.is_object() && p.value("type", "") == "text" && p.contains("text") && p["text"].is_string()) content += p["text"].get<std::string>();
-          else throw bad("only text message parts are understood", "messages");
-      } else {
-        throw bad("a message's 'content' must be text", "messages");
-      }
-      text += "<|im_start|>" + m["role"].get<std::string>() + "\n" + content + "<|im_end|>\n";
-    }
-    text += "<|im_start|>assistant\n";
+    const std::string text = chat_prompt(req, body);
     const Fields f{body};
     Job base;
     options_of(body, base, std::min(256, engine.context()));
-    base.stop.push_back("<|im_end|>");
+    // The built-in ChatML's end of a turn is text (a model trained here has no special token for it).
+    if (lm.chat_template_origin() == "builtin:chatml") base.stop.push_back("<|im_end|>");
     if (f.get<bool>("logprobs", false)) base.opt.logprobs = (int)std::min<int64_t>(f.get<int64_t>("top_logprobs", 0), 20);
     const int n = n_of(body);
-    std::vector<int32_t> prompt = lm.encode_prompt(text);
+    std::vector<int32_t> prompt = lm.encode_prompt(text, nullptr, false);  // (the template wrote any BOS)
+    if (prompt.empty()) throw bad("the chat template made an empty prompt", "messages");
     if ((int)prompt.size() > engine.context()) {
       // the conversation's end is what matters: keep its last context - max_tokens tokens
       const int keep = std::max(1, engine.context() - base.opt.max_new);
@@ -578,7 +653,8 @@ struct Server {
           [=, this]() {
             return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", t}, {"model", model_id},
                         {"choices", json::array()}, {"usage", usage(jobs, n)}};
-          });
+          },
+          [=, this]() { const_cast<Server*>(this)->log_jobs(id, "/v1/chat/completions", jobs, n, t0); });
       return;
     }
     json choices = json::array();
@@ -593,6 +669,7 @@ struct Server {
     res.set_content(dump({{"id", id}, {"object", "chat.completion"}, {"created", t}, {"model", model_id},
                           {"choices", choices}, {"usage", usage(jobs, n)}}),
                     "application/json");
+    log_jobs(id, "/v1/chat/completions", jobs, n, t0);
   }
 
   static json parse_body(const httplib::Request& req) {
@@ -638,7 +715,8 @@ struct Server {
     res.set_content(dump({{"eos_token", or_null(sp.eos_text)}, {"eos_token_id", id_or_null(sp.eos)},
                           {"eos_token_ids", sp.eos_ids}, {"bos_token", or_null(sp.bos_text)},
                           {"bos_token_id", id_or_null(sp.bos)}, {"add_bos_token", sp.add_bos},
-                          {"pad_token", json()}, {"chat_template", or_null(lm.chat_template())}, {"tokenizer_class", c.tokenizer},
+                          {"pad_token", json()}, {"chat_template", or_null(lm.chat_template())}, {"chat_template_used", lm.chat_template_origin()},
+                          {"tokenizer_class", c.tokenizer},
                           {"vocab_size", c.vocab_size}, {"model_max_length", engine.context()}}),
                     "application/json");
   }
@@ -672,15 +750,20 @@ auto guarded(Server& s, F f) {
       explicit Count(std::atomic<int>& c) : n(c) { ++n; }
       ~Count() { --n; }
     } count(s.inflight);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto refuse = [&](const HttpError& e) {
+      send_error(res, e);
+      s.log_line({{"route", req.path}, {"status", e.status}, {"error", e.message}, {"ms", Server::ms_since(t0)}});
+    };
     try {
       f(req, res);
     } catch (const HttpError& e) {
-      send_error(res, e);
+      refuse(e);
       if (e.status == 429) res.set_header("Retry-After", "1");
     } catch (const UsageError& e) {
-      send_error(res, bad(e.what()));
+      refuse(bad(e.what()));
     } catch (const std::exception& e) {
-      send_error(res, HttpError{500, e.what(), "server_error"});
+      refuse(HttpError{500, e.what(), "server_error"});
     }
   };
 }
@@ -709,6 +792,14 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-body", max_body, "largest request body in bytes; larger ones get HTTP 413 (default 1 MiB)");
   app.add_option("--weights", lo.weights, "weight format inference reads: " + joined(available_weight_formats()) + " (default the checkpoint's own)")
       ->check(weights_check());
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "one line per request on stderr: text (key=value) or json (default text)")
+      ->check(CLI::IsMember({"text", "json"}));
+  std::string chat_template;
+  app.add_option("--chat-template", chat_template,
+                 "what chat renders instead of the model's own template: a built-in (" + joined(chat_template_names()) +
+                     ") or a FILE (Jinja text, or a tokenizer_config.json)")
+      ->type_name("NAME|FILE");
   app.add_option("--kv-cache", kv_cache, "KV cache precision: " + joined(available_kv_caches()) + " (fp32 is exact)")->check(CLI::IsMember(available_kv_caches()));
   ThreadsArg threads;
   threads.add(app);
@@ -717,6 +808,7 @@ int cmd_serve(int argc, char** argv) {
   GracefulStop graceful;  // SIGTERM / Ctrl-C: stop taking requests, finish those in flight, exit 0
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
+  if (!chat_template.empty()) lm.use_chat_template(chat_template);
   if (name.empty()) {
     std::filesystem::path p = std::filesystem::absolute(ckpt).lexically_normal();
     if (p.filename() == "model.safetensors" || p.has_extension()) p = p.parent_path();
@@ -724,6 +816,7 @@ int cmd_serve(int argc, char** argv) {
   }
   serve::Engine engine(lm, serve::EngineOptions{parallel, queue, kv_cache, context});
   Server s{lm, engine, name};
+  s.log_json = log_format == "json";
 
   httplib::Server http;
   http.new_task_queue = [parallel, queue] { return new httplib::ThreadPool((size_t)std::max(8, parallel + std::min(queue, 64) + 4)); };
@@ -772,6 +865,7 @@ int cmd_serve(int argc, char** argv) {
   });
   http.Post("/v1/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
   http.Post("/v1/chat/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));
+  http.Post("/apply-template", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.apply_template(q, r); }));
   http.Post("/tokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.tokenize(q, r); }));
   http.Post("/detokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.detokenize(q, r); }));
   http.Get("/tokenizer_info", [&](const httplib::Request&, httplib::Response& r) { s.tokenizer_info(r); });

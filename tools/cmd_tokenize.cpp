@@ -69,7 +69,12 @@ int cmd_tokenize(int argc, char** argv) {
   auto* p_opt = app.add_option("-p,--prompt", prompt, "the text itself (with --decode: the JSON array)")->type_name("TEXT");
   app.add_flag("--add-special", add_special,
                "add the tokenizer's special tokens (its post-processor: e.g. <s> before the text); Hugging Face tokenizers only");
-  app.add_flag("--decode", decode, "read ids, print their text (exactly: no newline is added)");
+  bool exact = false;
+  app.add_flag("--decode", decode,
+               "read ids, print their text as transformers' decode gives it (no newline is added): tidied by "
+               "clean_up_tokenization_spaces when the tokenizer says so (its tokenizer_config.json, or a converted "
+               "checkpoint's)");
+  app.add_flag("--exact", exact, "with --decode: the exact text, never tidied (what generation streams)");
   app.add_flag("--stats", stats, "print the token count, the time and the speed on stderr");
   int repeat = 1;
   app.add_option("--repeat", repeat, "with --stats: encode N times and report the fastest (bench/tokenizer.py)")
@@ -84,6 +89,7 @@ int cmd_tokenize(int argc, char** argv) {
   if (in_opt->count() + p_opt->count() != 1)
     throw UsageError("tokenize: give the text with exactly one of --input FILE and -p TEXT");
   if (add_special && decode) throw UsageError("tokenize: --add-special applies to encoding, not to --decode");
+  if (exact && !decode) throw UsageError("tokenize: --exact applies to --decode");
 
   const auto t0 = std::chrono::steady_clock::now();
   const TextTokenizer tok = TextTokenizer::open(tok_path);
@@ -92,7 +98,8 @@ int cmd_tokenize(int argc, char** argv) {
   const std::string text = in_opt->count() ? read_file_bytes(input) : prompt;
   const auto t1 = std::chrono::steady_clock::now();
   if (decode) {
-    const std::string out = tok.decode(parse_ids(text, in_opt->count() ? input : "-p"));
+    const std::vector<int32_t> ids = parse_ids(text, in_opt->count() ? input : "-p");
+    const std::string out = exact ? tok.decode(ids) : tok.decode_as_transformers(ids);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   }

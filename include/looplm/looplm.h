@@ -267,6 +267,13 @@ class TextStream {
   std::unique_ptr<Impl> impl_;
 };
 
+// What LanguageModel::apply_chat_template passes a chat template beside the messages.
+struct ChatOptions {
+  bool add_generation_prompt = true;
+  std::string tools_json;  // a JSON list of tool schemas ("": none)
+  std::string extra_json;  // a JSON object of more template variables, e.g. {"enable_thinking": false}
+};
+
 struct LoadOptions {
   // The weight format inference passes read (chosen once, here): "" (default) the checkpoint's own
   // (fp32, or a quantized checkpoint's, its packed bytes as they are); "fp32" (exact); "bf16" (a
@@ -317,6 +324,22 @@ class LanguageModel {
   const SpecialTokens& special_tokens() const;
   // The model's chat template (Jinja, from its tokenizer_config.json or GGUF file); "" for none.
   const std::string& chat_template() const;
+  // Chat (docs/serve.md, "Chat"): a conversation as the prompt text the model was trained on, by
+  // its chat template rendered as transformers' apply_chat_template(messages, tokenize=False)
+  // renders it (docs/chat_templates.md), or, for a model without one, the built-in `chatml`.
+  // `messages_json`: a JSON list of {role, content, ...}. UsageError with the template's own
+  // message when it refuses the conversation (raise_exception: roles out of order, ...), and
+  // naming the template when this looplm cannot render it. Thread-safe. The text's special
+  // tokens are ids when it is encoded (encode_prompt(text, nullptr, false): the template wrote
+  // any BOS).
+  std::string apply_chat_template(const std::string& messages_json, const ChatOptions& o = {}) const;
+  // Chat renders this instead of the model's own template: a built-in's NAME (chat_template_names),
+  // or a FILE holding a template (Jinja text, or a tokenizer_config.json with a chat_template).
+  // UsageError for neither, Error for a file whose template does not parse. Not while another
+  // thread renders.
+  void use_chat_template(const std::string& name_or_file);
+  // What chat renders: "the model's chat template", "builtin:chatml", or the file given.
+  std::string chat_template_origin() const;
 
   // Deterministic evaluation over consecutive non-overlapping windows of `context` tokens
   // (targets shifted by one); depth -1 = R, 0 = h_pre. Noise off. max_windows < 0: all of them.
@@ -511,6 +534,11 @@ class TextTokenizer {
   // char tokenizer, which has none.
   std::vector<int32_t> encode(const std::string& text, bool add_special = false) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // Error naming an id outside the vocabulary
+  // Whether transformers' decode tidies this tokenizer's text (tokenizer_config.json's
+  // clean_up_tokenization_spaces: the one beside a tokenizer.json, or a converted checkpoint's);
+  // decode_as_transformers applies it (clean_up_tokenization), decode never does.
+  bool clean_up_tokenization_spaces() const;
+  std::string decode_as_transformers(const std::vector<int32_t>& ids) const;
   TextStream text_stream(const TextStreamOptions& o = {}) const;  // the tokenizer must outlive it
 
   struct Impl;  // the library's tokenizer (src/data/tokenizer.h)

@@ -15,6 +15,7 @@ std::vector<std::string> available_weight_formats();  // LoadOptions::weights: f
 std::vector<std::string> available_kv_caches();       // GenerateOptions::kv_cache: fp32, bf16, int8
 std::vector<std::string> available_exit_rules();      // ExitRule by name: fixed, kl, latent, entropy, gate
 std::vector<std::string> available_kv_policies();     // KvPolicy by name: per_step, mean, last, first
+std::vector<std::string> chat_template_names();       // the built-in chat templates (--chat-template NAME)
 std::string joined(const std::vector<std::string>& names, const char* sep = ", ");
 
 // ---------------------------------------------------------------- messages
@@ -29,6 +30,10 @@ std::string format_bytes(double bytes);  // "3.2 GB", "512.0 MB", "4.0 kB"
 // A token's bytes as OpenAI's logprobs spell them: the text when it is whole UTF-8, else
 // "bytes:\xe4\xb8" (a byte token that is part of a character).
 std::string token_label(std::string_view bytes);
+// transformers' clean_up_tokenization: " ." " ?" " !" " ," lose their space, " ' " becomes "'",
+// and " n't" " 'm" " 's" " 've" " 're" join the word before (what its decode does to a tokenizer
+// with clean_up_tokenization_spaces; generation streams the exact text, as llama.cpp and vLLM do).
+std::string clean_up_tokenization(std::string_view text);
 // Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
 bool valid_utf8(std::string_view s);
 // The memory this process may use (the cgroup's limit, else physical memory): what reading a whole

@@ -50,6 +50,27 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+std::string clean_up_tokenization(std::string_view text) {
+  // transformers applies the replacements one after another over the whole string, in this order.
+  static const std::pair<const char*, const char*> rules[] = {{" .", "."},     {" ?", "?"},     {" !", "!"},    {" ,", ","},
+                                                              {" ' ", "'"},    {" n't", "n't"}, {" 'm", "'m"},  {" 's", "'s"},
+                                                              {" 've", "'ve"}, {" 're", "'re"}};
+  std::string s(text);
+  for (const auto& [from, to] : rules) {
+    const std::string_view f(from), t(to);
+    std::string out;
+    size_t at = 0;
+    for (size_t hit; (hit = s.find(f, at)) != std::string::npos; at = hit + f.size()) {
+      out.append(s, at, hit - at);
+      out.append(t);
+    }
+    if (at == 0) continue;
+    out.append(s, at, std::string::npos);
+    s.swap(out);
+  }
+  return s;
+}
+
 std::string token_label(std::string_view bytes) {
   if (valid_utf8(bytes)) return std::string(bytes);
   std::string out = "bytes:";

@@ -8,6 +8,7 @@
 #include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
+#include "looplm/util.h"
 
 namespace looplm {
 
@@ -33,6 +34,21 @@ TextStream make_text_stream(const Tokenizer& tok, const TextStreamOptions& o) {
 }
 TextStream TextTokenizer::text_stream(const TextStreamOptions& o) const { return make_text_stream(impl_->tok, o); }
 
+namespace {
+// A tokenizer.json's clean_up_tokenization_spaces: its tokenizer_config.json's (the file beside
+// it), false when there is none (transformers' default since 4.45).
+bool clean_up_beside(const std::string& tokenizer_json) {
+  const size_t slash = tokenizer_json.rfind('/');
+  const std::string cfg = (slash == std::string::npos ? std::string() : tokenizer_json.substr(0, slash + 1)) + "tokenizer_config.json";
+  struct stat st;
+  if (::stat(cfg.c_str(), &st) != 0) return false;
+  const nlohmann::json j = io::parse_json(read_file_bytes(cfg), cfg);
+  if (!j.is_object() || !j.contains("clean_up_tokenization_spaces") || j["clean_up_tokenization_spaces"].is_null()) return false;
+  if (!j["clean_up_tokenization_spaces"].is_boolean()) throw Error(cfg + ": clean_up_tokenization_spaces must be true or false");
+  return j["clean_up_tokenization_spaces"].get<bool>();
+}
+}  // namespace
+
 TextTokenizer TextTokenizer::open(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw Error(io::brief_path(path) + ": no such file or directory");
@@ -48,9 +64,20 @@ TextTokenizer TextTokenizer::open(const std::string& path) {
     } catch (const UsageError& e) {
       throw Error(e.what());  // a damaged file, not a bad flag
     }
-    return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::from_checkpoint(c, f.metadata(), file)}));
+    Impl impl{Tokenizer::from_checkpoint(c, f.metadata(), file)};
+    if (auto t = f.metadata().find(kTextMetadataKey); t != f.metadata().end())
+      impl.clean_up = TextConventions::from_json_text(t->second, file).clean_up_tokenization_spaces;
+    return TextTokenizer(std::make_unique<Impl>(std::move(impl)));
   }
-  return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::hf_from_file(path)}));
+  Impl impl{Tokenizer::hf_from_file(path)};
+  impl.clean_up = clean_up_beside(path);
+  return TextTokenizer(std::make_unique<Impl>(std::move(impl)));
+}
+
+bool TextTokenizer::clean_up_tokenization_spaces() const { return impl_->clean_up; }
+std::string TextTokenizer::decode_as_transformers(const std::vector<int32_t>& ids) const {
+  const std::string text = decode(ids);
+  return impl_->clean_up ? clean_up_tokenization(text) : text;
 }
 
 TextTokenizer TextTokenizer::byte_level() { return TextTokenizer(std::make_unique<Impl>(Impl{Tokenizer::byte_level()})); }

@@ -7,6 +7,7 @@ namespace looplm {
 
 struct TextTokenizer::Impl {
   Tokenizer tok;
+  bool clean_up = false;  // clean_up_tokenization_spaces (TextTokenizer::open reads it)
 };
 
 // A public TextStream over `tok` (which must outlive it): data/text_stream.h does the work.

@@ -33,7 +33,9 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
 
 
 LanguageModel::Impl::Impl(std::unique_ptr<Model> m)
-    : model(std::move(m)), tok(Tokenizer::from_config(model->config())), special(special_tokens_of(model->config(), tok)) {}
+    : model(std::move(m)), tok(Tokenizer::from_config(model->config())), special(special_tokens_of(model->config(), tok)) {
+  init_chat_template(*this);
+}
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;

@@ -2,6 +2,7 @@
 // library's files that build on a loaded model (language_model.cpp, session.cpp).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "data/tokenizer.h"
 #include "looplm/looplm.h"
@@ -9,12 +10,22 @@
 
 namespace looplm {
 
+class ChatTemplate;
+
 struct LanguageModel::Impl {
   std::unique_ptr<Model> model;
   Tokenizer tok;
   LanguageModel::SpecialTokens special;  // special_tokens_of(config, tok)
+  // What chat renders (infer/chat.cpp): the model's template, a built-in or a file's; or, when the
+  // model's own does not parse, nothing and the reason (chat is then refused, naming it).
+  std::shared_ptr<const ChatTemplate> chat;
+  std::string chat_origin, chat_error;
   explicit Impl(std::unique_ptr<Model> m);
+  ~Impl();
 };
+
+// The model's own chat template parsed (or the built-in chatml without one) into impl.chat.
+void init_chat_template(LanguageModel::Impl& impl);
 
 // A model's end and begin tokens: its own conventions (Config::text) where it has them, else a
 // Hugging Face tokenizer's special tokens found by name (models trained here).
