@@ -13,8 +13,14 @@
 #include <filesystem>
 #include <set>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "infer/decoder.h"
 #include "infer/early_exit.h"
+#include "interchange/hf_model.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 #include "model/model_io.h"
@@ -55,6 +61,70 @@ std::string with_key(const TempDir& d, const std::string& run, const std::string
   const std::string out = d / (std::filesystem::path(run).filename().string() + "_" + key + "_" + value + ".safetensors");
   save_model(out, m2);
   return out;
+}
+
+using json = nlohmann::json;
+
+void write_json(const std::string& path, const json& j) { std::ofstream(path, std::ios::binary) << j.dump(2); }
+
+// A copy of fixture `name` in d/`dir` with the given text files beside it (a null json: no such file).
+std::string model_dir(const TempDir& d, const std::string& dir, const std::string& name, const std::string& tokenizer_json,
+                      const json& generation_config, const json& tokenizer_config) {
+  namespace fs = std::filesystem;
+  const std::string s = d / dir;
+  fs::remove_all(s);
+  fs::copy(kFix + name, s);
+  fs::remove(s + "/expected.safetensors");
+  if (!tokenizer_json.empty()) std::ofstream(s + "/tokenizer.json", std::ios::binary) << tokenizer_json;
+  if (!generation_config.is_null()) write_json(s + "/generation_config.json", generation_config);
+  if (!tokenizer_config.is_null()) write_json(s + "/tokenizer_config.json", tokenizer_config);
+  return s;
+}
+
+// A Llama directory of random weights (F32, written here): 2 layers of width 32, 4 query and 2
+// key/value heads, a tied head unless `config` says otherwise, vocab_size V, the tokenizer.json at
+// `tokenizer`; `extra` tensors (name -> shape) added with random values, `omit` left out.
+std::string tiny_llama(const TempDir& d, const std::string& dir, int V, const std::string& tokenizer, const json& config = json::object(),
+                       const std::map<std::string, std::vector<int64_t>>& extra = {}, const std::set<std::string>& omit = {}) {
+  namespace fs = std::filesystem;
+  const std::string s = d / dir;
+  fs::remove_all(s);
+  fs::create_directories(s);
+  json c = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 32}, {"intermediate_size", 64},
+            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", V},
+            {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}, {"rope_theta", 10000.0},
+            {"tie_word_embeddings", true}};
+  c.update(config);
+  write_json(s + "/config.json", c);
+  fs::copy_file(tokenizer, s + "/tokenizer.json");
+  std::map<std::string, std::vector<int64_t>> shapes = {{"model.embed_tokens.weight", {V, 32}}, {"model.norm.weight", {32}}};
+  for (int i = 0; i < 2; ++i) {
+    const std::string q = "model.layers." + std::to_string(i) + ".";
+    shapes[q + "input_layernorm.weight"] = shapes[q + "post_attention_layernorm.weight"] = {32};
+    shapes[q + "self_attn.q_proj.weight"] = shapes[q + "self_attn.o_proj.weight"] = {32, 32};
+    shapes[q + "self_attn.k_proj.weight"] = shapes[q + "self_attn.v_proj.weight"] = {16, 32};
+    shapes[q + "mlp.gate_proj.weight"] = shapes[q + "mlp.up_proj.weight"] = {64, 32};
+    shapes[q + "mlp.down_proj.weight"] = {32, 64};
+  }
+  if (!c["tie_word_embeddings"].get<bool>()) shapes["lm_head.weight"] = {V, 32};
+  for (const auto& [n, shape] : extra) shapes[n] = shape;
+  std::vector<std::vector<float>> values;
+  std::vector<io::TensorRef> refs;
+  uint64_t x = 12345;
+  for (const auto& [n, shape] : shapes) {
+    if (omit.count(n)) continue;
+    int64_t numel = 1;
+    for (int64_t k : shape) numel *= k;
+    std::vector<float> v(numel);
+    for (float& f : v) {  // norms near 1, everything else small
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      f = (float)((double)(x >> 40) / (1 << 24) - 0.5) * 0.1f + (shape.size() == 1 && n.find("norm") != std::string::npos ? 1.0f : 0.0f);
+    }
+    values.push_back(std::move(v));
+    refs.push_back({n, io::DType::F32, shape, values.back().data()});
+  }
+  io::write_safetensors(s + "/model.safetensors", refs, {{"format", "pt"}});
+  return s;
 }
 
 }  // namespace
@@ -350,4 +420,127 @@ TEST(HfImport, HuginnLikeInitStateIsSeededAndReproducible) {
   }
   const auto batch = lm.generate_batch({prompt, std::vector<int32_t>(ids.begin(), ids.begin() + 6)}, go);
   EXPECT_EQ(batch[0], made);
+}
+
+// ---- the binding table (src/interchange/hf_bindings.cpp)
+
+// A tensor the config asks for and the files lack is refused naming it, what asks for it and the
+// parameter it fills; an optional one (Llama's o_proj bias) may be absent (zeros) or present (read);
+// a tensor the family has no place for (Qwen2's o_proj bias) is an extra one.
+TEST(HfImport, BindingsAreRequiredOptionalOrAbsent) {
+  TempDir d("hf_bindings");
+  const std::string tok = kFix + "llama_gqa/tokenizer.json";
+  auto convert_dir = [&](const std::string& src) { return run_shell(kBin + " convert --from " + src + " --out " + src + "_run"); };
+  // attention_bias true with no bias tensors
+  auto r = convert_dir(tiny_llama(d, "nobias", 272, tok, {{"attention_bias", true}}));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'model.layers.0.self_attn.q_proj.bias' is missing; the LlamaForCausalLM model needs it for looplm's "
+                       "'core.0.attn.q.bias' (config.json's attention_bias is true)"),
+            std::string::npos)
+      << r.out;
+  // tie_word_embeddings false with no lm_head
+  r = convert_dir(tiny_llama(d, "nohead", 272, tok, {{"tie_word_embeddings", false}}, {}, {"lm_head.weight"}));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'lm_head.weight' is missing; the LlamaForCausalLM model needs it for looplm's 'lm_head.weight' "
+                       "(config.json's tie_word_embeddings is false)"),
+            std::string::npos)
+      << r.out;
+  // q/k/v biases, o_proj's only in layer 1: layer 0's is zero, layer 1's read
+  std::map<std::string, std::vector<int64_t>> biases;
+  for (int i = 0; i < 2; ++i) {
+    const std::string q = "model.layers." + std::to_string(i) + ".self_attn.";
+    biases[q + "q_proj.bias"] = {32};
+    biases[q + "k_proj.bias"] = biases[q + "v_proj.bias"] = {16};
+  }
+  biases["model.layers.1.self_attn.o_proj.bias"] = {32};
+  const std::string src = tiny_llama(d, "bias", 272, tok, {{"attention_bias", true}}, biases);
+  r = convert_dir(src);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 optional tensor not in the files ('model.layers.0.self_attn.o_proj.bias')"), std::string::npos) << r.out;
+  std::unique_ptr<Model> m = load_model(src + "_run/model.safetensors");
+  const io::SafetensorsFile file = io::SafetensorsFile::open(src + "/model.safetensors");
+  auto param = [&](const std::string& n) {
+    const int p = m->params().find(n);
+    EXPECT_GE(p, 0) << n;
+    return std::vector<float>(m->params().value(p), m->params().value(p) + m->params().infos()[p].numel);
+  };
+  EXPECT_EQ(param("core.0.attn.o.bias"), std::vector<float>(32, 0.0f));
+  EXPECT_EQ(param("core.1.attn.o.bias"), file.read_f32("model.layers.1.self_attn.o_proj.bias", {32}));
+  EXPECT_EQ(param("core.1.attn.k.bias"), file.read_f32("model.layers.1.self_attn.k_proj.bias", {16}));
+  EXPECT_EQ(param("core.0.mlp.up.bias"), std::vector<float>(64, 0.0f));  // absent: the MLP has none
+  // Qwen2's o_proj has no bias: one in the files has no place
+  r = convert_dir(tiny_llama(d, "qwen2", 272, tok, {{"architectures", {"Qwen2ForCausalLM"}}}, biases));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'model.layers.1.self_attn.o_proj.bias' has no place in the Qwen2ForCausalLM layout"), std::string::npos) << r.out;
+}
+
+// Every parameter of the converted layout must be filled by the family's table: one nothing binds
+// (here an exit gate, which Llama's files do not define) is an Error naming it and the family.
+TEST(HfImport, AParameterNothingBindsIsAnError) {
+  TempDir d("hf_unbound");
+  Config c = LanguageModel::load(convert(d, "llama_gqa")).config();
+  check_hf_bindings(hf_bindings(HfFamily::llama, "LlamaForCausalLM", c, false), c, "LlamaForCausalLM");  // the table covers it
+  c.set("exit_gate", "true");
+  try {
+    check_hf_bindings(hf_bindings(HfFamily::llama, "LlamaForCausalLM", c, false), c, "LlamaForCausalLM");
+    FAIL() << "an unbound parameter was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing in the LlamaForCausalLM binding table fills looplm parameter 'loop.exit_gate.weight'"),
+              std::string::npos)
+        << e.what();
+  }
+  // Each family's table against its fixture's layout (the conversions above rely on it).
+  for (const auto& [name, family] : {std::pair{"qwen2", HfFamily::llama}, std::pair{"nanbeige", HfFamily::nanbeige},
+                                     std::pair{"ouro", HfFamily::ouro}, std::pair{"huginn", HfFamily::huginn}}) {
+    const ConvertResult r = convert_model(kFix + name, d / (std::string(name) + "_lib"));
+    EXPECT_NO_THROW(check_hf_bindings(hf_bindings(family, r.arch, r.config, r.config.bias), r.config, r.arch)) << name;
+  }
+}
+
+// Huginn's initial state follows its config as Huginn's code does: init_values.std 0 is the zero
+// state (then the logits are the port's, which starts at zero), state_init "zero" too; the like-init
+// draw at Huginn-0125's std; another std or state_init, or a malformed init_values, is refused.
+TEST(HfImport, HuginnStateFollowsItsConfig) {
+  TempDir d("hf_huginn_config");
+  const double std_rule = std::sqrt(2.0 / (5.0 * 32));
+  struct Case {
+    std::string what;
+    json edit;
+    int code;
+    std::string state;  // the converted inject_state_init, or what the refusal says
+  };
+  const std::vector<Case> cases = {
+      {"std 0", {{"init_values", {{"embed_scale", std::sqrt(32.0)}, {"std", 0}}}}, 0, "zero"},
+      {"Huginn-0125's std", {{"init_values", {{"embed_scale", std::sqrt(32.0)}, {"std", std_rule}}}}, 0, "like_init"},
+      {"no init_values", {{"init_values", nullptr}}, 0, "like_init"},
+      {"state_init zero", {{"state_init", "zero"}}, 0, "zero"},
+      {"another std", {{"init_values", {{"std", 0.05}}}}, 2, "init_values.std 0.05"},
+      {"another state_init", {{"state_init", "normal"}}, 2, "state_init 'normal'"},
+      {"a malformed std", {{"init_values", {{"std", "small"}}}}, 2, "\"init_values\".\"std\" holds \"small\""},
+      {"a malformed embed_scale", {{"init_values", {{"embed_scale", -1}}}}, 2, "\"init_values\".\"embed_scale\" holds -1"},
+  };
+  const auto exp = io::SafetensorsFile::open(kFix + "huginn/expected.safetensors");
+  const std::vector<int32_t> ids = exp.read_i32("input.ids");
+  int n = 0;
+  for (const Case& k : cases) {
+    const std::string src = model_dir(d, "src", "huginn", "", nullptr, nullptr);
+    json c = json::parse(io::read_file(src + "/config.json"));
+    c.update(k.edit);
+    if (c["init_values"].is_null()) c.erase("init_values");
+    write_json(src + "/config.json", c);
+    const std::string run = d / ("run" + std::to_string(n++));
+    const auto r = run_shell(kBin + " convert --from " + src + " --out " + run);
+    ASSERT_EQ(r.code, k.code) << k.what << ": " << r.out;
+    if (k.code) {
+      EXPECT_NE(r.out.find(k.state), std::string::npos) << k.what << ": " << r.out;
+      continue;
+    }
+    const LanguageModel lm = LanguageModel::load(run);
+    EXPECT_EQ(lm.config().get_string("inject_state_init"), k.state) << k.what;
+    EXPECT_NEAR(lm.config().emb_scale, std::sqrt(32.0), 1e-12) << k.what;
+    if (k.state == "zero") {
+      const std::vector<float> want = exp.read_f32("out.logits", {(int64_t)ids.size(), lm.config().vocab_size});
+      EXPECT_LT(rel_err(lm.forward_logits(ids), want), 1e-4) << k.what;
+    }
+  }
 }
