@@ -3,7 +3,8 @@
 // for the Llama family (Llama, Mistral, Qwen2: grouped-query attention, q/k/v biases), Nanbeige4.2
 // (the whole stack looped, the final norm between loops), Ouro (peri-norm blocks, 4 loops, the
 // learned exit gate) and Huginn-0125 (prelude, injected core, coda). The config maps to looplm's
-// (here), the tensors to its parameters through the family's binding table (hf_bindings.cpp).
+// (here), the tensors to its parameters through the family's binding table (hf_bindings.cpp), the
+// text conventions to Config::text (hf_text.cpp).
 #include <sys/stat.h>
 
 #include <cmath>
@@ -382,7 +383,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
   rep.arch = l.arch;
   Config c = l.family == HfFamily::huginn ? huginn_config(h, l, rep.notes) : llama_family_config(h, l);
 
-  // The tokenizer travels in the checkpoint (docs/format.md).
+  // The tokenizer travels in the checkpoint (docs/format.md), with the model's text conventions.
   const std::string tok_path = dir + "/tokenizer.json";
   if (!exists(tok_path)) throw Error(dir + ": no tokenizer.json (looplm reads Hugging Face fast-tokenizer files)");
   const Tokenizer tok = Tokenizer::hf_from_file(tok_path);
@@ -390,6 +391,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     throw Error(tok_path + ": " + std::to_string(tok.vocab_size()) + " tokens, more than the model's vocab_size " + std::to_string(c.vocab_size));
   c.tokenizer = "hf";
   c.tokenizer_json = tok.hf_json();
+  c.text = read_hf_text_conventions(dir, tok, c.vocab_size, rep.notes);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -413,7 +415,7 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
   storage.grads = false;
   Model m(c, storage);
   fill_params(m, t, source, zeros, dir);
-  save_model(out_file, m, {{"converted_from", dir}});  // the tokenizer goes into the metadata with the config
+  save_model(out_file, m, {{"converted_from", dir}});  // the tokenizer and text conventions go into the metadata with the config
   std::set<std::string> read;
   for (const auto& [param, src] : source) read.insert(src.name);
   rep.tensors = (int)read.size();

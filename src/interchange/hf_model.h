@@ -8,6 +8,8 @@
 //  * OuroForCausalLM (Ouro: peri_norm blocks, total_ut_steps loops with the final norm between
 //    them, the learned exit gate: --exit-rule gate);
 //  * RavenForCausalLM (Huginn-0125: prelude, a sandwich core looped with the linear injection, coda).
+// Beside the weights, the model's text conventions (its end tokens, BOS convention and chat
+// template: generation_config.json, tokenizer_config.json) go into Config::text.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +19,8 @@
 
 namespace looplm {
 
+class Tokenizer;
+
 struct HfImportReport {
   std::string arch;
   int tensors = 0, shards = 0;
@@ -24,10 +28,11 @@ struct HfImportReport {
   std::vector<std::string> notes;
 };
 
-// Writes the looplm checkpoint of the model in `dir` to `out_file` (fp32; the tokenizer in its
-// metadata). UsageError (exit 2) for an architecture or a config key looplm does
+// Writes the looplm checkpoint of the model in `dir` to `out_file` (fp32; the tokenizer and the text
+// conventions in its metadata). UsageError (exit 2) for an architecture or a config key looplm does
 // not compute; Error (exit 1) naming the file and the problem for a missing shard, a tensor missing,
-// extra or of the wrong shape or dtype, a truncated file, a tokenizer it cannot read.
+// extra or of the wrong shape or dtype, a truncated file, a tokenizer it cannot read, a malformed
+// generation_config.json or tokenizer_config.json field.
 HfImportReport import_hf(const std::string& dir, const std::string& out_file);
 
 // ---- the binding table (hf_bindings.cpp): which file tensor fills each looplm parameter.
@@ -59,5 +64,15 @@ std::vector<HfBinding> hf_bindings(HfFamily family, const std::string& arch, con
 // of a parameter the layout lacks (a table out of step with the layout). Every parameter is then
 // filled from a tensor or, declared so, with zeros: nothing is left at zero silently.
 void check_hf_bindings(const std::vector<HfBinding>& table, const Config& c, const std::string& arch);
+
+// ---- text conventions (hf_text.cpp)
+
+// The model's text conventions from `dir`'s generation_config.json and tokenizer_config.json
+// (docs/interchange.md, "What is read from a model"): end tokens (generation_config.json's
+// eos_token_id first, then tokenizer_config.json's eos_token, deduplicated), the BOS id and whether
+// a prompt starts with it, the chat template, clean_up_tokenization_spaces. A missing file or field
+// is not stored; a malformed one is an Error naming the file and the field. `vocab_size` is the
+// model's (ids at or past it are refused). `notes` get a line for each thing read.
+TextConventions read_hf_text_conventions(const std::string& dir, const Tokenizer& tok, int vocab_size, std::vector<std::string>& notes);
 
 }  // namespace looplm
