@@ -185,6 +185,21 @@ std::string text_keys(const io::GgufFile& g) {
   return s + " template=" + (g.has("tokenizer.chat_template") ? g.get_string("tokenizer.chat_template") : "none");
 }
 
+// A Llama-block checkpoint with that tokenizer and text conventions: four end tokens, a BOS put
+// before every prompt, a chat template.
+std::string text_checkpoint(const TempDir& d, Config* config = nullptr) {
+  Config c = llama_like(2, 1, true);
+  c.tokenizer = "hf";
+  c.tokenizer_json = tokenizer_with_specials();
+  c.vocab_size = 269;
+  c.text.eos_token_ids = {267, 268, 265, 264};
+  c.text.bos_token_id = 266;
+  c.text.add_bos_token = 1;
+  c.text.chat_template = "{% for m in messages %}<s>{{ m.content }}<|eot_id|>{% endfor %}";
+  if (config) *config = c;
+  return make_checkpoint(d, "text", c, 5);
+}
+
 }  // namespace
 
 // A converted model's end tokens, BOS convention and chat template (Config::text) go into the GGUF
@@ -194,15 +209,8 @@ std::string text_keys(const io::GgufFile& g) {
 // vocabulary is refused naming the key.
 TEST(Gguf, TextConventionsTravelBothWays) {
   TempDir d("gguf_text");
-  Config c = llama_like(2, 1, true);
-  c.tokenizer = "hf";
-  c.tokenizer_json = tokenizer_with_specials();
-  c.vocab_size = 269;
-  c.text.eos_token_ids = {267, 268, 265, 264};
-  c.text.bos_token_id = 266;
-  c.text.add_bos_token = 1;
-  c.text.chat_template = "{% for m in messages %}<s>{{ m.content }}<|eot_id|>{% endfor %}";
-  const std::string ckpt = make_checkpoint(d, "m", c, 5);
+  Config c;
+  const std::string ckpt = text_checkpoint(d, &c);
   const std::string first = d / "first.gguf", back = d / "back", second = d / "second.gguf";
   auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --out " + first);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -585,6 +593,26 @@ std::string checkpoint_with_tokenizer(const TempDir& d, const std::string& name,
   return make_checkpoint(d, name, c, 3);
 }
 }  // namespace
+
+// llama.cpp loads a file with a converted model's text-convention keys (eot, eom, the chat
+// template, add_bos_token) and its tokenizer gives looplm's ids, the special tokens included. (The
+// driver tokenizes without add_special, so the BOS itself is not checked here.)
+TEST(GgufLlamaCpp, ReadsTheTextConventionKeys) {
+  std::string why;
+  const std::string lcpp = llamacpp(&why);
+  if (lcpp.empty()) GTEST_SKIP() << why;
+  TempDir d("gguf_text_lcpp");
+  const std::string gguf = d / "text.gguf";
+  ASSERT_EQ(run_shell(kBin + " export --checkpoint " + text_checkpoint(d) + " --out " + gguf).code, 0);
+  const std::string text = "<s>the sand and the sea<|eot_id|>";
+  std::ofstream(d / "text.txt", std::ios::binary) << text;
+  const auto r = run_shell(lcpp + " " + gguf + " --tokenize-file " + (d / "text.txt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::vector<int32_t> want = Tokenizer::hf_from_json(tokenizer_with_specials(), "test").encode(text);
+  EXPECT_EQ(want.front(), 266);
+  EXPECT_EQ(want.back(), 268);
+  EXPECT_EQ(json_ints(r.out, "["), want) << r.out;
+}
 
 // Hugging Face byte-level BPE tokenizers travel into GGUF as llama.cpp's `gpt2` tokenizer with
 // the pre-tokenizer llama.cpp names for their split pattern, and back: llama.cpp's own tokenizer
