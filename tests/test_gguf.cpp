@@ -163,6 +163,95 @@ TEST(Gguf, ExportConvertRoundTrips) {
   }
 }
 
+namespace {
+
+// The Hugging Face fixtures' byte-level BPE (266 tokens) with three added special tokens: <s> 266,
+// </s> 267, <|eot_id|> 268.
+std::string tokenizer_with_specials() {
+  nlohmann::json j = nlohmann::json::parse(io::read_file(kSrc + "/tests/fixtures/hf/llama_gqa/tokenizer.json"));
+  int id = 266;
+  for (const char* t : {"<s>", "</s>", "<|eot_id|>"})
+    j["added_tokens"].push_back({{"id", id++}, {"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                                 {"normalized", false}, {"special", true}});
+  return j.dump();
+}
+
+// The keys of a converted model's text conventions in a GGUF file, for comparing two files.
+std::string text_keys(const io::GgufFile& g) {
+  std::string s;
+  for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", "tokenizer.ggml.bos_token_id"})
+    s += std::string(k) + "=" + (g.has(k) ? std::to_string(g.get_uint(k)) : "none") + " ";
+  s += "add_bos=" + std::to_string(g.get_bool("tokenizer.ggml.add_bos_token", false));
+  return s + " template=" + (g.has("tokenizer.chat_template") ? g.get_string("tokenizer.chat_template") : "none");
+}
+
+// A Llama-block checkpoint with that tokenizer and text conventions: four end tokens, a BOS put
+// before every prompt, a chat template.
+std::string text_checkpoint(const TempDir& d, Config* config = nullptr) {
+  Config c = llama_like(2, 1, true);
+  c.tokenizer = "hf";
+  c.tokenizer_json = tokenizer_with_specials();
+  c.vocab_size = 269;
+  c.text.eos_token_ids = {267, 268, 265, 264};
+  c.text.bos_token_id = 266;
+  c.text.add_bos_token = 1;
+  c.text.chat_template = "{% for m in messages %}<s>{{ m.content }}<|eot_id|>{% endfor %}";
+  if (config) *config = c;
+  return make_checkpoint(d, "text", c, 5);
+}
+
+}  // namespace
+
+// A converted model's end tokens, BOS convention and chat template (Config::text) go into the GGUF
+// as llama.cpp's keys (the first end token as eos, the second as eot, the third as eom), come back
+// from it on convert, and go out again the same; a fourth end token has no key (a note). The byte
+// vocabulary's placeholder BOS / EOS do not come back as text conventions, and an id outside the
+// vocabulary is refused naming the key.
+TEST(Gguf, TextConventionsTravelBothWays) {
+  TempDir d("gguf_text");
+  Config c;
+  const std::string ckpt = text_checkpoint(d, &c);
+  const std::string first = d / "first.gguf", back = d / "back", second = d / "second.gguf";
+  auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --out " + first);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("end token 264 has no GGUF key"), std::string::npos) << r.out;
+  const std::string keys = text_keys(io::GgufFile::open(first));
+  EXPECT_EQ(keys, "tokenizer.ggml.eos_token_id=267 tokenizer.ggml.eot_token_id=268 tokenizer.ggml.eom_token_id=265 "
+                  "tokenizer.ggml.bos_token_id=266 add_bos=1 template=" + c.text.chat_template);
+  r = run_shell(kBin + " convert --from " + first + " --out " + back);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("end tokens 267, 268, 265 (tokenizer.ggml.eos_token_id, eot_token_id, eom_token_id)"), std::string::npos) << r.out;
+  const LanguageModel lm = LanguageModel::load(back);
+  const TextConventions& t = lm.config().text;
+  EXPECT_EQ(t.eos_token_ids, (std::vector<int32_t>{267, 268, 265}));
+  EXPECT_EQ(t.bos_token_id, 266);
+  EXPECT_EQ(t.add_bos_token, 1);
+  EXPECT_EQ(t.chat_template, c.text.chat_template);
+  EXPECT_EQ(convert_model(first, d / "lib").config.text.to_json_text(), t.to_json_text());  // the library's result too
+  r = run_shell(kBin + " export --checkpoint " + back + " --out " + second);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(text_keys(io::GgufFile::open(second)), keys);
+
+  // looplm's byte vocabulary: the file's BOS 2 / EOS 3 are placeholders, not the model's.
+  const std::string bytes_ckpt = make_checkpoint(d, "bytes", llama_like(1, 1, true), 5);
+  ASSERT_EQ(run_shell(kBin + " export --checkpoint " + bytes_ckpt + " --out " + (d / "bytes.gguf")).code, 0);
+  ASSERT_EQ(run_shell(kBin + " convert --from " + (d / "bytes.gguf") + " --out " + (d / "bytes_back")).code, 0);
+  EXPECT_TRUE(LanguageModel::load(d / "bytes_back").config().text.empty());
+
+  // An end token outside the vocabulary: the u32 after the key's name and type.
+  std::string file = io::read_file(first);
+  const std::string key = "tokenizer.ggml.eot_token_id";
+  const size_t at = file.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const uint32_t bad = 99999;
+  std::memcpy(file.data() + at + key.size() + 4, &bad, 4);
+  std::ofstream(d / "bad.gguf", std::ios::binary) << file;
+  r = run_shell(kBin + " convert --from " + (d / "bad.gguf") + " --out " + (d / "bad"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("'tokenizer.ggml.eot_token_id' = 99999 is outside the vocabulary (269 tokens)"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(d / "bad"));
+}
+
 TEST(Gguf, LayoutsLlamaCppCannotRunAreRefused) {
   TempDir d("gguf_refuse");
   struct Case {
@@ -504,6 +593,26 @@ std::string checkpoint_with_tokenizer(const TempDir& d, const std::string& name,
   return make_checkpoint(d, name, c, 3);
 }
 }  // namespace
+
+// llama.cpp loads a file with a converted model's text-convention keys (eot, eom, the chat
+// template, add_bos_token) and its tokenizer gives looplm's ids, the special tokens included. (The
+// driver tokenizes without add_special, so the BOS itself is not checked here.)
+TEST(GgufLlamaCpp, ReadsTheTextConventionKeys) {
+  std::string why;
+  const std::string lcpp = llamacpp(&why);
+  if (lcpp.empty()) GTEST_SKIP() << why;
+  TempDir d("gguf_text_lcpp");
+  const std::string gguf = d / "text.gguf";
+  ASSERT_EQ(run_shell(kBin + " export --checkpoint " + text_checkpoint(d) + " --out " + gguf).code, 0);
+  const std::string text = "<s>the sand and the sea<|eot_id|>";
+  std::ofstream(d / "text.txt", std::ios::binary) << text;
+  const auto r = run_shell(lcpp + " " + gguf + " --tokenize-file " + (d / "text.txt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::vector<int32_t> want = Tokenizer::hf_from_json(tokenizer_with_specials(), "test").encode(text);
+  EXPECT_EQ(want.front(), 266);
+  EXPECT_EQ(want.back(), 268);
+  EXPECT_EQ(json_ints(r.out, "["), want) << r.out;
+}
 
 // Hugging Face byte-level BPE tokenizers travel into GGUF as llama.cpp's `gpt2` tokenizer with
 // the pre-tokenizer llama.cpp names for their split pattern, and back: llama.cpp's own tokenizer

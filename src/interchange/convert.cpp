@@ -38,7 +38,9 @@ ConvertResult convert_model(const std::string& from, const std::string& out_dir)
     } else {
       const GgufImportReport g = import_gguf(from, tmp + "/model.safetensors");
       r = {"gguf", g.arch, g.weights, g.tensors, 1, Config{}, g.notes};
-      r.config = Config::from_json_text(io::SafetensorsFile::open(tmp + "/model.safetensors").metadata().at("config"), tmp);
+      const auto f = io::SafetensorsFile::open(tmp + "/model.safetensors");
+      r.config = Config::from_json_text(f.metadata().at("config"), tmp);
+      r.config.text = text_conventions_of(r.config, f.metadata(), tmp);
     }
     const nlohmann::json prov = {{"converted_from", from}, {"format", r.format}, {"arch", r.arch}, {"weights", r.weights}};
     io::write_file_atomic(tmp + "/convert.json", prov.dump(2) + "\n");

@@ -138,6 +138,7 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
   } catch (const UsageError& e) {
     throw UsageError(std::string("export: cannot write this model as GGUF: ") + e.what());
   }
+  apply_text_conventions(vocab, c.text);  // a converted model's own end tokens, BOS and chat template
   write_gguf_vocab(w, vocab);
 
   int n_tensors = 0;

@@ -94,9 +94,12 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
 
   // The vocabulary: looplm's byte tokenizer, a byte-level BPE or a SentencePiece BPE (gguf_vocab.h), carried in the checkpoint.
   const ImportedVocab vocab = read_gguf_vocab(f, path);
+  GgufImportReport rep;
+  rep.arch = arch;
   c.tokenizer = vocab.kind;
   c.tokenizer_json = vocab.tokenizer_json;
   c.vocab_size = (int)vocab.size;
+  c.text = read_gguf_text_conventions(f, path, vocab, rep.notes);  // end tokens, BOS, chat template
   if (vocab.kind == "hf") {
     try {
       Tokenizer::hf_from_json(vocab.tokenizer_json, path + " (its vocabulary)");
@@ -147,8 +150,6 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
   std::set<uint32_t> matrix_types;
   for (const WeightMatrix& w : ps.matrices())
     for (int p = w.first; p <= w.last; ++p) matrix_types.insert(source.at(ps.infos()[p].name).tensor->type);
-  GgufImportReport rep;
-  rep.arch = arch;
   const WeightFormat* fmt = nullptr;
   if (matrix_types.size() == 1 && (*matrix_types.begin() == io::kGgmlQ8_0 || *matrix_types.begin() == io::kGgmlQ4_0))
     fmt = find_weight_format(*matrix_types.begin() == io::kGgmlQ8_0 ? "q8_0" : "q4_0");

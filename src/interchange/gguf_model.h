@@ -58,9 +58,10 @@ struct GgufImportReport {
 // Reads a GGUF of arch llama or nanbeige and writes a looplm checkpoint (safetensors) to
 // `out_file` atomically. Weight matrices stored as q8_0 / q4_0 are kept code for code (a q8_0 /
 // q4_0 checkpoint); f32 / f16 / bf16 give an fp32 checkpoint; a file mixing types is read as
-// fp32 values (exact) with a note. Error (exit 1) naming the file and the problem for anything
-// else: another arch, grouped-query attention, a tensor missing or of the wrong shape, a
-// vocabulary looplm cannot represent.
+// fp32 values (exact) with a note. The file's end tokens, BOS convention and chat template go into
+// Config::text (gguf_vocab.h). Error (exit 1) naming the file and the problem for anything else:
+// another arch, a tensor missing or of the wrong shape, a vocabulary looplm cannot represent, an
+// end-token or BOS id outside the vocabulary.
 GgufImportReport import_gguf(const std::string& gguf_path, const std::string& out_file);
 
 }  // namespace looplm

@@ -25,6 +25,8 @@ constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUn
 
 const std::string kMeta = "\xE2\x96\x81";  // U+2581 "▁", SentencePiece's space
 
+const char* const kNoEosNote = "the tokenizer has no end-of-text token; llama.cpp will use its default end-of-generation id";
+
 // The split patterns of byte-level BPE tokenizers and the pre-tokenizer name llama.cpp gives each
 // (its `tokenizer.ggml.pre`; llama.cpp runs its own copy of the pattern under that name).
 struct PreTokenizer {
@@ -181,7 +183,7 @@ GgufVocab vocab_of_hf_json(const json& j, int64_t V) {
   begin_and_end(j, special, v);
   if (v.bos < 0) v.bos = v.eos;  // llama.cpp wants one; nothing adds it (add_bos false)
   if (v.eos < 0)
-    v.notes.push_back("the tokenizer has no end-of-text token; llama.cpp will use its default end-of-generation id");
+    v.notes.push_back(kNoEosNote);
   return v;
 }
 
@@ -346,11 +348,33 @@ GgufVocab vocab_of_spm_json(const json& j, int64_t V) {
   if (!unk_name.empty() && id_of.count(unk_name)) v.unk = (int32_t)id_of[unk_name];
   if (special.count("<pad>")) v.pad = special["<pad>"];
   if (v.eos < 0)
-    v.notes.push_back("the tokenizer has no end-of-text token; llama.cpp will use its default end-of-generation id");
+    v.notes.push_back(kNoEosNote);
   return v;
 }
 
 }  // namespace
+
+// llama.cpp's ids for the ends of a text: tokenizer.ggml.eos_token_id is the end of text (what
+// add_eos_token appends), eot_token_id the end of a turn (where its chat and infill code stops) and
+// eom_token_id the end of a message (Llama 3.1's tool calls). Its generation ends at any of the
+// three (llama_vocab_is_eog), and also at tokens it recognizes by their text (<|eot_id|>,
+// <|im_end|>, <end_of_turn>, ...). A checkpoint's end tokens go out in their order: the first as
+// eos, a second as eot, a third as eom; llama.cpp has no key for more (a note says so).
+void apply_text_conventions(GgufVocab& v, const TextConventions& t) {
+  const std::vector<int32_t>& ends = t.eos_token_ids;
+  if (!ends.empty()) {
+    v.eos = ends[0];
+    v.notes.erase(std::remove(v.notes.begin(), v.notes.end(), std::string(kNoEosNote)), v.notes.end());
+  }
+  if (ends.size() > 1) v.eot = ends[1];
+  if (ends.size() > 2) v.eom = ends[2];
+  for (size_t i = 3; i < ends.size(); ++i)
+    v.notes.push_back("end token " + std::to_string(ends[i]) + " has no GGUF key (llama.cpp keeps three: eos, eot, eom); llama.cpp "
+                      "stops there only if it recognizes the token's text");
+  if (t.bos_token_id >= 0) v.bos = t.bos_token_id;
+  if (t.add_bos_token >= 0) v.add_bos = t.add_bos_token == 1;
+  v.chat_template = t.chat_template;
+}
 
 void write_gguf_vocab(io::GgufWriter& w, const GgufVocab& v) {
   w.add_string("tokenizer.ggml.model", v.model);
@@ -361,15 +385,24 @@ void write_gguf_vocab(io::GgufWriter& w, const GgufVocab& v) {
   if (v.model == "gpt2") w.add_strings("tokenizer.ggml.merges", v.merges);
   if (v.bos >= 0) w.add_u32("tokenizer.ggml.bos_token_id", (uint32_t)v.bos);
   if (v.eos >= 0) w.add_u32("tokenizer.ggml.eos_token_id", (uint32_t)v.eos);
+  if (v.eot >= 0) w.add_u32("tokenizer.ggml.eot_token_id", (uint32_t)v.eot);
+  if (v.eom >= 0) w.add_u32("tokenizer.ggml.eom_token_id", (uint32_t)v.eom);
   if (v.unk >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", (uint32_t)v.unk);
   if (v.pad >= 0) w.add_u32("tokenizer.ggml.padding_token_id", (uint32_t)v.pad);
   w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
   // llama.cpp's SentencePiece tokenizer adds the space prefix unless told not to
   if (v.model == "llama") w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  if (!v.chat_template.empty()) w.add_string("tokenizer.chat_template", v.chat_template);
 }
 
 namespace {
+
+// Whether llama.cpp puts the BOS before a prompt: tokenizer.ggml.add_bos_token, whose default is
+// true for its SentencePiece tokenizer (`llama`) and false for byte-level BPE (`gpt2`).
+bool adds_bos(const io::GgufFile& f) {
+  return f.get_bool("tokenizer.ggml.add_bos_token", f.get_string("tokenizer.ggml.model") == "llama") && f.has("tokenizer.ggml.bos_token_id");
+}
 
 // A `llama` (SentencePiece) vocabulary as the tokenizer.json of a byte-fallback BPE that tokenizes as
 // llama.cpp does: the merges are every split of a normal token into two normal tokens, ordered by the
@@ -434,7 +467,7 @@ ImportedVocab read_spm_vocab(const io::GgufFile& f, const std::string& path) {
   json decoders = {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}}, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}};
   if (space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   json post = nullptr;
-  if (f.get_bool("tokenizer.ggml.add_bos_token", true) && f.has("tokenizer.ggml.bos_token_id")) {
+  if (adds_bos(f)) {
     const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id");
     if (bos >= n) throw Error(path + ": tokenizer.ggml.bos_token_id is outside the vocabulary");
     const std::string& name = tokens[bos];
@@ -522,7 +555,7 @@ ImportedVocab read_gguf_vocab(const io::GgufFile& f, const std::string& path) {
                 {{{"type", "Split"}, {"pattern", {{"Regex", known->pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
   json post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  if (f.get_bool("tokenizer.ggml.add_bos_token", false) && f.has("tokenizer.ggml.bos_token_id")) {
+  if (adds_bos(f)) {
     const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id");
     if (bos >= tokens.size()) throw Error(path + ": tokenizer.ggml.bos_token_id is outside the vocabulary");
     const std::string& name = tokens[bos];
@@ -555,6 +588,42 @@ ImportedVocab read_gguf_vocab(const io::GgufFile& f, const std::string& path) {
     throw Error(path + ": tokenizer.ggml.tokens holds a token that is not valid UTF-8");
   }
   return out;
+}
+
+TextConventions read_gguf_text_conventions(const io::GgufFile& f, const std::string& path, const ImportedVocab& v,
+                                           std::vector<std::string>& notes) {
+  TextConventions t;
+  auto id_at = [&](const std::string& key) {
+    const uint64_t id = f.get_uint(key);
+    if (id >= (uint64_t)v.size)
+      throw Error(path + ": '" + key + "' = " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(v.size) + " tokens)");
+    return (int32_t)id;
+  };
+  if (v.kind != "byte") {  // looplm's byte vocabulary has none: its file's BOS / EOS are placeholders llama.cpp needs
+    std::string keys;
+    for (const char* k : {"eos", "eot", "eom"}) {
+      const std::string key = std::string("tokenizer.ggml.") + k + "_token_id";
+      if (!f.has(key)) continue;
+      const int32_t id = id_at(key);
+      if (std::find(t.eos_token_ids.begin(), t.eos_token_ids.end(), id) == t.eos_token_ids.end()) t.eos_token_ids.push_back(id);
+      keys += (keys.empty() ? "" : ", ") + std::string(k) + "_token_id";
+    }
+    if (!t.eos_token_ids.empty()) {
+      std::string ids;
+      for (int32_t id : t.eos_token_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      notes.push_back("end tokens " + ids + " (tokenizer.ggml." + keys + ")");
+    }
+    if (f.has("tokenizer.ggml.bos_token_id")) {
+      t.bos_token_id = id_at("tokenizer.ggml.bos_token_id");
+      t.add_bos_token = adds_bos(f) ? 1 : 0;
+    }
+  }
+  if (f.has("tokenizer.chat_template")) {
+    t.chat_template = f.get_string("tokenizer.chat_template");
+    if (!t.chat_template.empty())
+      notes.push_back("chat template from tokenizer.chat_template (" + std::to_string(t.chat_template.size()) + " characters)");
+  }
+  return t;
 }
 
 }  // namespace looplm

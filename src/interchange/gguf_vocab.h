@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "looplm/config.h"
+
 namespace looplm {
 
 namespace io {
@@ -25,7 +27,9 @@ struct GgufVocab {
   std::vector<std::string> merges;  // gpt2: "left right", by rank
   std::vector<float> scores;  // llama: the merge priority of each token (higher merges first)
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+  int32_t eot = -1, eom = -1;  // llama.cpp's end of a turn and of a message (apply_text_conventions)
   bool add_bos = false;
+  std::string chat_template;  // tokenizer.chat_template; "": none
   bool add_space_prefix = false;  // llama: "▁" before the text and after each special token
   std::vector<std::string> notes;  // what the user should know (a normalizer llama.cpp does not run)
 };
@@ -36,6 +40,9 @@ GgufVocab gguf_byte_vocab(int64_t V);
 // placeholders, as llama.cpp's own converter pads). UsageError saying why when llama.cpp has no
 // tokenizer that computes it (SentencePiece-style BPE, an unknown split pattern, ...).
 GgufVocab gguf_vocab_of_hf(const std::string& tokenizer_json, int64_t V);
+// A checkpoint's own text conventions (Config::text: a converted model's end tokens, BOS convention
+// and chat template) over the ones gguf_vocab_of_hf guesses by name.
+void apply_text_conventions(GgufVocab& v, const TextConventions& t);
 void write_gguf_vocab(io::GgufWriter& w, const GgufVocab& v);
 
 // The file's vocabulary: {"byte", ""} for looplm's byte vocabulary, {"hf", tokenizer.json text}
@@ -47,5 +54,11 @@ struct ImportedVocab {
   int64_t size = 0;
 };
 ImportedVocab read_gguf_vocab(const io::GgufFile& f, const std::string& path);
+// The file's text conventions: end tokens (tokenizer.ggml.eos_token_id, eot_token_id, eom_token_id,
+// in that order, each once), the BOS and add_bos_token, tokenizer.chat_template. Not the ids of
+// looplm's byte vocabulary (placeholders llama.cpp needs; the byte vocabulary has none). Error naming
+// `path` and the key for an id outside the vocabulary. `notes` get a line for each thing read.
+TextConventions read_gguf_text_conventions(const io::GgufFile& f, const std::string& path, const ImportedVocab& v,
+                                           std::vector<std::string>& notes);
 
 }  // namespace looplm

@@ -1,8 +1,10 @@
 // Hugging Face model directories → looplm (docs/interchange.md, "Hugging Face checkpoints"):
 // config.json, tokenizer.json and model.safetensors or a sharded model.safetensors.index.json,
 // for the Llama family (Llama, Mistral, Qwen2: grouped-query attention, q/k/v biases), Nanbeige4.2
-// (the whole stack looped, the final norm between loops) and Ouro (peri-norm blocks, 4 loops, the
-// learned exit gate).
+// (the whole stack looped, the final norm between loops), Ouro (peri-norm blocks, 4 loops, the
+// learned exit gate) and Huginn-0125 (prelude, injected core, coda). The config maps to looplm's
+// (here), the tensors to its parameters through the family's binding table (hf_bindings.cpp), the
+// text conventions to Config::text (hf_text.cpp).
 #include <sys/stat.h>
 
 #include <cmath>
@@ -114,10 +116,8 @@ struct HfConfig {
   }
 };
 
-enum class Family { llama, nanbeige, ouro, huginn };
-
 struct Layout {
-  Family family;
+  HfFamily family;
   std::string arch;  // the architectures[0] name
   int kv_heads = 0;
   bool qkv_bias = false;
@@ -137,11 +137,11 @@ void refuse_unsupported(const HfConfig& h, const Layout& l) {
   if (h.flag("mlp_bias", false)) throw UsageError(h.path + ": mlp_bias true is not supported");
   if (h.has("partial_rotary_factor") && h.number("partial_rotary_factor", 1.0) != 1.0)
     throw UsageError(h.path + ": partial_rotary_factor " + std::to_string(h.number("partial_rotary_factor", 1.0)) + " (looplm rotates whole heads)");
-  if (l.family == Family::nanbeige)
+  if (l.family == HfFamily::nanbeige)
     for (const char* k : {"enable_hyper_connection", "enable_mhc", "enable_depth_attention", "qk_layernorm", "enable_double_loop_split",
                           "loop_share_kv", "loop_middle_layers"})
       if (h.flag(k, false)) throw UsageError(h.path + ": Nanbeige's \"" + k + "\" is not supported");
-  if (l.family == Family::nanbeige && (h.has("emb_neighbor_num") || h.has("insert_ngram_layer_idx")))
+  if (l.family == HfFamily::nanbeige && (h.has("emb_neighbor_num") || h.has("insert_ngram_layer_idx")))
     throw UsageError(h.path + ": Nanbeige's n-gram embeddings are not supported");
   if (h.has("layer_types"))
     for (const auto& t : h.j["layer_types"])
@@ -149,251 +149,208 @@ void refuse_unsupported(const HfConfig& h, const Layout& l) {
         throw UsageError(h.path + ": layer type '" + (t.is_string() ? t.get<std::string>() : std::string("?")) + "' (looplm runs full attention)");
 }
 
-}  // namespace
 
-HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
-  HfConfig h{io::parse_json(io::read_file(dir + "/config.json", 16 << 20), dir + "/config.json"), dir + "/config.json"};
-  if (!h.j.is_object()) throw UsageError(h.path + ": not a JSON object");
-  Layout l;
-  std::string arch = h.has("architectures") && h.j["architectures"].is_array() && !h.j["architectures"].empty() &&
-                             h.j["architectures"][0].is_string()
-                         ? h.j["architectures"][0].get<std::string>()
-                         : "";
+HfFamily family_of(const HfConfig& h, const std::string& arch) {
   const std::string model_type = h.text("model_type", "");
-  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM") {
-    l.family = Family::llama;
-  } else if (arch == "NanbeigeForCausalLM" || model_type == "nanbeige") {
-    l.family = Family::nanbeige;
-  } else if (arch == "OuroForCausalLM" || model_type == "ouro") {
-    l.family = Family::ouro;
-  } else if (arch == "RavenForCausalLM" || model_type == "huginn_raven") {
-    l.family = Family::huginn;
-  } else {
-    throw UsageError(h.path + ": architecture '" + (arch.empty() ? model_type : arch) +
-                     "' (looplm converts LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, NanbeigeForCausalLM, "
-                     "OuroForCausalLM and RavenForCausalLM, Huginn-0125)");
-  }
-  l.arch = arch.empty() ? model_type : arch;
-  HfImportReport rep;
-  rep.arch = l.arch;
+  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM") return HfFamily::llama;
+  if (arch == "NanbeigeForCausalLM" || model_type == "nanbeige") return HfFamily::nanbeige;
+  if (arch == "OuroForCausalLM" || model_type == "ouro") return HfFamily::ouro;
+  if (arch == "RavenForCausalLM" || model_type == "huginn_raven") return HfFamily::huginn;
+  throw UsageError(h.path + ": architecture '" + (arch.empty() ? model_type : arch) +
+                   "' (looplm converts LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, NanbeigeForCausalLM, "
+                   "OuroForCausalLM and RavenForCausalLM, Huginn-0125)");
+}
 
+// A number of Huginn's init_values object; `fallback` when the file has no init_values or no such key.
+double huginn_init_value(const HfConfig& h, const char* key, double fallback) {
+  if (!h.has("init_values")) return fallback;
+  const json& iv = h.j["init_values"];
+  if (!iv.is_object()) throw UsageError(h.path + ": \"init_values\" is not an object");
+  if (!iv.contains(key) || iv[key].is_null()) return fallback;
+  const double v = iv[key].is_number() ? iv[key].get<double>() : -1;
+  if (!(v >= 0) || !std::isfinite(v))
+    throw UsageError(h.path + ": \"init_values\".\"" + key + "\" holds " + io::brief_json(iv[key]) + ", not a number >= 0");
+  return v;
+}
+
+// Huginn's state before the first loop, as its own code makes it: the modeling code's
+// initialize_state draws a normal of std init_values.std (RavenConfig's default √(2 / (5 n_embd))
+// when the file has no init_values) cut at ±3 std, times the embedding scale, and starts at zero
+// when that std is 0; the training code's state_init says "like-init" (that draw) or "zero".
+// looplm's like_init rule draws with std √(2 / (5 n_embd)) (times emb_scale): another std is refused.
+void huginn_state(const HfConfig& h, Config& c, std::vector<std::string>& notes) {
+  const std::string state_init = h.text("state_init", "like-init");
+  if (state_init != "like-init" && state_init != "zero")
+    throw UsageError(h.path + ": state_init '" + state_init + "' (looplm draws Huginn's \"like-init\" state, or starts from \"zero\")");
+  const double std_rule = std::sqrt(2.0 / (5.0 * c.d_model)), std_file = huginn_init_value(h, "std", std_rule);
+  if (std_file == 0) {
+    c.set("inject_state_init", "zero");
+    notes.push_back("init_values.std is 0: the recurrent state starts at zero, as Huginn's initialize_state makes it");
+    return;
+  }
+  if (state_init == "zero") {
+    c.set("inject_state_init", "zero");
+    notes.push_back("state_init \"zero\": the recurrent state starts at zero (Huginn's training code; its Hugging Face modeling code "
+                    "reads only init_values.std, " + std::to_string(std_file) + ", and would draw the state)");
+    return;
+  }
+  if (std::abs(std_file - std_rule) > 1e-6 * std_rule)
+    throw UsageError(h.path + ": init_values.std " + std::to_string(std_file) + " (looplm's like_init state draws with sqrt(2 / (5 n_embd)) = " +
+                     std::to_string(std_rule) + ", Huginn-0125's; 0 starts from zero)");
+  // Huginn draws afresh on every call; looplm from a seed and each token's position
+  // (inject_state_seed), so a prompt always gives the same logits.
+  c.set("inject_state_init", "like_init");
+  notes.push_back("the recurrent state starts at Huginn's like-init draw, seeded (inject_state_seed 0) instead of fresh on every call: "
+                  "every run of a prompt gives the same logits (the config key inject_state_init = zero starts it at zero)");
+}
+
+// Huginn-0125 (docs/interchange.md): prelude, a sandwich core looped mean_recurrence times with the
+// linear injection of [state, embedding], coda; norm_f before and after the coda.
+Config huginn_config(const HfConfig& h, Layout& l, std::vector<std::string>& notes) {
   Config c;
-  if (l.family == Family::huginn) {
-    // Huginn-0125 (docs/interchange.md): prelude, a sandwich core looped mean_recurrence times
-    // with the linear injection of [state, embedding], coda; norm_f before and after the coda.
-    c.d_model = (int)h.integer("n_embd", 1, 65536);
-    c.n_heads = (int)h.integer("n_heads", 1, 65536);
-    l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
-    if (l.kv_heads != c.n_heads) throw UsageError(h.path + ": grouped-query attention in a Huginn model is not supported");
-    if (c.d_model % c.n_heads) throw UsageError(h.path + ": n_embd is not a multiple of n_heads");
-    if (h.has("head_dim") && h.integer("head_dim", 1, 1 << 16) * c.n_heads != c.d_model)
-      throw UsageError(h.path + ": head_dim is not n_embd / n_heads");
-    const std::string inj = h.text("injection_type", "linear");
-    if (inj != "linear") throw UsageError(h.path + ": injection_type '" + inj + "' (looplm's inject_linear rule is Huginn's \"linear\")");
-    for (const char* k : {"norm_class_name", "mlp_class_name", "nonlin_name", "block_class_name"}) {
-      const std::string v = h.text(k, "");
-      static const std::set<std::string> ok = {"", "RMSNorm_llama", "RMSNorm", "GatedMLP", "SiLU", "SandwichBlock"};
-      if (!ok.count(v)) throw UsageError(h.path + ": \"" + k + "\" = '" + v + "' is not Huginn-0125's (looplm converts its sandwich block, RMSNorm and SiLU-gated MLP)");
-    }
-    if (h.flag("bias", false)) throw UsageError(h.path + ": \"bias\" true (Huginn-0125 has q/k biases only) is not supported");
-    c.n_prelude = (int)h.integer("n_layers_in_prelude", 0, 1024);
-    c.n_core = (int)h.integer("n_layers_in_recurrent_block", 1, 1024);
-    c.n_coda = (int)h.integer("n_layers_in_coda", 0, 1024);
-    c.R = (int)h.integer("mean_recurrence", 1, 4096);
-    c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
-    c.vocab_size = (int)(h.has("padded_vocab_size") ? h.integer("padded_vocab_size", 1, 1 << 24) : h.integer("vocab_size", 1, 1 << 24));
-    c.context = (int)std::min<int64_t>(h.integer("block_size", 1, INT64_MAX, 4096), 1 << 20);
-    c.rope_base = h.number("rope_base", 50000.0);
-    c.norm_eps = h.number("norm_eps", 1e-6);
-    c.tie_embeddings = h.flag("tie_embeddings", true);
-    c.block = "sandwich", c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "inject_linear";
-    c.set("inject_readout_norm", "true");
-    l.qkv_bias = h.flag("qk_bias", false);
-    c.bias = l.qkv_bias;  // q/k biases; every other bias looplm's key adds is zero
-    // The embedding scale: init_values.embed_scale when the file names it, else √n_embd (Huginn-0125's).
-    c.emb_scale = std::sqrt((double)c.d_model);
-    if (h.has("init_values") && h.j["init_values"].is_object() && h.j["init_values"].contains("embed_scale") &&
-        h.j["init_values"]["embed_scale"].is_number())
-      c.emb_scale = h.j["init_values"]["embed_scale"].get<double>();
-    // The state before the first loop: Huginn-0125 draws it at random ("like-init": a normal of std
-    // √(2 / (5 n_embd)) cut at ±3 std, times the embedding scale) on every call; looplm draws it from
-    // a seed and each token's position (inject_state_seed), so a prompt always gives the same logits.
-    const std::string state_init = h.text("state_init", "like-init");
-    if (state_init == "like-init") {
-      c.set("inject_state_init", "like_init");
-      if (h.has("init_values") && h.j["init_values"].is_object() && h.j["init_values"].contains("std") && h.j["init_values"]["std"].is_number()) {
-        const double std_file = h.j["init_values"]["std"].get<double>(), std_rule = std::sqrt(2.0 / (5.0 * c.d_model));
-        if (std::abs(std_file - std_rule) > 1e-6 * std_rule)
-          throw UsageError(h.path + ": init_values.std " + std::to_string(std_file) + " (looplm's like_init state draws with sqrt(2 / (5 n_embd)) = " +
-                           std::to_string(std_rule) + ", Huginn-0125's)");
-      }
-      rep.notes.push_back("the recurrent state starts at Huginn's like-init draw, seeded (inject_state_seed 0) instead of fresh on every call: "
-                          "every run of a prompt gives the same logits (the config key inject_state_init = zero starts it at zero)");
-    } else if (state_init == "zero") {
-      c.set("inject_state_init", "zero");
-    } else {
-      throw UsageError(h.path + ": state_init '" + state_init + "' (looplm draws Huginn's \"like-init\" state, or starts from \"zero\")");
-    }
-  } else {
-    c.d_model = (int)h.integer("hidden_size", 1, 65536);
-    c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);
-    l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
-    if (c.n_heads % l.kv_heads) throw UsageError(h.path + ": num_attention_heads is not a multiple of num_key_value_heads");
-    if (l.kv_heads != c.n_heads) c.n_kv_heads = l.kv_heads;
-    // head_dim (Nanbeige4.2, Qwen3, Mistral): the heads need not split hidden_size
-    if (h.has("head_dim") && h.integer("head_dim", 1, 1024) * c.n_heads != c.d_model) c.d_head = (int)h.integer("head_dim", 1, 1024);
-    if (c.d_head == 0 && c.d_model % c.n_heads)
-      throw UsageError(h.path + ": hidden_size is not a multiple of num_attention_heads, and no head_dim");
-    refuse_unsupported(h, l);
-    c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
-    c.n_core = (int)h.integer("num_hidden_layers", 1, 1024);
-    c.vocab_size = (int)h.integer("vocab_size", 1, 1 << 24);
-    c.context = (int)std::min<int64_t>(h.integer("max_position_embeddings", 1, INT64_MAX, 2048), 1 << 20);
-    c.rope_base = h.number("rope_theta", 10000.0);
-    c.norm_eps = h.number("rms_norm_eps", 1e-6);
-    c.tie_embeddings = h.flag("tie_word_embeddings", false);  // the default of these families' configs
-    c.block = l.family == Family::ouro ? "peri_norm" : "pre_norm";
-    c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "residual";
-    l.qkv_bias = arch == "Qwen2ForCausalLM" || h.flag("attention_bias", false);
-    c.bias = l.qkv_bias;  // looplm's bias covers every linear: the ones the file lacks are zero
-    c.R = 1;
-    if (l.family == Family::nanbeige) {
-      c.R = (int)h.integer("num_loops", 1, 4096, 1);
-      if (c.R > 1 && !h.flag("skip_loop_final_norm", false)) c.set("loop_norm", "true");
-    } else if (l.family == Family::ouro) {
-      c.R = (int)h.integer("total_ut_steps", 1, 4096, 4);
-      c.set("loop_norm", "true");
-      c.set("exit_gate", "true");
-    }
+  c.d_model = (int)h.integer("n_embd", 1, 65536);
+  c.n_heads = (int)h.integer("n_heads", 1, 65536);
+  l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
+  if (l.kv_heads != c.n_heads) throw UsageError(h.path + ": grouped-query attention in a Huginn model is not supported");
+  if (c.d_model % c.n_heads) throw UsageError(h.path + ": n_embd is not a multiple of n_heads");
+  if (h.has("head_dim") && h.integer("head_dim", 1, 1 << 16) * c.n_heads != c.d_model)
+    throw UsageError(h.path + ": head_dim is not n_embd / n_heads");
+  const std::string inj = h.text("injection_type", "linear");
+  if (inj != "linear") throw UsageError(h.path + ": injection_type '" + inj + "' (looplm's inject_linear rule is Huginn's \"linear\")");
+  for (const char* k : {"norm_class_name", "mlp_class_name", "nonlin_name", "block_class_name"}) {
+    const std::string v = h.text(k, "");
+    static const std::set<std::string> ok = {"", "RMSNorm_llama", "RMSNorm", "GatedMLP", "SiLU", "SandwichBlock"};
+    if (!ok.count(v))
+      throw UsageError(h.path + ": \"" + k + "\" = '" + v + "' is not Huginn-0125's (looplm converts its sandwich block, RMSNorm and SiLU-gated MLP)");
   }
+  if (h.flag("bias", false)) throw UsageError(h.path + ": \"bias\" true (Huginn-0125 has q/k biases only) is not supported");
+  c.n_prelude = (int)h.integer("n_layers_in_prelude", 0, 1024);
+  c.n_core = (int)h.integer("n_layers_in_recurrent_block", 1, 1024);
+  c.n_coda = (int)h.integer("n_layers_in_coda", 0, 1024);
+  c.R = (int)h.integer("mean_recurrence", 1, 4096);
+  c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
+  c.vocab_size = (int)(h.has("padded_vocab_size") ? h.integer("padded_vocab_size", 1, 1 << 24) : h.integer("vocab_size", 1, 1 << 24));
+  c.context = (int)std::min<int64_t>(h.integer("block_size", 1, INT64_MAX, 4096), 1 << 20);
+  c.rope_base = h.number("rope_base", 50000.0);
+  c.norm_eps = h.number("norm_eps", 1e-6);
+  c.tie_embeddings = h.flag("tie_embeddings", true);
+  c.block = "sandwich", c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "inject_linear";
+  c.set("inject_readout_norm", "true");
+  l.qkv_bias = h.flag("qk_bias", false);
+  c.bias = l.qkv_bias;  // q/k biases; every other bias looplm's key adds is zero (the binding table says which)
+  // The embedding scale: init_values.embed_scale (RavenConfig's default √n_embd without init_values).
+  c.emb_scale = huginn_init_value(h, "embed_scale", std::sqrt((double)c.d_model));
+  huginn_state(h, c, notes);
+  return c;
+}
 
-  // The tokenizer travels in the checkpoint (docs/format.md).
-  const std::string tok_path = dir + "/tokenizer.json";
-  if (!exists(tok_path)) throw Error(dir + ": no tokenizer.json (looplm reads Hugging Face fast-tokenizer files)");
-  const Tokenizer tok = Tokenizer::hf_from_file(tok_path);
-  if (tok.vocab_size() > c.vocab_size)
-    throw Error(tok_path + ": " + std::to_string(tok.vocab_size()) + " tokens, more than the model's vocab_size " + std::to_string(c.vocab_size));
-  c.tokenizer = "hf";
-  c.tokenizer_json = tok.hf_json();
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw UsageError(h.path + ": the model it describes is not valid for looplm: " + e.what());
+// Llama, Mistral, Qwen2, Nanbeige4.2 and Ouro: Llama's config keys.
+Config llama_family_config(const HfConfig& h, Layout& l) {
+  Config c;
+  c.d_model = (int)h.integer("hidden_size", 1, 65536);
+  c.n_heads = (int)h.integer("num_attention_heads", 1, 65536);
+  l.kv_heads = (int)h.integer("num_key_value_heads", 1, c.n_heads, c.n_heads);
+  if (c.n_heads % l.kv_heads) throw UsageError(h.path + ": num_attention_heads is not a multiple of num_key_value_heads");
+  if (l.kv_heads != c.n_heads) c.n_kv_heads = l.kv_heads;
+  // head_dim (Nanbeige4.2, Qwen3, Mistral): the heads need not split hidden_size
+  if (h.has("head_dim") && h.integer("head_dim", 1, 1024) * c.n_heads != c.d_model) c.d_head = (int)h.integer("head_dim", 1, 1024);
+  if (c.d_head == 0 && c.d_model % c.n_heads)
+    throw UsageError(h.path + ": hidden_size is not a multiple of num_attention_heads, and no head_dim");
+  refuse_unsupported(h, l);
+  c.d_ff = (int)h.integer("intermediate_size", 1, 1 << 20);
+  c.n_core = (int)h.integer("num_hidden_layers", 1, 1024);
+  c.vocab_size = (int)h.integer("vocab_size", 1, 1 << 24);
+  c.context = (int)std::min<int64_t>(h.integer("max_position_embeddings", 1, INT64_MAX, 2048), 1 << 20);
+  c.rope_base = h.number("rope_theta", 10000.0);
+  c.norm_eps = h.number("rms_norm_eps", 1e-6);
+  c.tie_embeddings = h.flag("tie_word_embeddings", false);  // the default of these families' configs
+  c.block = l.family == HfFamily::ouro ? "peri_norm" : "pre_norm";
+  c.norm = "rmsnorm", c.mlp = "swiglu", c.pos = "rope", c.loop_rule = "residual";
+  l.qkv_bias = l.arch == "Qwen2ForCausalLM" || h.flag("attention_bias", false);
+  c.bias = l.qkv_bias;  // looplm's bias covers every linear: the binding table says which the files hold
+  c.R = 1;
+  if (l.family == HfFamily::nanbeige) {
+    c.R = (int)h.integer("num_loops", 1, 4096, 1);
+    if (c.R > 1 && !h.flag("skip_loop_final_norm", false)) c.set("loop_norm", "true");
+  } else if (l.family == HfFamily::ouro) {
+    c.R = (int)h.integer("total_ut_steps", 1, 4096, 4);
+    c.set("loop_norm", "true");
+    c.set("exit_gate", "true");
   }
+  return c;
+}
 
-  const HfTensors t(dir);
-  // looplm param -> the file's tensor and how to read it: whole, or the param's values from element
-  // `offset` of a fused tensor (Huginn's Wqkv, mlp.fc, qk_bias), or with q / k rows reordered from
-  // adjacent-pair RoPE to rotate-half (Huginn).
-  struct Source {
-    std::string name;
-    std::vector<int64_t> file_shape;  // the tensor's shape in the file
-    int64_t offset = 0;
-    bool pair_rope = false;
-  };
+// A looplm parameter's values in the files: a tensor, whole or the parameter's elements from
+// `offset` of a fused one, q / k rows reordered from adjacent-pair RoPE to rotate-half (Huginn).
+struct Source {
+  std::string name;
+  std::vector<int64_t> file_shape;
+  int64_t offset = 0;
+  bool pair_rope = false;
+};
+
+// The table against the files: the source of each parameter filled from a tensor; `zeros` gets the
+// parameters filled with zeros (absent, or optional and not in the files). Error naming a required
+// tensor the files lack, what asks for it and the parameter.
+std::map<std::string, Source> resolve(const std::vector<HfBinding>& table, const HfTensors& t, const Config& c, const std::string& dir,
+                                      const std::string& arch, std::set<std::string>& zeros, std::vector<std::string>& notes) {
+  std::map<std::string, std::vector<int64_t>> shape_of;
+  for (const ParamInfo& p : Model::layout(c)) shape_of[p.name] = p.shape;
   std::map<std::string, Source> source;
-  std::set<std::string> used;
-  const std::vector<ParamInfo> layout = Model::layout(c);
-  std::map<std::string, const ParamInfo*> info_of;
-  for (const ParamInfo& p : layout) info_of[p.name] = &p;
-  auto bind_slice = [&](const std::string& ln, const std::string& hn, std::vector<int64_t> file_shape, int64_t offset, bool pair_rope) {
-    if (!t.has(hn)) throw Error(dir + ": tensor '" + hn + "' is missing");
-    LOOPLM_ASSERT(info_of.count(ln), "hf import: a looplm param the layout lacks");
-    source[ln] = {hn, std::move(file_shape), offset, pair_rope};
-    used.insert(hn);
-  };
-  auto bind = [&](const std::string& ln, const std::string& hn) {
-    if (!t.has(hn)) throw Error(dir + ": tensor '" + hn + "' is missing");
-    LOOPLM_ASSERT(info_of.count(ln), "hf import: a looplm param the layout lacks");
-    source[ln] = {hn, info_of.at(ln)->shape, 0, false};
-    used.insert(hn);
-  };
-  if (l.family == Family::huginn) {
-    const int64_t d = c.d_model, f = c.ff_dim(), H = c.n_heads, hd = c.head_dim();
-    bind("tok_emb.weight", "transformer.wte.weight");
-    auto section = [&](const std::string& ls, const std::string& hs, int n) {
-      for (int i = 0; i < n; ++i) {
-        const std::string p = ls + "." + std::to_string(i) + ".", q = "transformer." + hs + "." + std::to_string(i) + ".";
-        bind(p + "attn_norm.weight", q + "norm_1.weight");
-        bind(p + "attn_post_norm.weight", q + "norm_2.weight");
-        bind(p + "mlp_norm.weight", q + "norm_3.weight");
-        bind(p + "mlp_post_norm.weight", q + "norm_4.weight");
-        bind_slice(p + "attn.q.weight", q + "attn.Wqkv.weight", {3 * d, d}, 0, true);  // rows Q | K | V
-        bind_slice(p + "attn.k.weight", q + "attn.Wqkv.weight", {3 * d, d}, d * d, true);
-        bind_slice(p + "attn.v.weight", q + "attn.Wqkv.weight", {3 * d, d}, 2 * d * d, false);
-        if (l.qkv_bias) {  // qk_bias [2, 1, H, hd]: q's, then k's (no v bias)
-          bind_slice(p + "attn.q.bias", q + "attn.qk_bias", {2, 1, H, hd}, 0, true);
-          bind_slice(p + "attn.k.bias", q + "attn.qk_bias", {2, 1, H, hd}, d, true);
-        }
-        bind(p + "attn.o.weight", q + "attn.proj.weight");
-        bind_slice(p + "mlp.gate.weight", q + "mlp.fc.weight", {2 * f, d}, 0, false);  // rows gate | up
-        bind_slice(p + "mlp.up.weight", q + "mlp.fc.weight", {2 * f, d}, f * d, false);
-        bind(p + "mlp.down.weight", q + "mlp.proj.weight");
-      }
-    };
-    section("prelude", "prelude", c.n_prelude);
-    section("core", "core_block", c.n_core);
-    section("coda", "coda", c.n_coda);
-    bind("loop.proj.weight", "transformer.adapter.weight");
-    bind("norm_f.weight", "transformer.ln_f.weight");
-    if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
-  } else {
-    bind("tok_emb.weight", "model.embed_tokens.weight");
-    for (int i = 0; i < c.n_core; ++i) {
-      const std::string p = "core." + std::to_string(i) + ".", q = "model.layers." + std::to_string(i) + ".";
-      bind(p + "attn_norm.weight", q + "input_layernorm.weight");
-      for (const char* m : {"q", "k", "v", "o"})
-        bind(p + "attn." + m + ".weight", q + "self_attn." + m + "_proj.weight");
-      if (l.qkv_bias)
-        for (const char* m : {"q", "k", "v"}) bind(p + "attn." + m + ".bias", q + "self_attn." + m + "_proj.bias");
-      bind(p + "mlp_norm.weight", q + "post_attention_layernorm.weight");
-      for (const char* m : {"gate", "up", "down"}) bind(p + "mlp." + m + ".weight", q + "mlp." + m + "_proj.weight");
-      if (l.family == Family::ouro) {
-        bind(p + "attn_post_norm.weight", q + "input_layernorm_2.weight");
-        bind(p + "mlp_post_norm.weight", q + "post_attention_layernorm_2.weight");
-      }
+  std::map<std::string, std::vector<std::string>> zeroed;  // why -> the optional tensors not in the files
+  for (const HfBinding& b : table) {
+    if (b.need == HfNeed::absent) {
+      zeros.insert(b.param);
+      continue;
     }
-    bind("norm_f.weight", "model.norm.weight");
-    if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
-    if (l.family == Family::ouro) {
-      bind("loop.exit_gate.weight", "model.early_exit_gate.weight");
-      bind("loop.exit_gate.bias", "model.early_exit_gate.bias");
+    if (!t.has(b.tensor)) {
+      if (b.need == HfNeed::required)
+        throw Error(dir + ": tensor '" + b.tensor + "' is missing; the " + arch + " model needs it for looplm's '" + b.param + "'" +
+                    (b.why.empty() ? "" : " (" + b.why + ")"));
+      zeros.insert(b.param);
+      zeroed[b.why].push_back(b.tensor);
+      continue;
     }
+    source[b.param] = {b.tensor, b.file_shape.empty() ? shape_of.at(b.param) : b.file_shape, b.offset, b.pair_rope};
   }
+  for (const auto& [why, tensors] : zeroed)
+    notes.push_back(std::to_string(tensors.size()) + " optional tensor" + (tensors.size() > 1 ? "s" : "") + " not in the files ('" +
+                    tensors[0] + "'" + (tensors.size() > 1 ? ", ..." : "") + "): " + why);
+  return source;
+}
+
+// Every tensor of the files must have its place: bound, or a buffer / tied head the model recomputes.
+void refuse_extra_tensors(const HfTensors& t, const std::map<std::string, Source>& source, const Config& c, const std::string& dir,
+                          const std::string& arch, std::vector<std::string>& notes) {
+  std::set<std::string> used;
+  for (const auto& [param, src] : source) used.insert(src.name);
   for (const std::string& n : t.names()) {
     if (used.count(n)) continue;
     if (n == "lm_head.weight" && c.tie_embeddings) {  // a tied head stored anyway: the embedding is used
-      rep.notes.push_back("lm_head.weight is in the file although tie_word_embeddings is true; the embedding is used, as the model does");
+      notes.push_back("lm_head.weight is in the file although the embeddings are tied; the embedding is used, as the model does");
       continue;
     }
     if (n.size() > 15 && n.compare(n.size() - 15, 15, "rotary_emb.inv_freq") == 0) continue;  // a buffer, recomputed
     if (n == "freqs_cis") continue;  // Huginn's RoPE table: a buffer, recomputed
-    throw Error(dir + ": tensor '" + n + "' has no place in the " + l.arch + " layout looplm converts");
+    throw Error(dir + ": tensor '" + n + "' has no place in the " + arch + " layout looplm converts");
   }
+}
 
-  // Shapes against the layout before anything is allocated (the config decides the model's size).
-  for (const auto& [ln, src] : source) {
-    const std::vector<int64_t> got = t.shape(src.name);
-    if (got != src.file_shape)
-      throw Error(dir + ": tensor '" + src.name + "' has shape " + io::shape_str(got) + ", expected " + io::shape_str(src.file_shape));
-  }
-
-  ParamStorage storage;
-  storage.grads = false;
-  Model m(c, storage);
+// The parameters' values from their sources (zeros where the table says so), checked finite.
+void fill_params(Model& m, const HfTensors& t, const std::map<std::string, Source>& source, const std::set<std::string>& zeros,
+                 const std::string& dir) {
   ParamStore& ps = m.params();
-  const int64_t hd = c.head_dim();
+  const int64_t hd = m.config().head_dim();
   std::string cached_name;  // a fused tensor is read once for the params it holds
   std::vector<float> cached;
   for (size_t p = 0; p < ps.infos().size(); ++p) {
     const ParamInfo& info = ps.infos()[p];
     float* dst = ps.value((int)p);
-    auto it = source.find(info.name);
-    if (it == source.end()) {
-      std::memset(dst, 0, info.numel * sizeof(float));  // a bias the file lacks (q/k/v-bias models): zero
+    if (zeros.count(info.name)) {
+      std::memset(dst, 0, info.numel * sizeof(float));
       continue;
     }
-    const Source& src = it->second;
+    const Source& src = source.at(info.name);  // check_hf_bindings: every parameter has a binding
     if (src.name != cached_name) {
       cached = t.read(src.name, src.file_shape);
       cached_name = src.name;
@@ -408,8 +365,60 @@ HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
     for (int64_t i = 0; i < (int64_t)info.numel; ++i)
       if (!std::isfinite(dst[i])) throw Error(dir + ": tensor '" + src.name + "' holds NaN or Inf");
   }
-  save_model(out_file, m, {{"converted_from", dir}});  // the tokenizer goes into the metadata with the config
-  rep.tensors = (int)used.size();
+}
+
+}  // namespace
+
+HfImportReport import_hf(const std::string& dir, const std::string& out_file) {
+  HfConfig h{io::parse_json(io::read_file(dir + "/config.json", 16 << 20), dir + "/config.json"), dir + "/config.json"};
+  if (!h.j.is_object()) throw UsageError(h.path + ": not a JSON object");
+  const std::string arch = h.has("architectures") && h.j["architectures"].is_array() && !h.j["architectures"].empty() &&
+                                   h.j["architectures"][0].is_string()
+                               ? h.j["architectures"][0].get<std::string>()
+                               : "";
+  Layout l;
+  l.family = family_of(h, arch);
+  l.arch = arch.empty() ? h.text("model_type", "") : arch;
+  HfImportReport rep;
+  rep.arch = l.arch;
+  Config c = l.family == HfFamily::huginn ? huginn_config(h, l, rep.notes) : llama_family_config(h, l);
+
+  // The tokenizer travels in the checkpoint (docs/format.md), with the model's text conventions.
+  const std::string tok_path = dir + "/tokenizer.json";
+  if (!exists(tok_path)) throw Error(dir + ": no tokenizer.json (looplm reads Hugging Face fast-tokenizer files)");
+  const Tokenizer tok = Tokenizer::hf_from_file(tok_path);
+  if (tok.vocab_size() > c.vocab_size)
+    throw Error(tok_path + ": " + std::to_string(tok.vocab_size()) + " tokens, more than the model's vocab_size " + std::to_string(c.vocab_size));
+  c.tokenizer = "hf";
+  c.tokenizer_json = tok.hf_json();
+  c.text = read_hf_text_conventions(dir, tok, c.vocab_size, rep.notes);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw UsageError(h.path + ": the model it describes is not valid for looplm: " + e.what());
+  }
+
+  const std::vector<HfBinding> table = hf_bindings(l.family, l.arch, c, l.qkv_bias);
+  check_hf_bindings(table, c, l.arch);
+  const HfTensors t(dir);
+  std::set<std::string> zeros;
+  const std::map<std::string, Source> source = resolve(table, t, c, dir, l.arch, zeros, rep.notes);
+  refuse_extra_tensors(t, source, c, dir, l.arch, rep.notes);
+  // Shapes against the layout before anything is allocated (the config decides the model's size).
+  for (const auto& [param, src] : source) {
+    const std::vector<int64_t> got = t.shape(src.name);
+    if (got != src.file_shape)
+      throw Error(dir + ": tensor '" + src.name + "' has shape " + io::shape_str(got) + ", expected " + io::shape_str(src.file_shape));
+  }
+
+  ParamStorage storage;
+  storage.grads = false;
+  Model m(c, storage);
+  fill_params(m, t, source, zeros, dir);
+  save_model(out_file, m, {{"converted_from", dir}});  // the tokenizer and text conventions go into the metadata with the config
+  std::set<std::string> read;
+  for (const auto& [param, src] : source) read.insert(src.name);
+  rep.tensors = (int)read.size();
   rep.shards = (int)t.shard_count();
   rep.config = c;
   return rep;
