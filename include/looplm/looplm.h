@@ -236,9 +236,9 @@ struct GenerateOptions {
 // The text of tokens as they arrive: the one path from ids to text that generate, serve, the
 // Python module and training's sample take. Each token adds its bytes; text is given out in whole
 // UTF-8 characters (a character split across tokens waits for its last byte) and held back while
-// it may begin a stop string. The text it gives out, all told, is decode(ids) (invalid UTF-8
-// repaired as decode repairs it), cut before the first stop string; tokens after that are
-// ignored. O(1) amortised per token for byte and char tokenizers and the Hugging Face decoders
+// it may begin a stop string. The text it gives out, all told, is decode(ids) (a Hugging Face
+// decoder's U+FFFD for invalid UTF-8 included; the byte tokenizer's bytes as they are), cut before
+// the first stop string; tokens after that are ignored. O(1) amortised per token for byte and char tokenizers and the Hugging Face decoders
 // that act token by token (GPT-2, Llama 2 and 3, Qwen, Gemma, Mistral: ByteLevel, Metaspace,
 // ByteFallback, Replace, Strip, Fuse); a decoder that reads tokens together decodes the whole
 // text each token.
@@ -254,7 +254,7 @@ class TextStream {
   TextStream& operator=(TextStream&&) noexcept;
   ~TextStream();
   std::string push(int32_t id);  // the text ready after this token (may be empty); Error for an id outside the vocabulary
-  std::string finish();          // the rest (an unfinished character as U+FFFD); push no more after it
+  std::string finish();          // the rest (an unfinished character as decode ends it); push no more after it
   bool stopped() const;          // a stop string was found: the text ended before it
   // Bytes of text decided so far (given out, or held back only as a possible stop string's
   // start): where the next token's text begins (OpenAI's text_offset).

@@ -72,7 +72,10 @@ std::string TextStreamer::text_of_bytes(const std::string& bytes, bool is_byte_t
   }
   raw_ += bytes;
   const size_t keep = last ? 0 : hf::utf8_pending_tail(raw_);
-  out = hf::utf8_lossy(std::string_view(raw_).substr(0, raw_.size() - keep));
+  const std::string_view ready = std::string_view(raw_).substr(0, raw_.size() - keep);
+  // A Hugging Face decoder repairs invalid UTF-8 (ByteLevel: U+FFFD per ill-formed subpart); the
+  // byte tokenizer's decode gives the bytes as they are, and so does its stream.
+  out = plan_ ? hf::utf8_lossy(ready) : std::string(ready);
   raw_.erase(0, raw_.size() - keep);
   return out;
 }

@@ -8,8 +8,9 @@
 // waits for its end (decode turns a run that is not UTF-8 into one U+FFFD per byte, so its text
 // is known only then). Text that may begin a stop string is held back; once one is found the text
 // ends before it and later tokens are ignored. Each token costs its piece plus the held-back tail
-// (at most the longest stop string): O(1) amortised. The text equals decode(ids), invalid UTF-8
-// repaired as decode repairs it (the byte tokenizer's too); a decoder chain that reads tokens
+// (at most the longest stop string): O(1) amortised. The text equals decode(ids): invalid UTF-8
+// repaired where decode repairs it (a Hugging Face decoder), left as bytes where it does not (the
+// byte tokenizer: what a terminal shows as it would the file's bytes); a decoder chain that reads tokens
 // together (BPEDecoder, a regex replaced over the joined text) decodes the whole text per token.
 #pragma once
 #include <cstdint>

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/hf_tokenizer.h"
 #include "interchange/gguf_layout.h"
 #include "io/gguf.h"
 #include "io/json_input.h"
@@ -47,19 +48,9 @@ const std::vector<PreTokenizer>& known_pre_tokenizers() {
   return t;
 }
 
-// Tokens llama.cpp should stop at, most specific first (a base model's end of text before a chat
-// turn's end), and the ones that begin a text.
-const std::vector<std::string>& eos_names() {
-  static const std::vector<std::string> n = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|eot_id|>"};
-  return n;
-}
-const std::vector<std::string>& bos_names() {
-  static const std::vector<std::string> n = {"<|begin_of_text|>", "<s>", "<bos>"};
-  return n;
-}
-
 // BOS: the special token a TemplateProcessing post-processor puts before the text (then added:
-// add_bos), else one named as a BOS; EOS by name. `special`: the added special tokens' ids.
+// add_bos), else one named as a BOS; EOS by name (the names the library guesses by everywhere:
+// hf_end_of_text_names, most specific first). `special`: the added special tokens' ids.
 void begin_and_end(const json& j, const std::map<std::string, int32_t>& special, GgufVocab& v) {
   const json& post = j.value("post_processor", json());
   if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") && post["single"].is_array() &&
@@ -67,9 +58,9 @@ void begin_and_end(const json& j, const std::map<std::string, int32_t>& special,
     const std::string name = post["single"][0]["SpecialToken"].value("id", "");
     if (special.count(name)) v.bos = special.at(name), v.add_bos = true;
   }
-  for (const std::string& n : eos_names())
+  for (const std::string& n : hf_end_of_text_names())
     if (v.eos < 0 && special.count(n)) v.eos = special.at(n);
-  for (const std::string& n : bos_names())
+  for (const std::string& n : hf_begin_of_text_names())
     if (v.bos < 0 && special.count(n)) v.bos = special.at(n);
 }
 

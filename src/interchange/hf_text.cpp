@@ -5,8 +5,9 @@
 //
 // transformers' generate() stops at generation_config's eos_token_id (an int or a list: Llama 3.1
 // Instruct lists <|end_of_text|>, <|eom_id|> and <|eot_id|>); chat models often name their turn's
-// end only as the tokenizer's eos_token. Both are kept: generation_config's ids first, then the
-// tokenizer's, each once.
+// end only as the tokenizer's eos_token. Both are kept, each once: the tokenizer's eos_token first
+// (transformers' `eos_token`, what a chat template writes after a turn and /tokenizer_info names),
+// then generation_config's.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -135,14 +136,14 @@ std::string token_note(const Tokenizer& tok, int32_t id) { return std::to_string
 
 void read_end_tokens(const JsonFile& gen, const JsonFile& tc, const Tokenizer& tok, int vocab_size, TextConventions& t,
                      std::vector<std::string>& notes) {
-  for (int32_t id : generation_eos(gen, vocab_size))
-    if (std::find(t.eos_token_ids.begin(), t.eos_token_ids.end(), id) == t.eos_token_ids.end()) t.eos_token_ids.push_back(id);
-  if (!t.eos_token_ids.empty()) notes.push_back("end tokens " + ids_text(t.eos_token_ids) + " (generation_config.json)");
   if (const auto eos = special_token(tc, "eos_token", tok, vocab_size)) {
-    const bool listed = std::find(t.eos_token_ids.begin(), t.eos_token_ids.end(), *eos) != t.eos_token_ids.end();
-    if (!listed) t.eos_token_ids.push_back(*eos);
-    notes.push_back("end token " + token_note(tok, *eos) + " (tokenizer_config.json's eos_token" + (listed ? ", already listed)" : ")"));
+    t.eos_token_ids.push_back(*eos);
+    notes.push_back("end token " + token_note(tok, *eos) + " (tokenizer_config.json's eos_token)");
   }
+  const std::vector<int32_t> gen_ids = generation_eos(gen, vocab_size);
+  for (int32_t id : gen_ids)
+    if (std::find(t.eos_token_ids.begin(), t.eos_token_ids.end(), id) == t.eos_token_ids.end()) t.eos_token_ids.push_back(id);
+  if (!gen_ids.empty()) notes.push_back("end tokens " + ids_text(gen_ids) + " (generation_config.json)");
 }
 
 // The BOS: the tokenizer's (tokenizer_config.json's bos_token, the token it puts before a prompt),
