@@ -586,3 +586,136 @@ TEST_F(ServeText, StopStringsInsideSplitCharacters) {
   EXPECT_GT(tried, 0) << "the answer holds no 4-byte character: " << full;
   EXPECT_EQ(s.stop(), 0);
 }
+
+// ---------------------------------------------------------------- a model's own conventions
+// A checkpoint that carries what `convert` reads from a published model (Config::text): an end
+// token, a chat template that refuses a system message. Written here from a char model trained
+// here: generation stops at the end token (ignore_eos goes on), chat renders the template,
+// /apply-template shows it, --chat-template overrides it, and each request leaves a log line.
+#include "model/model.h"
+#include "model/model_io.h"
+
+namespace {
+const std::string kTemplate =
+    "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('this model takes no system message') }}"
+    "{% endif %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}";
+
+class ServeOwnConventions : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir = new TempDir("serve_own");
+    std::string text = test::corpus(100);
+    for (int c = 32; c < 127; ++c) text += (char)c;
+    std::ofstream(*dir / "text.txt", std::ios::binary) << text << "\n";
+    const auto r = run_shell(kBin + " train --preset looped --set steps=0 --set d_model=64 --set n_heads=4 --set context=128 "
+                             "--set init_std=0.2 --set tokenizer=char --data " + (*dir / "text.txt") + " --out " + (*dir / "plain") +
+                             " --quiet -t 1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    // the greedy answer to the prompt, and the first character new in it after the third: the end token
+    free_text = cli_generate(*dir / "plain", "[user] Hi\n[assistant] ", 40);
+    size_t k = 3;
+    while (k < free_text.size() && free_text.find(free_text[k]) < k) ++k;
+    ASSERT_LT(k, free_text.size()) << free_text;
+    end_char = free_text[k];
+    auto m = load_model(*dir / "plain/model.safetensors");
+    Config c = m->config();
+    c.text.eos_token_ids = {(int32_t)c.tokenizer_chars.find(end_char)};
+    c.text.chat_template = kTemplate;
+    Model m2(c);
+    std::copy(m->params().values().begin(), m->params().values().end(), m2.params().values().begin());
+    std::filesystem::create_directories(*dir / "own");
+    save_model(*dir / "own/model.safetensors", m2);
+  }
+  static void TearDownTestSuite() {
+    delete dir;
+    dir = nullptr;
+  }
+  static std::string ckpt() { return *dir / "own"; }
+  static TempDir* dir;
+  static std::string free_text;
+  static char end_char;
+};
+TempDir* ServeOwnConventions::dir = nullptr;
+std::string ServeOwnConventions::free_text;
+char ServeOwnConventions::end_char = 0;
+}  // namespace
+
+TEST_F(ServeOwnConventions, EndTokensTemplateLogitBiasAndTheLog) {
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "serve.log");
+  ASSERT_GT(s.port, 0);
+  const std::string prompt = "[user] Hi\n[assistant] ";
+  const std::string cut = free_text.substr(0, free_text.find(end_char));
+  // the end token ends the answer (not part of it); ignore_eos goes on
+  json r = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}});
+  EXPECT_EQ(r["choices"][0]["text"], cut);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  r = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}});
+  EXPECT_EQ(r["choices"][0]["text"], free_text);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(cli_generate(ckpt(), prompt, 40), cut);  // generate stops there too
+  EXPECT_EQ(cli_generate(ckpt(), prompt, 40, "--ignore-eos"), free_text);
+  auto info = s.client().Get("/tokenizer_info");
+  ASSERT_TRUE(info);
+  const json ti = json::parse(info->body);
+  EXPECT_EQ(ti["eos_token_ids"].size(), 1u);
+  EXPECT_EQ(ti["eos_token"], std::string(1, end_char));
+  EXPECT_EQ(ti["chat_template"], kTemplate);
+  // chat: the model's template, the same text /apply-template shows, answered as a completion of it
+  const json convo = {{{"role", "user"}, {"content", "Hi"}}};
+  EXPECT_EQ(post(s, "/apply-template", {{"messages", convo}})["prompt"], prompt);
+  r = post(s, "/v1/chat/completions", {{"messages", convo}, {"max_tokens", 40}, {"temperature", 0}});
+  EXPECT_EQ(r["choices"][0]["message"]["content"], cut);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  // the template refuses: a 400 with its own message
+  int status = 0;
+  r = post(s, "/v1/chat/completions", {{"messages", {{{"role", "system"}, {"content", "x"}}, {{"role", "user"}, {"content", "Hi"}}}}},
+           &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["message"], "this model takes no system message");
+  // logit_bias: +100 forces a token, a bad entry is a 400 naming it
+  r = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}, {"logit_bias", {{"40", 100}}}});
+  const std::string forced = r["choices"][0]["text"];
+  EXPECT_EQ(forced.size(), 5u);
+  EXPECT_EQ(forced, std::string(5, forced[0]));
+  for (const json& bad : {json{{"x", 1}}, json{{"100000", 1}}, json{{"3", "a"}}, json{{"3", 200}}, json::array()}) {
+    r = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 5}, {"logit_bias", bad}}, &status);
+    EXPECT_EQ(status, 400) << bad.dump();
+    EXPECT_EQ(r["error"]["param"], "logit_bias") << bad.dump();
+  }
+  EXPECT_EQ(s.stop(), 0);
+  // one line per request: the answered ones with their tokens and finish, the refused with their status
+  std::ifstream f(*dir / "serve.log");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("route=/v1/completions status=200 prompt_tokens=22 completion_tokens=40 mean_steps=4.0 finish=length"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("finish=stop"), std::string::npos) << log;
+  EXPECT_NE(log.find("route=/v1/chat/completions status=400 error=\"this model takes no system message\""), std::string::npos) << log;
+}
+
+TEST_F(ServeOwnConventions, ChatTemplateOverrideAndJsonLog) {
+  ServerProcess s("--checkpoint " + ckpt() + " --chat-template chatml --log-format json -t 1", *dir / "serve_chatml.log");
+  ASSERT_GT(s.port, 0);
+  const json convo = {{{"role", "system"}, {"content", "S"}}, {{"role", "user"}, {"content", "Hi"}}};
+  EXPECT_EQ(post(s, "/apply-template", {{"messages", convo}})["prompt"],
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  post(s, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"temperature", 0}});
+  EXPECT_EQ(s.stop(), 0);
+  std::ifstream f(*dir / "serve_chatml.log");
+  std::string line;
+  int requests = 0;
+  while (std::getline(f, line))
+    if (!line.empty() && line[0] == '{') {
+      const json j = json::parse(line);
+      if (j.value("route", "") == "/v1/completions") {
+        ++requests;
+        EXPECT_EQ(j["prompt_tokens"], 2);
+        EXPECT_EQ(j["completion_tokens"], 3);
+        EXPECT_TRUE(j.contains("ms") && j.contains("mean_steps") && j.contains("id"));
+      }
+    }
+  EXPECT_EQ(requests, 1);
+  // a name that is neither a built-in nor a file: exit 2 before listening
+  const auto bad = run_shell(kBin + " serve --checkpoint " + ckpt() + " --chat-template nonesuch --port 0");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("nonesuch"), std::string::npos) << bad.out;
+}

@@ -101,13 +101,16 @@ struct Server {
   // reasons, milliseconds) and per refused request (status and message): --log-format text | json.
   bool log_json = false;
   std::mutex log_mu;
-  void log_line(const json& fields) {
+  void log_line(const nlohmann::ordered_json& fields) {
     std::string line;
     if (log_json) {
-      line = dump(fields);
-    } else {
+      line = fields.dump(-1, ' ', false, json::error_handler_t::replace);
+    } else {  // key=value, a value with a space or a quote in JSON's quotes
       line = "looplm serve:";
-      for (const auto& [k, v] : fields.items()) line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : dump(v));
+      for (const auto& [k, v] : fields.items()) {
+        const bool plain = v.is_string() && v.get<std::string>().find_first_of(" \"=") == std::string::npos && !v.get<std::string>().empty();
+        line += " " + k + "=" + (plain ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace));
+      }
     }
     std::lock_guard<std::mutex> lk(log_mu);
     std::fprintf(stderr, "%s\n", line.c_str());

@@ -1,0 +1,199 @@
+// What ends and steers a generation (include/looplm/looplm.h): the model's own end tokens (a
+// converted model's Config::text, or a tokenizer's found by name), stop strings, OpenAI's
+// logit_bias; the BOS convention of a prompt; transformers' clean-up of decoded text. Random weights
+// of a small looped model: what matters is which tokens come, not what they say.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "looplm/looplm.h"
+#include "looplm/util.h"
+
+namespace looplm {
+namespace {
+
+Config small(int context = 64) {
+  Config c = load_preset("looped");
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = context;
+  c.R = 3;
+  c.init_std = 0.3;
+  return c;
+}
+
+GenerateOptions greedy(int n) {
+  GenerateOptions g;
+  g.max_new = n;
+  g.temperature = 0;
+  return g;
+}
+
+// The first position in `s` whose token has not come before it (an id that can serve as an end
+// token that the sample first meets there), at or after `from`.
+size_t first_new(const std::vector<int32_t>& s, size_t from) {
+  for (size_t k = from; k < s.size(); ++k)
+    if (std::find(s.begin(), s.begin() + k, s[k]) == s.begin() + k) return k;
+  return s.size();
+}
+
+TEST(GenerateText, TheModelsEndTokensEndASample) {
+  const std::vector<int32_t> prompt = {72, 101, 108, 108, 111};
+  LanguageModel free_run = LanguageModel::from_config(small(), 11);
+  const std::vector<int32_t> all = free_run.generate(prompt, greedy(40));
+  const size_t k = first_new(all, 3);
+  ASSERT_LT(k, all.size()) << "the sample repeats one token";
+  Config c = small();
+  c.text.eos_token_ids = {all[k]};
+  LanguageModel lm = LanguageModel::from_config(c, 11);
+  EXPECT_EQ(lm.special_tokens().eos_ids, c.text.eos_token_ids);
+  const std::vector<int32_t> want(all.begin(), all.begin() + k);
+  GenerateStats st;
+  GenerateOptions g = greedy(40);
+  g.stats = &st;
+  std::vector<int32_t> seen;
+  EXPECT_EQ(lm.generate(prompt, g, [&](int32_t t) { seen.push_back(t); }), want);
+  EXPECT_EQ(seen, want);  // the end token itself is not given out
+  EXPECT_EQ(st.new_tokens, (int)k);
+  g.ignore_eos = true;
+  EXPECT_EQ(lm.generate(prompt, g), all);
+  // in a batch the sequence that meets it ends, the others go on
+  g.ignore_eos = false;
+  const auto outs = lm.generate_batch({prompt, {65, 66}}, g);
+  EXPECT_EQ(outs[0], want);
+  EXPECT_EQ(outs[1], lm.generate({65, 66}, g));
+  // speculative decoding ends there too (its output is greedy decoding's)
+  g.speculative = 3;
+  g.draft_depth = 1;
+  EXPECT_EQ(lm.generate(prompt, g), want);
+}
+
+TEST(GenerateText, StopStringsEndASample) {
+  LanguageModel lm = LanguageModel::from_config(small(), 12);
+  const std::vector<int32_t> prompt = {84, 104, 101};
+  const std::vector<int32_t> all = lm.generate(prompt, greedy(40));
+  const std::string text = lm.decode_continuation(prompt, all);
+  // a stop string made of tokens 10 and 11: the sample ends with the token that completes it
+  std::string stop = lm.decode(std::vector<int32_t>(all.begin() + 10, all.begin() + 12));
+  const size_t at = text.find(stop);
+  GenerateOptions g = greedy(40);
+  g.stop = {stop};
+  const std::vector<int32_t> out = lm.generate(prompt, g);
+  ASSERT_LE(out.size(), 12u);
+  EXPECT_EQ(out, std::vector<int32_t>(all.begin(), all.begin() + out.size()));
+  TextStream ts = lm.text_stream({{stop}});
+  std::string cut;
+  for (int32_t t : out) cut += ts.push(t);
+  cut += ts.finish();
+  EXPECT_TRUE(ts.stopped());
+  EXPECT_EQ(cut, text.substr(0, at));
+  g.speculative = 2;
+  g.draft_depth = 1;
+  EXPECT_EQ(lm.generate(prompt, g), out);
+}
+
+TEST(GenerateText, LogitBiasForcesAndBans) {
+  LanguageModel lm = LanguageModel::from_config(small(), 13);
+  const std::vector<int32_t> prompt = {65, 66, 67};
+  const int32_t first = lm.generate(prompt, greedy(1))[0];
+  GenerateOptions g = greedy(5);
+  const int32_t forced = first == 200 ? 201 : 200;
+  g.logit_bias = {{forced, 100.0f}};
+  EXPECT_EQ(lm.generate(prompt, g), std::vector<int32_t>(5, forced));
+  g.logit_bias = {{first, -100.0f}};
+  EXPECT_NE(lm.generate(prompt, g)[0], first);
+  g.speculative = 2;  // the verification's choice is biased too
+  g.draft_depth = 1;
+  g.logit_bias = {{forced, 100.0f}};
+  EXPECT_EQ(lm.generate(prompt, g), std::vector<int32_t>(5, forced));
+  // a sampled sequence never takes a banned token
+  GenerateOptions s;
+  s.max_new = 200;
+  s.seed = 3;
+  s.temperature = 1.5;
+  for (int32_t id = 0; id < 256; id += 2) s.logit_bias.push_back({id, -100.0f});
+  for (int32_t t : lm.generate(prompt, s)) EXPECT_EQ(t % 2, 1) << t;
+  // a decode session too
+  DecodeSession session(lm, SessionOptions{});
+  SequenceOptions so;
+  so.max_new = 3;
+  so.temperature = 0;
+  so.logit_bias = {{forced, 100.0f}};
+  session.start(prompt, so);
+  EXPECT_EQ(session.step()[0].id, forced);
+  // bad entries are usage errors naming them
+  for (const auto& bad : std::vector<std::pair<int32_t, float>>{{256, 1.0f}, {-1, 1.0f}, {5, NAN}, {5, 101.0f}}) {
+    g.logit_bias = {bad};
+    EXPECT_THROW(lm.generate(prompt, g), UsageError);
+    so.logit_bias = {bad};
+    EXPECT_THROW(session.start(prompt, so), UsageError);
+  }
+}
+
+TEST(GenerateText, APromptStartsWithTheBosTheModelSaysOnce) {
+  Config c = small();
+  c.text.bos_token_id = 2;
+  c.text.add_bos_token = 1;
+  LanguageModel lm = LanguageModel::from_config(c, 1);
+  EXPECT_EQ(lm.special_tokens().bos, 2);
+  EXPECT_TRUE(lm.special_tokens().add_bos);
+  EXPECT_EQ(lm.encode_prompt("ab"), (std::vector<int32_t>{2, 97, 98}));
+  EXPECT_EQ(lm.encode_prompt("\x02" "ab"), (std::vector<int32_t>{2, 97, 98}));  // not twice
+  EXPECT_EQ(lm.encode_prompt("ab", nullptr, false), (std::vector<int32_t>{97, 98}));  // a rendered chat writes its own
+  // a model trained here says nothing: no BOS, no end token (byte model)
+  LanguageModel plain = LanguageModel::from_config(small(), 1);
+  EXPECT_EQ(plain.encode_prompt("ab"), (std::vector<int32_t>{97, 98}));
+  EXPECT_TRUE(plain.special_tokens().eos_ids.empty());
+  EXPECT_EQ(plain.chat_template_origin(), "builtin:chatml");
+}
+
+TEST(GenerateText, ChatRendersTheModelsTemplate) {
+  Config c = small();
+  c.text.chat_template =
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system role here') }}{% endif %}"
+      "<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+  LanguageModel lm = LanguageModel::from_config(c, 1);
+  EXPECT_EQ(lm.chat_template_origin(), "the model's chat template");
+  EXPECT_EQ(lm.apply_chat_template(R"([{"role": "user", "content": "Hi 漢字"}])"), "<user>Hi 漢字<assistant>");
+  ChatOptions o;
+  o.add_generation_prompt = false;
+  EXPECT_EQ(lm.apply_chat_template(R"([{"role": "user", "content": "Hi"}])", o), "<user>Hi");
+  try {
+    lm.apply_chat_template(R"([{"role": "system", "content": "x"}])");
+    ADD_FAILURE() << "the template's raise_exception must refuse the conversation";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "no system role here");
+  }
+  EXPECT_THROW(lm.apply_chat_template("not json"), UsageError);
+  lm.use_chat_template("chatml");
+  EXPECT_EQ(lm.apply_chat_template(R"([{"role": "user", "content": "Hi"}])"), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_THROW(lm.use_chat_template("no-such-template"), UsageError);
+  // a template this looplm cannot parse: the model loads and generates, chat says why not
+  Config broken = small();
+  broken.text.chat_template = "{% for m in messages %}{{ m.content }";
+  LanguageModel b = LanguageModel::from_config(broken, 1);
+  EXPECT_EQ(b.generate({65}, greedy(2)).size(), 2u);
+  try {
+    b.apply_chat_template(R"([{"role": "user", "content": "Hi"}])");
+    ADD_FAILURE() << "an unparsable template must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("the model's chat template cannot be rendered"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GenerateText, CleanUpTokenizationAsTransformers) {
+  EXPECT_EQ(clean_up_tokenization("March , , it 's I 'm we 've they 're do n't a . b ? c ! ' ' x"),
+            "March,, it's I'm we've they're don't a. b? c!'' x");
+  EXPECT_EQ(clean_up_tokenization("nothing to do"), "nothing to do");
+  EXPECT_EQ(token_label("abc"), "abc");
+  EXPECT_EQ(token_label("\xE4\xB8"), "bytes:\\xe4\\xb8");
+  EXPECT_TRUE(valid_utf8("漢字🫠"));
+  EXPECT_FALSE(valid_utf8("\xE4\xB8"));
+  EXPECT_FALSE(valid_utf8("\xC0\x80"));      // overlong
+  EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // a surrogate
+}
+
+}  // namespace
+}  // namespace looplm
