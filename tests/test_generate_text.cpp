@@ -7,8 +7,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "data/bpe_trainer.h"
+#include "io/atomic_file.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
+#include "model/model.h"
+#include "model/model_io.h"
+#include "test_util.h"
 
 namespace looplm {
 namespace {
@@ -181,6 +186,60 @@ TEST(GenerateText, ChatRendersTheModelsTemplate) {
     EXPECT_NE(std::string(e.what()).find("the model's chat template cannot be rendered"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos) << e.what();
   }
+}
+
+// A checkpoint whose stored conventions are malformed is refused at load, naming the field.
+TEST(GenerateText, MalformedConventionsAreRefusedAtLoad) {
+  const test::TempDir d("text_conventions");
+  const Model m(small());
+  for (const auto& [meta, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"eos_token_ids": ["x"]})", "eos_token_ids"},
+           {R"({"eos_token_ids": [99999]})", "eos_token_ids"},
+           {R"({"chat_template": 3})", "chat_template"},
+           {R"({"add_bos_token": "yes"})", "add_bos_token"},
+           {R"({"add_bos_token": true})", "add_bos_token"},
+           {R"({"colour": 1})", "colour"},
+           {R"([1])", ""}}) {
+    SCOPED_TRACE(meta);
+    save_model(d / "m.safetensors", m, {{kTextMetadataKey, meta}});
+    try {
+      LanguageModel::load(d / "m.safetensors");
+      ADD_FAILURE() << "loaded";
+    } catch (const UsageError&) {
+      ADD_FAILURE() << "a damaged file is a runtime error, not a usage error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("looplm.text"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+}
+
+// tokenize --decode and TextTokenizer::decode_as_transformers follow the tokenizer_config.json
+// beside a tokenizer.json; --exact (decode) keeps the text.
+TEST(GenerateText, DecodeTidiesAsTheTokenizerConfigSays) {
+  const test::TempDir d("clean_up");
+  BpeTrainOptions bo;
+  bo.vocab_size = 300;
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += "March , , it 's what they 're doing . Is n't it ? ";
+  io::write_file_atomic(d / "tokenizer.json", train_byte_level_bpe(corpus, bo).tokenizer_json);
+  const std::string bin = LOOPLM_BINARY;
+  auto decode = [&](const std::string& flags) {
+    const auto ids = test::run_shell(bin + " tokenize --tokenizer " + (d / "tokenizer.json") + " -p \"March , , it 's\"");
+    EXPECT_EQ(ids.code, 0) << ids.out;
+    return test::run_shell(bin + " tokenize --tokenizer " + (d / "tokenizer.json") + " --decode " + flags + " -p '" + ids.out + "'");
+  };
+  EXPECT_EQ(decode("").out, "March , , it 's");  // no tokenizer_config.json: transformers' default, exact
+  io::write_file_atomic(d / "tokenizer_config.json", std::string(R"({"clean_up_tokenization_spaces": true})"));
+  EXPECT_EQ(decode("").out, "March,, it's");
+  EXPECT_EQ(decode("--exact").out, "March , , it 's");
+  const TextTokenizer tok = TextTokenizer::open(d / "tokenizer.json");
+  EXPECT_TRUE(tok.clean_up_tokenization_spaces());
+  EXPECT_EQ(tok.decode_as_transformers(tok.encode("Is n't it ?")), "Isn't it?");
+  io::write_file_atomic(d / "tokenizer_config.json", std::string(R"({"clean_up_tokenization_spaces": "yes"})"));
+  const auto bad = test::run_shell(bin + " tokenize --tokenizer " + (d / "tokenizer.json") + " -p x");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("clean_up_tokenization_spaces"), std::string::npos) << bad.out;
 }
 
 TEST(GenerateText, CleanUpTokenizationAsTransformers) {

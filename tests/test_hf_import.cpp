@@ -595,6 +595,16 @@ TEST(HfImport, RealTokenizerConfigs) {
     EXPECT_TRUE(t.clean_up_tokenization_spaces);
     EXPECT_NE(out.find("end tokens 128001, 128008, 128009 (generation_config.json)"), std::string::npos) << out;
     EXPECT_NE(out.find("end token 128009 '<|eot_id|>' (tokenizer_config.json's eos_token)"), std::string::npos) << out;
+    // chat: its own template, the rendered text's special tokens as their ids, one BOS (the template's)
+    EXPECT_EQ(lm.special_tokens().eos_text, "<|eot_id|>");
+    const std::string text = lm.apply_chat_template(R"([{"role": "user", "content": "Hi 𠀋"}])");
+    EXPECT_EQ(text.rfind("<|begin_of_text|><|start_header_id|>", 0), 0u) << text;
+    const std::vector<int32_t> ids = lm.encode_prompt(text, nullptr, false);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 128000), 1);  // <|begin_of_text|>, once
+    EXPECT_EQ(ids[0], 128000);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 128006), 2);  // <|start_header_id|>: user, assistant
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 128009), 1);  // <|eot_id|> after the user's turn
+    EXPECT_EQ(lm.encode_prompt("Hi")[0], 128000);  // a completion prompt gets its BOS (add_bos_token)
   }
   {
     SCOPED_TRACE("deepseek_v3");
@@ -618,6 +628,11 @@ TEST(HfImport, RealTokenizerConfigs) {
     EXPECT_EQ(t.bos_token_id, -1);  // bos_token null
     EXPECT_EQ(t.add_bos_token, -1);
     EXPECT_EQ(t.chat_template, tc_template("qwen3"));
+    const std::string text = lm.apply_chat_template(R"([{"role": "user", "content": "Hi"}])", ChatOptions{true, "", R"({"enable_thinking": false})"});
+    EXPECT_EQ(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    const std::vector<int32_t> ids = lm.encode_prompt(text, nullptr, false);
+    EXPECT_EQ(ids[0], *tok.hf()->id_of("<|im_start|>"));
+    EXPECT_EQ(lm.encode_prompt("Hi"), tok.encode("Hi"));  // no BOS
   }
 }
 
