@@ -100,7 +100,7 @@ struct Server {
   // One line per generation request once it is answered (its id, tokens, mean loop steps, finish
   // reasons, milliseconds) and per refused request (status and message): --log-format text | json.
   bool log_json = false;
-  std::mutex log_mu;
+  std::mutex log_mu{};
   void log_line(const nlohmann::ordered_json& fields) {
     std::string line;
     if (log_json) {
@@ -328,14 +328,24 @@ struct Server {
       tops.push_back(alt);
       offsets.push_back(offset);
     };
+    // Characters of `text` before byte b, counted on from the last call (b only grows).
+    struct Counter {
+      const std::string& text;
+      size_t bytes = 0, chars = 0;
+      size_t to(size_t b) {
+        b = std::min(b, text.size());
+        for (; bytes < b; ++bytes) chars += ((unsigned char)text[bytes] & 0xC0) != 0x80;
+        return chars;
+      }
+    };
     if (echo) {
       std::vector<float> z = lm.forward_logits(j.prompt, j.loop.depth);
       const int V = lm.config().vocab_size;
       TextStream prompt_text = lm.text_stream({{}, true});  // the prompt's text as decode writes it (prefix_text)
-      std::string shown;
+      Counter counted{prefix_text};
       for (size_t t = 0; t < j.prompt.size(); ++t) {
-        const size_t offset = chars(prefix_text.substr(0, std::min(prompt_text.text_bytes(), prefix_text.size())));
-        shown += prompt_text.push(j.prompt[t]);
+        const size_t offset = counted.to(prompt_text.text_bytes());
+        prompt_text.push(j.prompt[t]);
         if (t == 0) {
           add(j.prompt[0], json(), json(), offset);
           continue;
@@ -357,11 +367,12 @@ struct Server {
       }
     }
     const size_t base = chars(prefix_text);
+    Counter counted{j.text};
     for (size_t k = 0; k < j.kept; ++k) {
       const auto& t = j.tokens[k];
       json alt = json::object();
       for (const auto& [id, lp] : t.top) alt[label(id)] = lp;
-      add(t.id, t.logprob, alt, base + chars(j.text.substr(0, std::min(j.text_start[k], j.text.size()))));
+      add(t.id, t.logprob, alt, base + counted.to(j.text_start[k]));
     }
     return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
   }
