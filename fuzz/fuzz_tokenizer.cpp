@@ -3,7 +3,7 @@
 // text encoded and decoded by three built-in tokenizers that reach every part (byte-level BPE with
 // added tokens that lstrip / rstrip / need a single word; SentencePiece-style BPE with normalizers,
 // byte fallback and fused unk; a Split / Digits / Metaspace / Punctuation pre-tokenizer chain), as
-// ids to decode, as an Oniguruma pattern (onig_to_pcre2 and PCRE2), and as a corpus for the BPE
+// ids to decode (and to stream: data/text_stream.h must give decode's text), as an Oniguruma pattern (onig_to_pcre2 and PCRE2), and as a corpus for the BPE
 // trainer. Only looplm::Error may come out; an id outside the vocabulary aborts.
 #include "fuzz_common.h"
 
@@ -17,6 +17,8 @@
 #include "data/hf_regex.h"
 #include "data/hf_tokenizer.h"
 #include "data/hf_unicode.h"
+#include "data/text_stream.h"
+#include "data/tokenizer.h"
 #include "looplm/error.h"
 
 using namespace looplm;
@@ -122,8 +124,14 @@ void exercise(const HfTokenizer& t, std::string_view text, bool must_encode) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto tokenizers = built_in();
+  static const std::vector<Tokenizer> streamed = [] {  // the same, as the text stream takes them
+    std::vector<Tokenizer> v;
+    for (const auto& t : tokenizers) v.push_back(Tokenizer::hf_from_json(t->json(), "fuzz"));
+    return v;
+  }();
   const std::string_view in(reinterpret_cast<const char*>(data), size);
-  for (const auto& t : tokenizers) {
+  for (size_t k = 0; k < tokenizers.size(); ++k) {
+    const auto& t = tokenizers[k];
     try {
       exercise(*t, in, true);
     } catch (const Error&) {
@@ -133,6 +141,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       t->decode(ids);
     } catch (const Error&) {
+    }
+    // The same ids in the vocabulary streamed (data/text_stream.h): the text is decode's, and a
+    // stop string made of the input's first bytes cuts it where decode's text first holds it.
+    std::vector<int32_t> known;
+    for (int32_t id : ids)
+      if (id < t->vocab_size() && !t->token(id).empty()) known.push_back(id);
+    const Tokenizer& tok = streamed[k];
+    const std::string want = tok.decode(known);
+    TextStreamer plain(tok, {{}, true});
+    const std::string stop = size > 2 ? want.substr(0, std::min<size_t>(data[0] % 5, want.size())) : std::string();
+    TextStreamer stopping(tok, {{stop}, true});
+    std::string got, cut;
+    for (int32_t id : known) got += plain.push(id), cut += stopping.push(id);
+    got += plain.finish();
+    cut += stopping.finish();
+    const size_t at = stop.empty() ? std::string::npos : want.find(stop);
+    if (got != want || cut != want.substr(0, at)) {
+      std::fprintf(stderr, "the text stream is not decode's text\n");
+      std::abort();
     }
   }
   try {  // a tokenizer.json

@@ -13,7 +13,7 @@ if [ "${1:-}" = "--fuzz" ]; then
   secs="${2:-}"
   if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then echo "usage: scripts/test.sh --fuzz SECONDS" >&2; exit 2; fi
   scripts/install_deps.sh --fuzz
-  # The library instrumented, the five targets, no CLI and no tests (-O1 -g: CMakeLists.txt).
+  # The library instrumented, the fuzz targets, no CLI and no tests (-O1 -g: CMakeLists.txt).
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Fuzz -DLOOPLM_FUZZ=ON -DLOOPLM_TESTS=OFF \
     -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   cmake --build build-fuzz -j2
@@ -28,8 +28,8 @@ if [ "${1:-}" = "--fuzz" ]; then
   # pages (fuzz_data ran ~1.3-2x faster); a use after free within one input is still caught.
   # The files the targets write for path-taking loaders go to a tmpfs (/dev/shm) when there is one,
   # 2x the runs of fuzz_data on disk. The targets run two at a time (one per core on CI).
-  declare -A max_len=([safetensors]=65536 [checkpoint]=65536 [config]=16384 [data]=16384 [prompts]=16384 [gguf]=65536 [tokenizer]=16384)
-  targets=(safetensors checkpoint config data prompts gguf tokenizer)
+  declare -A max_len=([safetensors]=65536 [checkpoint]=65536 [config]=16384 [data]=16384 [prompts]=16384 [gguf]=65536 [tokenizer]=16384 [chat_template]=16384)
+  targets=(safetensors checkpoint config data prompts gguf tokenizer chat_template)
   scratch=$(mktemp -d /dev/shm/looplm-fuzz.XXXXXX 2>/dev/null || mktemp -d "$PWD/build-fuzz/tmp.XXXXXX")
   trap 'rm -rf "$scratch"' EXIT
   run_target() {
