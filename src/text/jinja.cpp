@@ -39,19 +39,7 @@ using ojson = nlohmann::ordered_json;
 // ============================================================================ Unicode helpers
 // Strings are UTF-8 (validated on the way in); Python counts and indexes code points.
 
-char32_t next_cp(std::string_view s, size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) { ++i; return b0; }
-  if (b0 < 0xE0) { const char32_t c = ((b0 & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu); i += 2; return c; }
-  if (b0 < 0xF0) {
-    const char32_t c = ((b0 & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
-    i += 3;
-    return c;
-  }
-  const char32_t c = ((b0 & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3Fu);
-  i += 4;
-  return c;
-}
+using hf::next_cp;  // (valid UTF-8: strings are checked on the way in)
 
 void put_cp(std::string& out, char32_t c) {
   if (c < 0x80) {
