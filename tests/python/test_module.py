@@ -307,6 +307,30 @@ class Trained(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.dir, "raised", "model.safetensors")))  # a checkpoint at step 1
 
 
+    def test_callbacks_raise_and_call_the_library(self):
+        # an exception in a callback ends the call and is raised, the model unharmed
+        def boom(*a):
+            raise ValueError("from on_token")
+
+        for kw in (dict(on_token=boom), dict(on_text=boom)):
+            with self.assertRaisesRegex(ValueError, "from on_token"):
+                self.m.generate("the lord", max_tokens=20, **kw)
+            with self.assertRaisesRegex(ValueError, "from on_token"):
+                self.m.generate(["the lord", "moses"], max_tokens=20, **kw)
+        want = self.m.generate("the lord", max_tokens=20, temperature=0)
+        # a callback may call the library again: on_token runs on the library's thread, a training
+        # callback on the caller's
+        seen = []
+        got = self.m.generate("the lord", max_tokens=20, temperature=0,
+                              on_token=lambda t: seen.append(self.m.detokenize(self.m.tokenize(chr(t)))))
+        self.assertEqual((got, "".join(seen)), (want, want))
+        main = threading.get_ident()
+        where = []
+        looplm.train(dict(self.config, steps=3), out=os.path.join(self.dir, "nested"), quiet=True,
+                     callback=lambda s: where.append((threading.get_ident(), self.m.generate("the lord", max_tokens=20,
+                                                                                             temperature=0))))
+        self.assertEqual(where, [(main, want)] * 3)
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
