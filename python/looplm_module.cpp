@@ -185,6 +185,23 @@ struct PySession {
   std::unique_ptr<DecodeSession> session;
 };
 
+// Token ids to text as they arrive (Model.text_stream), on a model it keeps alive.
+struct PyTextStream {
+  std::shared_ptr<LanguageModel> lm;
+  TextStream stream;
+  bool finished = false;
+
+  void check_open(const char* what) const {
+    if (finished) throw UsageError(std::string("text_stream: ") + what + " after finish()");
+  }
+};
+
+// transformers' apply_chat_template arguments that are not template variables: refused rather
+// than passed to the template, where they would change nothing.
+const char* const kNotTemplateVariables[] = {"continue_final_message", "chat_template", "return_dict", "return_tensors",
+                                             "padding", "truncation", "max_length", "return_assistant_tokens_mask",
+                                             "tokenizer_kwargs"};
+
 py::dict trace_dict(LanguageModel::Trace&& t) {
   auto tr = std::make_shared<LanguageModel::Trace>(std::move(t));
   py::dict d;
@@ -263,6 +280,79 @@ PYBIND11_MODULE(looplm, m) {
            "The text of token ids as transformers' decode gives it (bytes that are not UTF-8 become U+FFFD), tidied "
            "(' ,' -> ',') when clean_up_tokenization_spaces is true, by default the model's own setting (a converted "
            "model's tokenizer_config.json; False: the exact text).")
+      .def("apply_chat_template",
+           [](const PyModel& s, const py::object& messages, bool add_generation_prompt, const py::object& tools,
+              bool tokenize, const py::kwargs& kwargs) -> py::object {
+             if (!py::isinstance<py::list>(messages) && !py::isinstance<py::tuple>(messages))
+               throw UsageError("apply_chat_template: messages must be a list of {role, content, ...} dicts");
+             py::object dumps = py::module_::import("json").attr("dumps");
+             auto json_of = [&](const py::handle& x) { return dumps(x, py::arg("ensure_ascii") = false).cast<std::string>(); };
+             ChatOptions o;
+             o.add_generation_prompt = add_generation_prompt;
+             if (!tools.is_none()) o.tools_json = json_of(tools);
+             if (kwargs.size() > 0) {
+               for (const char* k : kNotTemplateVariables)
+                 if (kwargs.contains(k))
+                   throw UsageError(std::string("apply_chat_template: ") + k + " is not supported here" +
+                                    (std::string(k) == "chat_template" ? " (Model.use_chat_template chooses the template)" : ""));
+               o.extra_json = json_of(kwargs);
+             }
+             const std::string msgs = json_of(messages);
+             std::string text;
+             std::vector<int32_t> ids;
+             library_call([&] {
+               text = s.lm->apply_chat_template(msgs, o);
+               // as the server encodes a rendered chat: its special tokens are ids, and it wrote any BOS
+               if (tokenize) ids = s.lm->encode_prompt(text, nullptr, false);
+             });
+             if (!tokenize) return text_of(text);
+             const py::ssize_t n = (py::ssize_t)ids.size();
+             return owned_array(std::move(ids), {n});
+           },
+           py::arg("messages"), py::arg("add_generation_prompt") = true, py::arg("tools") = py::none(),
+           py::arg("tokenize") = false,
+           "A conversation as the prompt text the model was trained on, as transformers' apply_chat_template renders "
+           "it: the model's own chat template, the one use_chat_template chose, or ChatML for a model without one. "
+           "messages: a list of {role, content, ...} dicts; tools: a list of tool schemas; more keyword arguments "
+           "are template variables (e.g. enable_thinking=False). tokenize=True: the token ids instead (numpy int32; "
+           "special tokens in the text are special ids, and no second BOS). UsageError with the template's own "
+           "message when it refuses the conversation.")
+      .def("use_chat_template",
+           [](PyModel& s, const std::string& name_or_file) { library_call([&] { s.lm->use_chat_template(name_or_file); }); },
+           py::arg("name_or_file"),
+           "Render chats with this instead of the model's own template: a built-in's name (chatml, ...) or a file "
+           "holding a Jinja template (or a tokenizer_config.json with a chat_template).")
+      .def_property_readonly("chat_template",
+                             [](const PyModel& s) -> py::object {
+                               const std::string& t = s.lm->chat_template();
+                               if (t.empty()) return py::none();
+                               return text_of(t);
+                             },
+                             "The model's own chat template (Jinja source), or None for a model without one.")
+      .def_property_readonly("chat_template_origin", [](const PyModel& s) { return s.lm->chat_template_origin(); },
+                             "What apply_chat_template renders: \"the model's chat template\", \"builtin:chatml\", "
+                             "or the file use_chat_template gave.")
+      .def_property_readonly("eos_token_ids", [](const PyModel& s) { return s.lm->special_tokens().eos_ids; },
+                             "The model's end tokens: generation ends at any of them (ignore_eos: it does not). "
+                             "Empty for byte and char models.")
+      .def_property_readonly("bos_token_id",
+                             [](const PyModel& s) -> py::object {
+                               const int32_t b = s.lm->special_tokens().bos;
+                               if (b < 0) return py::none();
+                               return py::int_(b);
+                             },
+                             "The model's begin-of-text token, or None.")
+      .def("text_stream",
+           [](const PyModel& s, std::optional<std::vector<std::string>> stop, bool at_start) {
+             TextStreamOptions o;
+             if (stop) o.stop = *stop;
+             o.at_start = at_start;
+             return PyTextStream{s.lm, s.lm->text_stream(o)};
+           },
+           py::arg("stop") = py::none(), py::arg("at_start") = false,
+           "Text as token ids arrive (e.g. a Session's): push(id) gives the text ready after it, finish() the rest. "
+           "Whole UTF-8 characters only; held back while it may begin a stop string, and ended before the first "
+           "one. The ids continue a prompt (at_start=True: they open the text).")
       .def("logits",
            [](const PyModel& s, const py::object& ids, std::optional<int> depth) {
              LanguageModel::TraceOptions o;
@@ -505,6 +595,29 @@ PYBIND11_MODULE(looplm, m) {
            py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            "A decode session: up to `slots` sequences decoding together, joining and leaving between tokens "
            "(what looplm serve runs on).");
+
+  py::class_<PyTextStream>(m, "TextStream", "Token ids to text as they arrive (Model.text_stream).")
+      .def("push",
+           [](PyTextStream& t, int64_t id) {
+             t.check_open("push");
+             const int vocab = t.lm->config().vocab_size;
+             if (id < 0 || id >= vocab)
+               throw UsageError("text_stream: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                std::to_string(vocab - 1) + ")");
+             return text_of(t.stream.push((int32_t)id));
+           },
+           py::arg("id"), "The text ready after token `id` (may be empty).")
+      .def("finish",
+           [](PyTextStream& t) {
+             t.check_open("finish");
+             t.finished = true;
+             return text_of(t.stream.finish());
+           },
+           "The rest of the text (an unfinished character as detokenize ends it); push no more after it.")
+      .def_property_readonly("stopped", [](const PyTextStream& t) { return t.stream.stopped(); },
+                             "A stop string came: the text ended before it, and later ids add nothing.")
+      .def_property_readonly("text_bytes", [](const PyTextStream& t) { return t.stream.text_bytes(); },
+                             "UTF-8 bytes of text decided so far (where the next token's text begins).");
 
   py::class_<PySession>(m, "Session",
                         "Continuous batching (Model.session): sequences start and stop between tokens; each makes what "
