@@ -7,11 +7,11 @@
 // and corrupts the heap. Python installs a SIGINT handler, and the kernel delivers a process signal
 // to any thread that does not block it, so the library's threads must all block it. The calling
 // thread keeps the signal and, while it waits, runs Python's handlers every kPoll
-// (PyErr_CheckSignals): a KeyboardInterrupt (or whatever a handler raises) asks an interruptible
-// call to end (Call::stop: train's TrainOptions::stop, a flag generate's and evaluate's callbacks
-// check) and is raised once the worker has finished with the call. Calls that cannot be
-// interrupted are waited for without polling; a Ctrl-C then comes as Python's usual
-// KeyboardInterrupt as soon as they return.
+// (PyErr_CheckSignals): a KeyboardInterrupt (or whatever a handler raises) asks the call to end
+// (Call::stop: train's TrainOptions::stop, a flag generate's and evaluate's callbacks check; a call
+// still queued behind another thread's is dropped) and is raised once the worker has finished
+// with it. A call with no way to end early runs to its end first, and its result is dropped: as
+// if the KeyboardInterrupt had come just after it returned.
 //
 // Calls are serialised (one worker): the library's parallel regions use the cores already. A
 // Python callback the library calls (on_token, on_text, log) runs on the worker holding the GIL; a
@@ -143,13 +143,13 @@ inline Worker& worker() {
 
 }  // namespace detail
 
-// One call into the library from Python. Construct it (interruptible: a signal's exception asks
-// the call to stop through stop()), give stop() to the library or check() it in the library's
-// callbacks, then run(f) with the GIL held: f runs on the worker and its result or exception
-// comes back; a KeyboardInterrupt that came meanwhile is raised instead.
+// One call into the library from Python. Construct it, give stop() to the library or check() it
+// in the library's callbacks (a signal's exception sets it), then run(f) with the GIL held: f
+// runs on the worker and its result or exception comes back; a KeyboardInterrupt that came
+// meanwhile is raised instead.
 class Call {
  public:
-  explicit Call(bool interruptible = false) : interruptible_(interruptible) {}
+  Call() = default;
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -236,10 +236,7 @@ class Call {
     w.work.notify_all();
     auto ready = [&] { return job.done || job.request; };
     for (;;) {
-      if (interruptible_)
-        w.done.wait_for(lk, kPoll, ready);
-      else
-        w.done.wait(lk, ready);
+      w.done.wait_for(lk, kPoll, ready);
       if (job.done) break;
       if (job.request) {
         const std::function<void()>* f = job.request;
@@ -281,14 +278,13 @@ class Call {
     job_ = nullptr;
   }
 
-  const bool interruptible_;
   std::atomic<bool> stop_{false};
   std::optional<py::error_already_set> pending_;  // the exception a signal handler raised
   detail::Worker* worker_ = nullptr;
   detail::Job* job_ = nullptr;  // while run() waits for it
 };
 
-// A call that cannot be interrupted: f on the worker, its result here.
+// A call with no way to end early: f on the worker, its result here.
 template <class F>
 auto library_call(F&& f) -> decltype(f()) {
   Call c;

@@ -449,7 +449,7 @@ PYBIND11_MODULE(looplm, m) {
              // Ctrl-C ends the call: the library's generate has no stop flag, so the token callback
              // (on the library's thread, once per token) ends it by throwing once asked to. The
              // model keeps nothing of a generation (its KV cache is the call's own).
-             Call call(/*interruptible=*/true);
+             Call call;
              // A batch: a list of prompts (text), one sequence each (sequence i samples with seed + i).
              if (py::isinstance<py::list>(prompt) && py::len(prompt) > 0 && py::isinstance<py::str>(prompt[py::int_(0)])) {
                std::vector<std::string> prompts;
@@ -557,7 +557,7 @@ PYBIND11_MODULE(looplm, m) {
              if (window < 0) throw UsageError("evaluate: window must be >= 0 (0: the model's context)");
              o.window = window;
              // Ctrl-C ends the call after the current batch of windows.
-             Call call(/*interruptible=*/true);
+             Call call;
              o.progress = [&](int64_t, int64_t) { call.check(); };
              EvalResult e;
              if (file) {
@@ -847,7 +847,7 @@ PYBIND11_MODULE(looplm, m) {
           // callback runs on this (the calling) thread after every step, and Python's signal
           // handlers right after it, so a Ctrl-C seen there stops the run at that step. An exception
           // from the callback ends the run the same way and is raised again.
-          Call call(/*interruptible=*/true);
+          Call call;
           o.stop = call.stop();
           std::exception_ptr raised;
           if (!callback.is_none())

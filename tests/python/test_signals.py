@@ -10,6 +10,7 @@ the child reports on stdout, one JSON object per line. The library's threads mus
 signal (tools/signals.h: a handler that runs on a compute thread inside a oneDNN JIT kernel
 corrupts the heap), so the child also reports the signal mask of every thread its calls started.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -83,6 +85,26 @@ def child(mode, d):
             elif mode == "generate_batch":
                 say(ready=True)
                 m.generate(["the lord", "moses"], max_tokens=10 ** 7, temperature=0.8, on_text=lambda i, t: None)
+            elif mode == "queued":  # behind another thread's call: dropped at once, that call goes on
+                let_go = threading.Event()
+
+                def stop(t):
+                    if let_go.is_set():
+                        raise RuntimeError("the other call ends")
+
+                def other():
+                    with contextlib.suppress(RuntimeError):
+                        m.generate("moses", max_tokens=10 ** 7, temperature=0.8, on_token=stop)
+
+                th = threading.Thread(target=other)
+                th.start()
+                time.sleep(0.2)
+                say(ready=True)
+                try:
+                    m.generate("the lord", max_tokens=40)
+                finally:
+                    let_go.set()
+                    th.join()
             elif mode == "evaluate":
                 with open(os.path.join(d, "train.txt")) as f:
                     text = f.read() * 50
@@ -91,7 +113,8 @@ def child(mode, d):
         say(raised=False)
         return
     except KeyboardInterrupt:
-        say(raised=True, masks={t: blocked(t) for t in threads() - before})
+        python_threads = {str(t.native_id) for t in threading.enumerate()}
+        say(raised=True, masks={t: blocked(t) for t in threads() - before - python_threads})
     if mode.startswith("train"):
         with open(os.path.join(run, "checkpoint.json")) as f:
             step = json.load(f)["step"]
@@ -172,7 +195,7 @@ class CtrlC(unittest.TestCase):
         self.check_resumed(d, rest)
 
     def test_generate_ends_promptly_and_the_model_generates_again(self):
-        for mode in ("generate", "generate_batch"):
+        for mode in ("generate", "generate_batch", "queued"):
             _, rest, took = self.interrupt(mode, delay=0.3)
             self.assertLess(took, 1.5, mode)
             self.assertEqual(rest, [{"again": True}], mode)
