@@ -329,7 +329,8 @@ PYBIND11_MODULE(looplm, m) {
                                return text_of(t);
                              },
                              "The model's own chat template (Jinja source), or None for a model without one.")
-      .def_property_readonly("chat_template_origin", [](const PyModel& s) { return s.lm->chat_template_origin(); },
+      .def_property_readonly("chat_template_origin",
+                             [](const PyModel& s) { return library_call([&] { return s.lm->chat_template_origin(); }); },
                              "What apply_chat_template renders: \"the model's chat template\", \"builtin:chatml\", "
                              "or the file use_chat_template gave.")
       .def_property_readonly("eos_token_ids", [](const PyModel& s) { return s.lm->special_tokens().eos_ids; },
