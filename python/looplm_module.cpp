@@ -2,11 +2,14 @@
 // pybind11, and nothing else: no src/ header is included, so Python sees what the CLI sees.
 //
 // Conventions. Arrays come back as numpy arrays that own the library's result buffer (no copy: a
-// capsule keeps it alive). The GIL is released while C++ runs; a callback takes it back for its
-// call. Library calls take one process-wide lock (CallLock): the library's parallel regions use the
-// cores already, and one lock covers every call (training, quantization) whatever its own thread
-// safety, so two Python threads run their calls one after the other while other Python code runs. Errors: looplm.UsageError (a bad option or value; also a ValueError) and
-// looplm.Error (a bad file, a runtime failure; a RuntimeError), with the library's message.
+// capsule keeps it alive). Library calls run on the library's own thread, which blocks SIGINT and
+// SIGTERM, as do the compute threads it starts (library_thread.h: why, and how Ctrl-C ends a
+// call); the calling thread waits with the GIL released, and a callback takes the GIL for its call.
+// One thread runs them all, so calls are serialised: the library's parallel regions use the cores
+// already, and this covers every call (training, quantization) whatever its own thread safety, so
+// two Python threads run their calls one after the other while other Python code runs. Errors:
+// looplm.UsageError (a bad option or value; also a ValueError) and looplm.Error (a bad file, a
+// runtime failure; a RuntimeError), with the library's message.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -22,6 +25,7 @@
 
 #include "looplm/looplm.h"
 #include "looplm/util.h"
+#include "library_thread.h"
 
 namespace py = pybind11;
 using namespace looplm;
@@ -31,16 +35,8 @@ namespace {
 PyObject* g_error = nullptr;        // looplm.Error
 PyObject* g_usage_error = nullptr;  // looplm.UsageError
 
-// Recursive: a callback (on_token, a train callback) may call the library again.
-std::recursive_mutex& library_mutex() {
-  static std::recursive_mutex m;
-  return m;
-}
-// The GIL released and the library held, for one call into C++.
-struct CallLock {
-  py::gil_scoped_release nogil;
-  std::lock_guard<std::recursive_mutex> lock{library_mutex()};
-};
+using looplm_python::Call;
+using looplm_python::library_call;
 
 // A numpy array over `v`'s memory, which it then owns (moved, not copied).
 template <class T>
@@ -172,16 +168,14 @@ struct PyModel {
   std::vector<int32_t> tokens_of(const py::handle& x, const char* what) const {
     if (py::isinstance<py::str>(x)) {
       const std::string s = x.cast<std::string>();
-      CallLock l;
-      return lm->encode(s);
+      return library_call([&] { return lm->encode(s); });
     }
     return ids_of(x, config().vocab_size, what);
   }
 
   LanguageModel::Trace run_trace(const py::handle& ids, const LanguageModel::TraceOptions& o) const {
     const std::vector<int32_t> t = tokens_of(ids, "trace");
-    CallLock l;
-    return lm->trace(t, o);
+    return library_call([&] { return lm->trace(t, o); });
   }
 };
 
@@ -190,6 +184,23 @@ struct PySession {
   std::shared_ptr<LanguageModel> lm;
   std::unique_ptr<DecodeSession> session;
 };
+
+// Token ids to text as they arrive (Model.text_stream), on a model it keeps alive.
+struct PyTextStream {
+  std::shared_ptr<LanguageModel> lm;
+  TextStream stream;
+  bool finished = false;
+
+  void check_open(const char* what) const {
+    if (finished) throw UsageError(std::string("text_stream: ") + what + " after finish()");
+  }
+};
+
+// transformers' apply_chat_template arguments that are not template variables: refused rather
+// than passed to the template, where they would change nothing.
+const char* const kNotTemplateVariables[] = {"continue_final_message", "chat_template", "return_dict", "return_tensors",
+                                             "padding", "truncation", "max_length", "return_assistant_tokens_mask",
+                                             "tokenizer_kwargs"};
 
 py::dict trace_dict(LanguageModel::Trace&& t) {
   auto tr = std::make_shared<LanguageModel::Trace>(std::move(t));
@@ -233,8 +244,7 @@ PYBIND11_MODULE(looplm, m) {
 
   m.def("set_threads", [](int n) {
         if (n < 0) throw UsageError("set_threads: n must be >= 0 (0 adapts to the machine)");
-        CallLock l;
-        set_threads(n);
+        library_call([&] { set_threads(n); });
       },
       py::arg("n"), "Compute threads: n exactly, or 0 (the default) to adapt to the cores this process may use.");
   m.def("presets", &preset_names, "The named configs (configs/*.json) a train() call may start from.");
@@ -253,10 +263,7 @@ PYBIND11_MODULE(looplm, m) {
            [](const PyModel& s, const py::object& text) {
              const std::string t = utf8_of(text);
              std::vector<int32_t> ids;
-             {
-               CallLock l;
-               ids = s.lm->encode(t);
-             }
+             ids = library_call([&] { return s.lm->encode(t); });
              const py::ssize_t n = (py::ssize_t)ids.size();
              return owned_array(std::move(ids), {n});
            },
@@ -265,10 +272,7 @@ PYBIND11_MODULE(looplm, m) {
            [](const PyModel& s, const py::object& ids, std::optional<bool> clean_up) {
              const std::vector<int32_t> t = ids_of(ids, s.config().vocab_size, "detokenize");
              std::string text;
-             {
-               CallLock l;
-               text = s.lm->decode(t);
-             }
+             text = library_call([&] { return s.lm->decode(t); });
              if (clean_up.value_or(s.config().text.clean_up_tokenization_spaces)) text = clean_up_tokenization(text);
              return text_of(text);
            },
@@ -276,6 +280,80 @@ PYBIND11_MODULE(looplm, m) {
            "The text of token ids as transformers' decode gives it (bytes that are not UTF-8 become U+FFFD), tidied "
            "(' ,' -> ',') when clean_up_tokenization_spaces is true, by default the model's own setting (a converted "
            "model's tokenizer_config.json; False: the exact text).")
+      .def("apply_chat_template",
+           [](const PyModel& s, const py::object& messages, bool add_generation_prompt, const py::object& tools,
+              bool tokenize, const py::kwargs& kwargs) -> py::object {
+             if (!py::isinstance<py::list>(messages) && !py::isinstance<py::tuple>(messages))
+               throw UsageError("apply_chat_template: messages must be a list of {role, content, ...} dicts");
+             py::object dumps = py::module_::import("json").attr("dumps");
+             auto json_of = [&](const py::handle& x) { return dumps(x, py::arg("ensure_ascii") = false).cast<std::string>(); };
+             ChatOptions o;
+             o.add_generation_prompt = add_generation_prompt;
+             if (!tools.is_none()) o.tools_json = json_of(tools);
+             if (kwargs.size() > 0) {
+               for (const char* k : kNotTemplateVariables)
+                 if (kwargs.contains(k))
+                   throw UsageError(std::string("apply_chat_template: ") + k + " is not supported here" +
+                                    (std::string(k) == "chat_template" ? " (Model.use_chat_template chooses the template)" : ""));
+               o.extra_json = json_of(kwargs);
+             }
+             const std::string msgs = json_of(messages);
+             std::string text;
+             std::vector<int32_t> ids;
+             library_call([&] {
+               text = s.lm->apply_chat_template(msgs, o);
+               // as the server encodes a rendered chat: its special tokens are ids, and it wrote any BOS
+               if (tokenize) ids = s.lm->encode_prompt(text, nullptr, false);
+             });
+             if (!tokenize) return text_of(text);
+             const py::ssize_t n = (py::ssize_t)ids.size();
+             return owned_array(std::move(ids), {n});
+           },
+           py::arg("messages"), py::arg("add_generation_prompt") = true, py::arg("tools") = py::none(),
+           py::arg("tokenize") = false,
+           "A conversation as the prompt text the model was trained on, as transformers' apply_chat_template renders "
+           "it: the model's own chat template, the one use_chat_template chose, or ChatML for a model without one. "
+           "messages: a list of {role, content, ...} dicts; tools: a list of tool schemas; more keyword arguments "
+           "are template variables (e.g. enable_thinking=False). tokenize=True: the token ids instead (numpy int32; "
+           "special tokens in the text are special ids, and no second BOS). UsageError with the template's own "
+           "message when it refuses the conversation.")
+      .def("use_chat_template",
+           [](PyModel& s, const std::string& name_or_file) { library_call([&] { s.lm->use_chat_template(name_or_file); }); },
+           py::arg("name_or_file"),
+           "Render chats with this instead of the model's own template: a built-in's name (chatml, ...) or a file "
+           "holding a Jinja template (or a tokenizer_config.json with a chat_template).")
+      .def_property_readonly("chat_template",
+                             [](const PyModel& s) -> py::object {
+                               const std::string& t = s.lm->chat_template();
+                               if (t.empty()) return py::none();
+                               return text_of(t);
+                             },
+                             "The model's own chat template (Jinja source), or None for a model without one.")
+      .def_property_readonly("chat_template_origin",
+                             [](const PyModel& s) { return library_call([&] { return s.lm->chat_template_origin(); }); },
+                             "What apply_chat_template renders: \"the model's chat template\", \"builtin:chatml\", "
+                             "or the file use_chat_template gave.")
+      .def_property_readonly("eos_token_ids", [](const PyModel& s) { return s.lm->special_tokens().eos_ids; },
+                             "The model's end tokens: generation ends at any of them (ignore_eos: it does not). "
+                             "Empty for byte and char models.")
+      .def_property_readonly("bos_token_id",
+                             [](const PyModel& s) -> py::object {
+                               const int32_t b = s.lm->special_tokens().bos;
+                               if (b < 0) return py::none();
+                               return py::int_(b);
+                             },
+                             "The model's begin-of-text token, or None.")
+      .def("text_stream",
+           [](const PyModel& s, std::optional<std::vector<std::string>> stop, bool at_start) {
+             TextStreamOptions o;
+             if (stop) o.stop = *stop;
+             o.at_start = at_start;
+             return PyTextStream{s.lm, s.lm->text_stream(o)};
+           },
+           py::arg("stop") = py::none(), py::arg("at_start") = false,
+           "Text as token ids arrive (e.g. a Session's): push(id) gives the text ready after it, finish() the rest. "
+           "Whole UTF-8 characters only; held back while it may begin a stop string, and ended before the first "
+           "one. The ids continue a prompt (at_start=True: they open the text).")
       .def("logits",
            [](const PyModel& s, const py::object& ids, std::optional<int> depth) {
              LanguageModel::TraceOptions o;
@@ -369,24 +447,26 @@ PYBIND11_MODULE(looplm, m) {
              GenerateStats st;
              g.stats = &st;
              const bool callback = !on_token.is_none(), text_callback = !on_text.is_none();
+             // Ctrl-C ends the call: the library's generate has no stop flag, so the token callback
+             // (on the library's thread, once per token) ends it by throwing once asked to. The
+             // model keeps nothing of a generation (its KV cache is the call's own).
+             Call call;
              // A batch: a list of prompts (text), one sequence each (sequence i samples with seed + i).
              if (py::isinstance<py::list>(prompt) && py::len(prompt) > 0 && py::isinstance<py::str>(prompt[py::int_(0)])) {
-               std::vector<std::vector<int32_t>> ids;
-               for (auto p : prompt) {
-                 const std::string text = utf8_of(p);
-                 {
-                   CallLock l;
+               std::vector<std::string> prompts;
+               for (auto p : prompt) prompts.push_back(utf8_of(p));
+               std::vector<std::string> texts(prompts.size());
+               call.run([&] {
+                 std::vector<std::vector<int32_t>> ids;
+                 for (const auto& text : prompts) {
                    ids.push_back(s.lm->encode_prompt(text));
+                   if (ids.back().empty()) throw UsageError("generate: prompt " + std::to_string(ids.size()) + " is empty");
                  }
-                 if (ids.back().empty()) throw UsageError("generate: prompt " + std::to_string(ids.size()) + " is empty");
-               }
-               std::vector<std::vector<int32_t>> outs;
-               std::vector<TextStream> streams;  // each sequence's text (TextStream: whole characters, cut at a stop string)
-               for (size_t i = 0; i < ids.size(); ++i) streams.push_back(s.lm->text_stream({g.stop, false}));
-               std::vector<std::string> texts(ids.size());
-               {
-                 CallLock l;
-                 outs = s.lm->generate_batch(ids, g, [&](int i, int32_t t) {
+                 // each sequence's text (TextStream: whole characters, cut at a stop string)
+                 std::vector<TextStream> streams;
+                 for (size_t i = 0; i < ids.size(); ++i) streams.push_back(s.lm->text_stream({g.stop, false}));
+                 const auto outs = s.lm->generate_batch(ids, g, [&](int i, int32_t t) {
+                   call.check();
                    const std::string piece = streams[i].push(t);
                    texts[i] += piece;
                    if (!callback && !text_callback) return;
@@ -402,7 +482,7 @@ PYBIND11_MODULE(looplm, m) {
                      on_text((int)i, text_of(rest));
                    }
                  }
-               }
+               });
                py::list result;
                for (const auto& t : texts) result.append(text_of(t));
                if (return_stats) return py::make_tuple(result, stats_dict(st));
@@ -412,18 +492,16 @@ PYBIND11_MODULE(looplm, m) {
              std::vector<int32_t> ids;
              if (as_text) {
                const std::string text = prompt.cast<std::string>();
-               CallLock l;
-               ids = s.lm->encode_prompt(text);
+               ids = library_call([&] { return s.lm->encode_prompt(text); });
              } else {
                ids = ids_of(prompt, s.config().vocab_size, "generate");
              }
              if (ids.empty()) throw UsageError("generate: the prompt is empty");
-             std::vector<int32_t> out;
              std::string text;
-             {
-               CallLock l;
+             std::vector<int32_t> out = call.run([&] {
                TextStream stream = s.lm->text_stream({g.stop, false});
-               out = s.lm->generate(ids, g, [&](int32_t t) {
+               std::vector<int32_t> made = s.lm->generate(ids, g, [&](int32_t t) {
+                 call.check();
                  const std::string piece = stream.push(t);
                  text += piece;
                  if (!callback && !text_callback) return;
@@ -437,7 +515,8 @@ PYBIND11_MODULE(looplm, m) {
                  py::gil_scoped_acquire gil;
                  on_text(text_of(rest));
                }
-             }
+               return made;
+             });
              py::object result;
              if (as_text) {
                result = text_of(text);
@@ -478,18 +557,18 @@ PYBIND11_MODULE(looplm, m) {
              o.max_windows = max_windows.value_or(-1);
              if (window < 0) throw UsageError("evaluate: window must be >= 0 (0: the model's context)");
              o.window = window;
+             // Ctrl-C ends the call after the current batch of windows.
+             Call call;
+             o.progress = [&](int64_t, int64_t) { call.check(); };
              EvalResult e;
              if (file) {
                const std::string path = utf8_of(data);
-               CallLock l;
-               e = s.lm->evaluate_file(path, o);
+               e = call.run([&] { return s.lm->evaluate_file(path, o); });
              } else if (data.is_none()) {
-               CallLock l;
-               e = s.lm->evaluate_validation(o);
+               e = call.run([&] { return s.lm->evaluate_validation(o); });
              } else {
                const std::vector<int32_t> t = s.tokens_of(data, "evaluate");
-               CallLock l;
-               e = s.lm->evaluate(t, o);
+               e = call.run([&] { return s.lm->evaluate(t, o); });
              }
              py::dict d = eval_dict(e, s.config().R);
              d["exit_rule"] = exit_rule;
@@ -511,13 +590,35 @@ PYBIND11_MODULE(looplm, m) {
              o.exit = exit_of(exit_rule, exit_threshold);
              o.kv_policy = parse_kv_policy(kv_policy);
              o.kv_cache = kv_cache;
-             CallLock l;
-             return PySession{s.lm, std::make_unique<DecodeSession>(*s.lm, o)};
+             return library_call([&] { return PySession{s.lm, std::make_unique<DecodeSession>(*s.lm, o)}; });
            },
            py::arg("slots") = 8, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed", py::arg("exit_threshold") = py::none(),
            py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            "A decode session: up to `slots` sequences decoding together, joining and leaving between tokens "
            "(what looplm serve runs on).");
+
+  py::class_<PyTextStream>(m, "TextStream", "Token ids to text as they arrive (Model.text_stream).")
+      .def("push",
+           [](PyTextStream& t, int64_t id) {
+             t.check_open("push");
+             const int vocab = t.lm->config().vocab_size;
+             if (id < 0 || id >= vocab)
+               throw UsageError("text_stream: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                std::to_string(vocab - 1) + ")");
+             return text_of(t.stream.push((int32_t)id));
+           },
+           py::arg("id"), "The text ready after token `id` (may be empty).")
+      .def("finish",
+           [](PyTextStream& t) {
+             t.check_open("finish");
+             t.finished = true;
+             return text_of(t.stream.finish());
+           },
+           "The rest of the text (an unfinished character as detokenize ends it); push no more after it.")
+      .def_property_readonly("stopped", [](const PyTextStream& t) { return t.stream.stopped(); },
+                             "A stop string came: the text ended before it, and later ids add nothing.")
+      .def_property_readonly("text_bytes", [](const PyTextStream& t) { return t.stream.text_bytes(); },
+                             "UTF-8 bytes of text decided so far (where the next token's text begins).");
 
   py::class_<PySession>(m, "Session",
                         "Continuous batching (Model.session): sequences start and stop between tokens; each makes what "
@@ -528,8 +629,7 @@ PYBIND11_MODULE(looplm, m) {
              std::vector<int32_t> ids;
              if (py::isinstance<py::str>(prompt)) {
                const std::string text = prompt.cast<std::string>();
-               CallLock l;
-               ids = s.lm->encode_prompt(text);
+               ids = library_call([&] { return s.lm->encode_prompt(text); });
              } else {
                ids = ids_of(prompt, s.lm->config().vocab_size, "start");
              }
@@ -540,8 +640,7 @@ PYBIND11_MODULE(looplm, m) {
              o.top_p = top_p;
              o.seed = seed;
              o.logprobs = logprobs.value_or(-1);
-             CallLock l;
-             return s.session->start(ids, o);
+             return library_call([&] { return s.session->start(ids, o); });
            },
            py::arg("prompt"), py::arg("max_tokens") = 200, py::arg("temperature") = 1.0, py::arg("top_k") = 0,
            py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("logprobs") = py::none(),
@@ -549,10 +648,7 @@ PYBIND11_MODULE(looplm, m) {
       .def("step",
            [](PySession& s) {
              std::vector<SessionToken> toks;
-             {
-               CallLock l;
-               toks = s.session->step();
-             }
+             toks = library_call([&] { return s.session->step(); });
              py::list out;
              for (const auto& t : toks) {
                py::dict d;
@@ -569,8 +665,7 @@ PYBIND11_MODULE(looplm, m) {
            "Every running sequence one token further: a list of {slot, id, steps (the loop steps behind the token), "
            "last, logprob, top}.")
       .def("cancel", [](PySession& s, int slot) {
-             CallLock l;
-             s.session->cancel(slot);
+             library_call([&] { s.session->cancel(slot); });
            }, py::arg("slot"))
       .def_property_readonly("active", [](const PySession& s) { return s.session->active(); })
       .def_property_readonly("slots", [](const PySession& s) { return s.session->slots(); })
@@ -582,8 +677,7 @@ PYBIND11_MODULE(looplm, m) {
           LoadOptions o;
           o.weights = weights;
           o.allow_nonfinite = allow_nonfinite;
-          CallLock l;
-          return PyModel{std::make_shared<LanguageModel>(LanguageModel::load(path, o))};
+          return library_call([&] { return PyModel{std::make_shared<LanguageModel>(LanguageModel::load(path, o))}; });
         },
         py::arg("path"), py::arg("weights") = "", py::arg("allow_nonfinite") = false,
         "Load model.safetensors (or its run directory), mapped read-only. weights: the format inference reads "
@@ -593,8 +687,7 @@ PYBIND11_MODULE(looplm, m) {
           const Config c = config_of(config, preset);
           LoadOptions o;
           o.weights = weights;
-          CallLock l;
-          return PyModel{std::make_shared<LanguageModel>(LanguageModel::from_config(c, seed, o))};
+          return library_call([&] { return PyModel{std::make_shared<LanguageModel>(LanguageModel::from_config(c, seed, o))}; });
         },
         py::arg("config") = py::none(), py::arg("preset") = py::none(), py::arg("seed") = 0, py::arg("weights") = "",
         "A model with freshly initialised weights: a preset (default looped) changed by `config`'s keys, or a JSON file.");
@@ -603,10 +696,7 @@ PYBIND11_MODULE(looplm, m) {
         [](const py::object& config, std::optional<std::string> preset, bool measure) {
           const Config c = config_of(config, preset);
           ModelDescription d;
-          {
-            CallLock l;
-            d = describe_model(c, measure);
-          }
+          d = library_call([&] { return describe_model(c, measure); });
           auto counts = [](const ParamCounts& n) {
             py::dict p;
             p["total"] = n.total, p["embedding"] = n.embedding, p["non_embedding"] = n.non_embedding();
@@ -645,10 +735,7 @@ PYBIND11_MODULE(looplm, m) {
   m.def("convert",
         [](const std::string& from, const std::string& out) {
           ConvertResult r;
-          {
-            CallLock l;
-            r = convert_model(from, out);
-          }
+          r = library_call([&] { return convert_model(from, out); });
           py::dict d;
           d["format"] = r.format;
           d["arch"] = r.arch;
@@ -667,10 +754,7 @@ PYBIND11_MODULE(looplm, m) {
           o.type = type;
           o.name = name;
           ExportResult r;
-          {
-            CallLock l;
-            r = export_model(checkpoint, out, o);
-          }
+          r = library_call([&] { return export_model(checkpoint, out, o); });
           py::dict d;
           d["arch"] = r.arch;
           d["type"] = r.type;
@@ -720,10 +804,7 @@ PYBIND11_MODULE(looplm, m) {
           o.calib_tokens = calib_tokens;
           o.calib_first_step_only = calib_first_step_only;
           QuantizeResult r;
-          {
-            CallLock l;
-            r = quantize_checkpoint(checkpoint, out, o);
-          }
+          r = library_call([&] { return quantize_checkpoint(checkpoint, out, o); });
           py::dict d;
           d["format"] = r.format;
           d["method"] = r.method;
@@ -762,41 +843,44 @@ PYBIND11_MODULE(looplm, m) {
             py::gil_scoped_acquire gil;
             write(text_of(to_stderr ? line + "\n" : line));
           };
-          // Each step: the callback, and Ctrl-C (a KeyboardInterrupt ends the run with a checkpoint,
-          // then is raised). An exception from the callback does the same.
-          std::optional<py::error_already_set> raised;
-          o.on_step = [&](const TrainStep& t) {
-            py::gil_scoped_acquire gil;
-            try {
-              if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-              if (callback.is_none()) return true;
-              py::dict d;
-              d["step"] = t.step;
-              d["last"] = t.last;
-              d["loss"] = t.loss;
-              d["lr"] = t.lr;
-              d["grad_norm"] = t.grad_norm;
-              d["depth"] = t.depth;
-              d["tokens_per_s"] = t.tokens_per_s;
-              d["tokens_seen"] = t.tokens_seen;
-              d["elapsed_s"] = t.elapsed_s;
-              if (t.validated) {
-                d["val_loss"] = t.val_loss;
-                d["val_loss_by_depth"] = t.val_loss_by_depth;
-              }
-              const py::object r = callback(d);
-              return r.is_none() || r.cast<bool>();  // False stops the run
-            } catch (py::error_already_set& e) {
-              raised.emplace(std::move(e));
-              return false;
-            }
-          };
-          TrainResult r;
-          {
-            CallLock l;
-            r = train(c, o);
-          }
-          if (raised) throw std::move(*raised);
+          // Ctrl-C (a KeyboardInterrupt, or whatever a signal handler raises) sets TrainOptions::stop:
+          // the run ends after the current step with a checkpoint, then the exception is raised. The
+          // callback runs on this (the calling) thread after every step, and Python's signal
+          // handlers right after it, so a Ctrl-C seen there stops the run at that step. An exception
+          // from the callback ends the run the same way and is raised again.
+          Call call;
+          o.stop = call.stop();
+          std::exception_ptr raised;
+          if (!callback.is_none())
+            o.on_step = [&](const TrainStep& t) {
+              bool go = true;
+              call.on_caller([&] {
+                try {
+                  py::dict d;
+                  d["step"] = t.step;
+                  d["last"] = t.last;
+                  d["loss"] = t.loss;
+                  d["lr"] = t.lr;
+                  d["grad_norm"] = t.grad_norm;
+                  d["depth"] = t.depth;
+                  d["tokens_per_s"] = t.tokens_per_s;
+                  d["tokens_seen"] = t.tokens_seen;
+                  d["elapsed_s"] = t.elapsed_s;
+                  if (t.validated) {
+                    d["val_loss"] = t.val_loss;
+                    d["val_loss_by_depth"] = t.val_loss_by_depth;
+                  }
+                  const py::object r = callback(d);
+                  go = r.is_none() || r.cast<bool>();  // False stops the run
+                } catch (...) {
+                  raised = std::current_exception();
+                  go = false;
+                }
+              });
+              return go && !call.stopping();
+            };
+          TrainResult r = call.run([&] { return train(c, o); });
+          if (raised) std::rethrow_exception(raised);
           py::dict d;
           const py::ssize_t n = (py::ssize_t)r.losses.size();
           d["losses"] = owned_array(std::move(r.losses), {n});

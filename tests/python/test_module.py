@@ -45,6 +45,8 @@ def cli(*args):
 
 TINY = {"d_model": 32, "n_heads": 2, "d_ff": 64, "context": 32, "n_prelude": 1, "n_core": 1, "n_coda": 1, "R": 3,
         "batch_size": 4, "steps": 24, "eval_every": 12, "eval_batches": 2, "lr": 3e-3, "warmup": 4, "log_every": 1000}
+# Sampling that keeps the tiny model to letters and spaces (at temperature 0 it writes only spaces).
+SAMPLE = dict(temperature=0.7, top_k=8, seed=4)
 
 
 class Trained(unittest.TestCase):
@@ -306,6 +308,193 @@ class Trained(unittest.TestCase):
             looplm.train(self.config, out=os.path.join(self.dir, "raised"), quiet=True, callback=boom)
         self.assertTrue(os.path.exists(os.path.join(self.dir, "raised", "model.safetensors")))  # a checkpoint at step 1
 
+
+    def test_callbacks_raise_and_call_the_library(self):
+        # an exception in a callback ends the call and is raised, the model unharmed
+        def boom(*a):
+            raise ValueError("from on_token")
+
+        for kw in (dict(on_token=boom), dict(on_text=boom)):
+            with self.assertRaisesRegex(ValueError, "from on_token"):
+                self.m.generate("the lord", max_tokens=20, **kw)
+            with self.assertRaisesRegex(ValueError, "from on_token"):
+                self.m.generate(["the lord", "moses"], max_tokens=20, **kw)
+        want = self.m.generate("the lord", max_tokens=20, temperature=0)
+        # a callback may call the library again: on_token runs on the library's thread, a training
+        # callback on the caller's
+        seen = []
+        got = self.m.generate("the lord", max_tokens=20, temperature=0,
+                              on_token=lambda t: seen.append(self.m.detokenize(self.m.tokenize(chr(t)))))
+        self.assertEqual((got, "".join(seen)), (want, want))
+        main = threading.get_ident()
+        where = []
+        looplm.train(dict(self.config, steps=3), out=os.path.join(self.dir, "nested"), quiet=True,
+                     callback=lambda s: where.append((threading.get_ident(), self.m.generate("the lord", max_tokens=20,
+                                                                                             temperature=0))))
+        self.assertEqual(where, [(main, want)] * 3)
+
+    def test_generate_stops_before_a_stop_string(self):
+        prompt = "the lord said"
+        full = self.m.generate(prompt, max_tokens=60, **SAMPLE)
+        stop = full[20:23]
+        cut = full[:full.index(stop)]
+        self.assertGreater(len(cut), 0)
+        self.assertEqual(self.m.generate(prompt, max_tokens=60, stop=[stop], **SAMPLE), cut)
+        self.assertEqual(self.m.generate(prompt, max_tokens=60, stop=["never there", stop], **SAMPLE), cut)
+        # token ids: the output ends with the token that completed the stop string
+        ids = self.m.generate(self.m.tokenize(prompt), max_tokens=60, stop=[stop], **SAMPLE)
+        self.assertEqual(self.m.detokenize(ids), cut + stop)
+        # a batch: each sequence cut at its own first stop string
+        prompts = ["the lord said", "and aaron"]
+        whole = self.m.generate(prompts, max_tokens=40, **SAMPLE)
+        got = self.m.generate(prompts, max_tokens=40, stop=["m"], **SAMPLE)
+        self.assertEqual(got, [w[:w.index("m")] if "m" in w else w for w in whole])
+        self.assertNotEqual(got, whole)
+
+    def test_on_text_pieces_are_the_text(self):
+        pieces = []
+        text = self.m.generate("moses and", max_tokens=50, on_text=pieces.append, **SAMPLE)
+        self.assertGreater(len(pieces), 1)
+        self.assertEqual("".join(pieces), text)
+        self.assertEqual(text, self.m.generate("moses and", max_tokens=50, **SAMPLE))
+        by_seq = {0: [], 1: []}
+        texts = self.m.generate(["moses and", "go in"], max_tokens=30, stop=["y"], on_text=lambda i, t: by_seq[i].append(t),
+                                **SAMPLE)
+        self.assertEqual(["".join(by_seq[0]), "".join(by_seq[1])], texts)
+
+    def test_logit_bias_forces_and_bans_tokens(self):
+        ids = self.m.tokenize("the lord said")
+        x = ord("x")  # a byte model: the id of "x" is its byte
+        self.assertEqual(self.m.generate("the lord said", max_tokens=8, temperature=0, logit_bias={x: 100}), "x" * 8)
+        first = int(self.m.generate(ids, max_tokens=1, temperature=0)[0])
+        z = self.m.logits(ids)[-1].copy()
+        z[first] = -np.inf
+        banned = self.m.generate(ids, max_tokens=1, temperature=0, logit_bias={first: -100})
+        self.assertEqual(list(banned), [int(np.argmax(z))])  # the best of the rest
+        with self.assertRaisesRegex(looplm.UsageError, "logit_bias"):
+            self.m.generate(ids, max_tokens=1, logit_bias={self.m.vocab_size: 1})
+
+    def test_chatml_without_a_template(self):
+        self.assertIsNone(self.m.chat_template)
+        self.assertEqual(self.m.chat_template_origin, "builtin:chatml")
+        self.assertEqual((self.m.eos_token_ids, self.m.bos_token_id), ([], None))  # a byte model: none
+        hi = [{"role": "user", "content": "Hi"}]
+        self.assertEqual(self.m.apply_chat_template(hi), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        self.assertEqual(self.m.apply_chat_template(hi, add_generation_prompt=False), "<|im_start|>user\nHi<|im_end|>\n")
+        ids = self.m.apply_chat_template(hi, tokenize=True)  # no special tokens in a byte vocabulary: the bytes
+        np.testing.assert_array_equal(ids, self.m.tokenize("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"))
+        with self.assertRaisesRegex(looplm.UsageError, "messages"):
+            self.m.apply_chat_template("Hi")
+        with self.assertRaisesRegex(looplm.UsageError, "continue_final_message"):
+            self.m.apply_chat_template(hi, continue_final_message=True)
+
+    def test_a_template_file_and_its_own_refusal(self):
+        m = looplm.load(self.ckpt)  # (a model of its own: the template is chosen per model)
+        path = os.path.join(self.dir, "template.jinja")
+        with open(path, "w") as f:
+            f.write("{%- if tools %}[{{ tools | length }} tools]{% endif %}"
+                    "{%- for message in messages %}"
+                    "{%- if message['role'] == 'system' %}{{ raise_exception('System messages are not supported by this template') }}{% endif %}"
+                    "<{{ message['role'] }}>{{ message['content'] }}</{{ message['role'] }}>"
+                    "{%- endfor %}"
+                    "{%- if add_generation_prompt %}<assistant>{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}{% endif %}")
+        m.use_chat_template(path)
+        self.assertEqual(m.chat_template_origin, path)
+        self.assertIsNone(m.chat_template)  # (the model's own: it has none)
+        hi = [{"role": "user", "content": "Hi"}]
+        self.assertEqual(m.apply_chat_template(hi), "<user>Hi</user><assistant>")
+        self.assertEqual(m.apply_chat_template(hi, enable_thinking=False), "<user>Hi</user><assistant><no-think>")
+        self.assertEqual(m.apply_chat_template(hi, add_generation_prompt=False, tools=[{"type": "function", "function": {"name": "f"}}]),
+                         "[1 tools]<user>Hi</user>")
+        with self.assertRaisesRegex(looplm.UsageError, "System messages are not supported by this template"):
+            m.apply_chat_template([{"role": "system", "content": "Be brief."}] + hi)
+        with self.assertRaisesRegex(looplm.UsageError, "neither a built-in template"):
+            m.use_chat_template(os.path.join(self.dir, "no-such-template"))
+        m.use_chat_template("chatml")
+        self.assertEqual(m.chat_template_origin, "builtin:chatml")
+        self.assertEqual(self.m.chat_template_origin, "builtin:chatml")
+
+    def test_detokenize_cleans_up_tokenization_spaces_when_asked(self):
+        text = "moses , and aaron . go in to pharaoh ' s house ! they do n't go"
+        ids = self.m.tokenize(text)
+        self.assertFalse(looplm.tokenizer(self.ckpt).clean_up_tokenization_spaces)  # a model trained here: the exact text
+        self.assertEqual(self.m.detokenize(ids), text)
+        self.assertEqual(self.m.detokenize(ids, clean_up_tokenization_spaces=False), text)
+        self.assertEqual(self.m.detokenize(ids, clean_up_tokenization_spaces=True), "moses, and aaron. go in to pharaoh's house! they don't go")
+
+    def test_text_stream_of_a_session(self):
+        prompt = "the lord said"
+        want = self.m.generate(prompt, max_tokens=40, **SAMPLE)
+        stop = want[15:18]
+        s = self.m.session(slots=1)
+        s.start(prompt, max_tokens=40, **SAMPLE)
+        plain, cut = self.m.text_stream(), self.m.text_stream(stop=[stop])
+        got, got_cut, stopped_at = "", "", None
+        for step in range(40):
+            for t in s.step():
+                got += plain.push(t["id"])
+                got_cut += cut.push(t["id"])
+                if cut.stopped and stopped_at is None:
+                    stopped_at = step
+        self.assertEqual(s.active, 0)
+        got += plain.finish()
+        got_cut += cut.finish()
+        self.assertEqual(got, want)
+        self.assertEqual(got_cut, want[:want.index(stop)])
+        self.assertTrue(cut.stopped and not plain.stopped)
+        self.assertEqual(cut.text_bytes, len(got_cut.encode()))
+        with self.assertRaisesRegex(looplm.UsageError, "after finish"):
+            plain.push(1)
+        with self.assertRaisesRegex(looplm.UsageError, "outside the vocabulary"):
+            self.m.text_stream().push(self.m.vocab_size)
+        # a character split across byte tokens comes whole
+        ts = self.m.text_stream()
+        self.assertEqual([ts.push(b) for b in "é!".encode()], ["", "é", "!"])
+
+
+class SpecialTokens(unittest.TestCase):
+    """A BPE model with end-of-text and ChatML tokens (fresh weights: what is checked does not depend on them)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="looplm_py_bpe_")
+        text = os.path.join(cls.dir, "text.txt")
+        with open(text, "w") as f:
+            f.write(corpus(300))
+        cli("data", "--input", text, "--tokenizer-train", "bpe", "--vocab-size", "300", "--out", os.path.join(cls.dir, "bpe"))
+        with open(os.path.join(cls.dir, "bpe", "tokenizer.json")) as f:
+            tok = json.load(f)
+        cls.eos = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|endoftext|>")
+        V = 300
+        cls.im_start, cls.im_end = V, V + 1
+        for i, name in enumerate(["<|im_start|>", "<|im_end|>"]):
+            tok["added_tokens"].append(dict(tok["added_tokens"][0], id=V + i, content=name))
+        path = os.path.join(cls.dir, "tokenizer.json")
+        with open(path, "w") as f:
+            json.dump(tok, f)
+        cls.m = looplm.from_config(dict(TINY, tokenizer="hf", tokenizer_file=path, vocab_size=V + 2), seed=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_end_tokens_end_a_sample_unless_ignore_eos(self):
+        m, eos = self.m, self.eos
+        self.assertEqual(m.eos_token_ids, [eos])
+        self.assertIsNone(m.bos_token_id)
+        ids = m.tokenize("the lord said")
+        self.assertEqual(m.generate("the lord said", max_tokens=6, temperature=0, logit_bias={eos: 100}), "")
+        self.assertEqual(len(m.generate(ids, max_tokens=6, temperature=0, logit_bias={eos: 100})), 0)
+        self.assertEqual(list(m.generate(ids, max_tokens=6, temperature=0, logit_bias={eos: 100}, ignore_eos=True)), [eos] * 6)
+        self.assertEqual(len(m.generate(ids, max_tokens=6, temperature=0, logit_bias={eos: -100})), 6)
+
+    def test_a_rendered_chat_encodes_its_special_tokens_as_ids(self):
+        hi = [{"role": "user", "content": "Hi"}]
+        text = self.m.apply_chat_template(hi)
+        self.assertEqual(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        ids = list(self.m.apply_chat_template(hi, tokenize=True))
+        self.assertEqual((ids[0], ids.count(self.im_start), ids.count(self.im_end)), (self.im_start, 2, 1))
+        self.assertEqual(self.m.detokenize(ids), text)
 
 def read_safetensors(path):
     with open(path, "rb") as f:
