@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/hf_unicode.h"
+
 namespace looplm::jinja {
 
 namespace {
