@@ -101,6 +101,18 @@ inline std::string compare_frozen_ids(const std::vector<int32_t>& got, const nlo
   return msg + "; every frozen chunk agrees (the difference is past the end)";
 }
 
+// "" when two JSON objects are equal, else each key that differs, a line each.
+inline std::string object_differences(const nlohmann::json& got, const nlohmann::json& frozen) {
+  std::string s;
+  for (const auto& [k, v] : frozen.items()) {
+    if (!got.contains(k)) s += "\n  " + k + ": missing (frozen " + v.dump() + ")";
+    else if (got.at(k) != v) s += "\n  " + k + ": " + got.at(k).dump() + ", frozen " + v.dump();
+  }
+  for (const auto& [k, v] : got.items())
+    if (!frozen.contains(k)) s += "\n  " + k + ": " + v.dump() + " (not frozen)";
+  return s;
+}
+
 // Decompresses an .xz fixture to `dst`: with xz (Debian's xz-utils) when there is one, else with
 // python3's lzma module. "" on success, else why not.
 inline std::string unxz(const std::string& src, const std::string& dst) {
