@@ -857,10 +857,11 @@ const FrozenModel kFrozenModels[] = {{"3x1", 3, 1, false, false, 0, 0, 331}, {"2
                                      {"1x4n", 1, 4, false, true, 0, 0, 33}, {"2x2ngqa", 2, 2, false, true, 2, 24, 34}};
 const int kFrozenPositions[] = {0, 1, 2, 7, 15, 31, 47, 62, 63};
 constexpr int kFrozenPrompt = 12, kFrozenNew = 24;
-// llama.cpp runs without flash attention here: its CPU flash attention rounds through f16 (its
-// logits then differ from looplm's by up to ~2e-3 on these models, ~1e-3 relative); without it
-// they differ in summation order only, ~1e-6 on logits of magnitude ~2. 1e-4 holds that (and the
-// 7 significant digits stored) on any machine and still sees a wrong eps or RoPE pairing.
+// llama.cpp runs without flash attention here: its CPU flash attention loses precision (errors of
+// f16's size: its logits then differ from looplm's by up to 2.2e-3 on these models, ~1e-3
+// relative, from position 0 on); without it they differ in summation order only, ~1.4e-6 on logits
+// of magnitude ~2. 1e-4 holds that (and the 7 significant digits stored) on any machine and still
+// sees a wrong RoPE pairing (q and k rows permuted as a wrong pairing would: 0.5).
 constexpr double kFrozenLogitTolerance = 1e-4;
 // The quantized files: smaller than those (32 wide) so the committed files stay small.
 const FrozenModel kFrozenQuantized[] = {{"2x1", 2, 1, false, false, 0, 0, 41}, {"2x2", 2, 2, false, false, 0, 0, 42}};
