@@ -5,7 +5,8 @@
 // exported models, dense (arch llama) and looped (arch nanbeige), as looplm does, greedy decoding
 // makes the same tokens, its tokenizer reads the byte vocabulary and gives looplm's ids for byte-level
 // and SentencePiece-style BPE tokenizers, and a file llama.cpp quantized itself converts into looplm
-// code for code.
+// code for code. GgufLlamaCppFrozen checks what can be of that against llama.cpp's outputs frozen in
+// tests/fixtures/llamacpp/, without npm.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/rng.h"
 #include "data/bpe_trainer.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
@@ -24,6 +27,7 @@
 #include "io/gguf.h"
 #include "looplm/looplm.h"
 #include "model/model_io.h"
+#include "parity_fixtures.h"
 #include "test_util.h"
 
 using namespace looplm;
@@ -816,4 +820,439 @@ TEST(GgufLlamaCpp, FilesLlamaCppQuantizedConvertCodeForCode) {
       std::printf("%s %s (quantized by llama.cpp): held-out loss looplm %.7f, llama.cpp %.7f\n", tag.c_str(), q, lo, ll);
     }
   }
+}
+
+// ---------------------------------------------------------------- llama.cpp, frozen
+//
+// What GgufLlamaCpp checks, against llama.cpp's outputs frozen in tests/fixtures/llamacpp/ (README.md
+// there) so that a CI without npm checks it too. bench/llamacpp/freeze.sh regenerates them
+// (GgufLlamaCppFrozen.DISABLED_Regenerate, with npm's llama.cpp). Each check has two halves: the
+// file looplm exports today is the one llama.cpp read then (its keys and tensors, compared in
+// full or by digest), and looplm computes from it what llama.cpp computed then.
+//
+// Models: the four layouts of ScoresAndDecodesAsLooplm with random weights that are the same bits
+// on every machine (not trained: training runs fp32 GEMMs whose summation order differs by ISA),
+// compared on logits at every frozen position and not only on the loss. Tokenizers: those that may
+// be committed (tests/fixtures/tokenizer_parity: GPT-2, Qwen 3, a BPE trained by looplm) and the
+// hand-written SentencePiece-style one above; Llama 2, Llama 3 and Gemma 3 stay live-only.
+// Quantized files: llama.cpp's own, committed (small models), converted code for code.
+
+namespace {
+
+const std::string kLcppFrozen = kSrc + "/tests/fixtures/llamacpp";
+const char* const kRefreeze = "if that is meant, check the new file with llama.cpp (GgufLlamaCpp.*, npm) and run bench/llamacpp/freeze.sh";
+using json = nlohmann::json;
+
+struct FrozenModel {
+  const char* tag;
+  int n_core, R;
+  bool tied, loop_norm;
+  int kv_heads, d_head;
+  uint64_t seed;
+};
+// ScoresAndDecodesAsLooplm's four layouts. Seeds whose greedy continuation has no near tie and,
+// but for the tied 2x3 (random tied embeddings make a token predict itself, whatever the seed),
+// does not repeat one token.
+const FrozenModel kFrozenModels[] = {{"3x1", 3, 1, false, false, 0, 0, 331}, {"2x3", 2, 3, true, false, 0, 0, 32},
+                                     {"1x4n", 1, 4, false, true, 0, 0, 33}, {"2x2ngqa", 2, 2, false, true, 2, 24, 34}};
+const int kFrozenPositions[] = {0, 1, 2, 7, 15, 31, 47, 62, 63};
+constexpr int kFrozenPrompt = 12, kFrozenNew = 24;
+// llama.cpp runs without flash attention here: its CPU flash attention loses precision (errors of
+// f16's size: its logits then differ from looplm's by up to 2.2e-3 on these models, ~1e-3
+// relative, from position 0 on); without it they differ in summation order only, ~1.4e-6 on logits
+// of magnitude ~2. 1e-4 holds that (and the 7 significant digits stored) on any machine and still
+// sees a wrong RoPE pairing (q and k rows permuted as a wrong pairing would: 0.5).
+constexpr double kFrozenLogitTolerance = 1e-4;
+// The quantized files: smaller than those (32 wide) so the committed files stay small.
+const FrozenModel kFrozenQuantized[] = {{"2x1", 2, 1, false, false, 0, 0, 41}, {"2x2", 2, 2, false, false, 0, 0, 42}};
+// The byte vocabulary's text (ScoresAndDecodesAsLooplm's).
+const std::string kByteText = "In the beginning, \xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80 \t\n  end";
+
+Config frozen_config(const FrozenModel& m, bool small) {
+  Config c = llama_like(m.n_core, m.R, m.tied, m.loop_norm, m.kv_heads, m.d_head);
+  if (small) c.d_model = 32, c.n_heads = 2, c.d_ff = 64;
+  return c;
+}
+
+// The layout of a frozen model, for the reader of the fixture.
+json frozen_config_json(const Config& c) {
+  const json all = json::parse(c.to_json_text());
+  json j;
+  for (const char* k : {"d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "context", "n_core", "R", "tie_embeddings", "loop_norm",
+                        "rope_base", "norm_eps", "init_std"})
+    j[k] = all.at(k);
+  return j;
+}
+
+// A checkpoint whose weights are the same bits on every machine: each normal init redrawn as a
+// uniform one of the same standard deviation from integer random bits (one rounding, no libm).
+std::string frozen_checkpoint(const TempDir& d, const std::string& name, const Config& c, uint64_t seed) {
+  Model m(c);
+  m.init_weights(seed);
+  ParamStore& ps = m.params();
+  Rng rng(seed, 0x66726f7a656eULL);
+  for (size_t i = 0; i < ps.infos().size(); ++i) {
+    const ParamInfo& p = ps.infos()[i];
+    if (p.init.kind != Init::Kind::Normal) continue;
+    const double bound = p.init.a * 1.7320508075688772;  // √3 σ
+    float* w = ps.value((int)i);
+    for (size_t j = 0; j < p.numel; ++j) w[j] = (float)((2.0 * rng.uniform() - 1.0) * bound);
+  }
+  const std::string path = d / (name + ".safetensors");
+  save_model(path, m);
+  return path;
+}
+
+// A GGUF metadata value as the fixture holds it: scalars as themselves, a long string or an array
+// as its size and digest.
+json gguf_value(const io::GgufValue& v) {
+  auto digest_of = [](const io::GgufValue& a) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const int64_t x : a.ints) h = test::fnv1a64(&x, 8, h);
+    for (const double x : a.floats) h = test::fnv1a64(&x, 8, h);
+    for (const std::string& x : a.strings) {
+      const uint64_t n = x.size();
+      h = test::fnv1a64(x.data(), n, test::fnv1a64(&n, 8, h));
+    }
+    return h;
+  };
+  switch (v.type) {
+    case io::kGgufString:
+      return v.s.size() <= 200 ? json(v.s) : json("string of " + std::to_string(v.s.size()) + " bytes, fnv64 " + test::hex64(test::fnv1a64(v.s)));
+    case io::kGgufBool: return v.u != 0;
+    case io::kGgufF32: case io::kGgufF64: return v.f;
+    case io::kGgufI8: case io::kGgufI16: case io::kGgufI32: case io::kGgufI64: return v.i;
+    case io::kGgufArray:
+      return "array of " + std::to_string(v.ints.size() + v.floats.size() + v.strings.size()) + " (type " + std::to_string(v.elem_type) +
+             "), fnv64 " + test::hex64(digest_of(v));
+    default: return v.u;
+  }
+}
+// The keys llama.cpp reads: every key but general.name (the file's name), or those under `prefix`.
+json gguf_keys(const io::GgufFile& g, const std::string& prefix = "") {
+  json j = json::object();
+  for (const auto& [k, v] : g.metadata())
+    if (k != "general.name" && k.compare(0, prefix.size(), prefix) == 0) j[k] = gguf_value(v);
+  return j;
+}
+json gguf_tensors(const io::GgufFile& g) {
+  json j = json::object();
+  for (const auto& t : g.tensors()) {
+    std::ostringstream s;
+    s << "type " << t.type << " ne";
+    for (const int64_t n : t.ne) s << ' ' << n;
+    s << " fnv64 " << test::hex64(test::fnv1a64(t.data, t.nbytes));
+    j[t.name] = s.str();
+  }
+  return j;
+}
+
+// The committed tokenizer `name` (tests/fixtures/tokenizer_parity) or the hand-written SentencePiece-style one.
+Tokenizer frozen_tokenizer(const TempDir& d, const std::string& name) {
+  if (name == "tiny_spm") return Tokenizer::hf_from_json(tiny_spm_tokenizer().dump(), "tiny_spm");
+  const std::string file = d / (name + ".tokenizer.json");
+  const std::string why = test::unxz(kSrc + "/tests/fixtures/tokenizer_parity/" + name + ".tokenizer.json.xz", file);
+  if (!why.empty()) throw std::runtime_error(why);
+  return Tokenizer::hf_from_file(file);
+}
+
+// The texts the tokenizer tests compare on: the edge cases without the words llama.cpp makes
+// control tokens by their name (where the tokenizer does not add them), runs of whitespace, the
+// KJV's first 256 KB.
+std::vector<std::pair<std::string, std::string>> frozen_tokenizer_texts(const Tokenizer& tok, const std::string& kjv) {
+  std::string edge = io::read_file(kSrc + "/tests/tokenizer_parity/edge_cases.txt");
+  for (const std::string w : {"</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<EOT>"})
+    if (tok.encode(w).size() != 1 || !tok.hf()->is_special(tok.encode(w)[0]))
+      for (size_t at; (at = edge.find(w)) != std::string::npos;) edge.erase(at, w.size());
+  std::string runs;
+  for (int n = 1; n <= 40; ++n)
+    for (const char* ws : {" ", "\n", "\t"}) {
+      runs += "x";
+      for (int k = 0; k < n; ++k) runs += ws;
+    }
+  return {{"edge cases", edge}, {"whitespace runs", runs}, {"KJV", kjv}};
+}
+const char* const kFrozenTokenizers[] = {"gpt2", "qwen3", "trained", "tiny_spm"};
+
+std::string export_gguf(const std::string& ckpt, const std::string& out, const std::string& type = "") {
+  const auto r = run_shell(kBin + " export --checkpoint " + ckpt + (type.empty() ? "" : " --type " + type) + " --out " + out);
+  return r.code == 0 ? "" : r.out;
+}
+
+// A value to 7 significant digits, as the fixture stores llama.cpp's logits.
+double rounded(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.7g", v);
+  return std::stod(b);
+}
+
+}  // namespace
+
+TEST(GgufLlamaCppFrozen, ScoresAndDecodesAsLlamaCppDid) {
+  const json e = json::parse(io::read_file(kLcppFrozen + "/expected.json"));
+  TempDir d("gguf_lcpp_frozen");
+  const std::vector<int32_t> x = e.at("text").get<std::vector<int32_t>>();
+  const std::vector<int32_t> prompt(x.begin(), x.begin() + kFrozenPrompt);
+  const double tol = e.at("logit_tolerance").get<double>();
+  ASSERT_EQ(e.at("models").size(), std::size(kFrozenModels));
+  for (size_t i = 0; i < std::size(kFrozenModels); ++i) {
+    const FrozenModel& fm = kFrozenModels[i];
+    const json& m = e.at("models")[i];
+    SCOPED_TRACE(fm.tag);
+    ASSERT_EQ(m.at("tag").get<std::string>(), fm.tag);
+    const Config c = frozen_config(fm, false);
+    const std::string ckpt = frozen_checkpoint(d, fm.tag, c, fm.seed), gguf = d / (std::string(fm.tag) + ".gguf");
+    ASSERT_EQ(export_gguf(ckpt, gguf), "");
+    {
+      const io::GgufFile g = io::GgufFile::open(gguf);
+      EXPECT_EQ(test::object_differences(gguf_keys(g), m.at("keys")), "") << "the exported keys are not those llama.cpp read: " << kRefreeze;
+      EXPECT_EQ(test::object_differences(gguf_tensors(g), m.at("tensors")), "") << "the exported tensors are not those llama.cpp read: " << kRefreeze;
+    }
+    // The checkpoint and the GGUF converted back, as llama.cpp scored the file: the held-out loss
+    // within 1e-4 relative (the live test's), the logits at the frozen positions within the tolerance.
+    ASSERT_EQ(run_shell(kBin + " convert --from " + gguf + " --out " + (d / (std::string(fm.tag) + "_back"))).code, 0);
+    const LanguageModel lm = LanguageModel::load(ckpt), back = LanguageModel::load(d / (std::string(fm.tag) + "_back"));
+    const double l_theirs = m.at("loss").get<double>();
+    for (const auto* model : {&lm, &back}) {
+      SCOPED_TRACE(model == &lm ? "checkpoint" : "converted back");
+      const std::vector<float> ours = model->forward_logits(x);
+      const double l_ours = mean_nll(ours.data(), x, c.vocab_size);
+      EXPECT_LT(std::abs(l_ours - l_theirs), 1e-4 * l_theirs) << "looplm " << l_ours << ", llama.cpp " << l_theirs;
+      double worst = 0;
+      const auto& positions = m.at("logits").at("positions");
+      for (size_t k = 0; k < positions.size(); ++k) {
+        const int t = positions[k].get<int>();
+        const auto want = m.at("logits").at("values")[k].get<std::vector<double>>();
+        ASSERT_EQ(want.size(), (size_t)c.vocab_size);
+        for (int v = 0; v < c.vocab_size; ++v) worst = std::max(worst, std::abs(ours[(size_t)t * c.vocab_size + v] - want[v]));
+      }
+      EXPECT_LE(worst, tol) << "the largest logit difference from llama.cpp's";
+      if (model == &lm) std::printf("%s: loss looplm %.7f, llama.cpp %.7f (frozen); logits within %.2g of llama.cpp's\n", fm.tag, l_ours, l_theirs, worst);
+    }
+    GenerateOptions go;
+    go.max_new = kFrozenNew;
+    go.temperature = 0;
+    const std::vector<int32_t> ours_tokens = lm.generate(prompt, go);
+    EXPECT_EQ(std::vector<int32_t>(ours_tokens.end() - kFrozenNew, ours_tokens.end()), m.at("greedy").get<std::vector<int32_t>>());
+  }
+  // llama.cpp's tokenizer read the byte vocabulary (2x3's keys, checked above) as the bytes.
+  std::vector<int32_t> bytes;
+  for (unsigned char ch : kByteText) bytes.push_back(ch);
+  EXPECT_EQ(e.at("byte_vocab").at("text").get<std::string>(), kByteText);
+  EXPECT_EQ(e.at("byte_vocab").at("ids").get<std::vector<int32_t>>(), bytes);
+}
+
+TEST(GgufLlamaCppFrozen, TokenizersGiveTheIdsLlamaCppGave) {
+  const json e = json::parse(io::read_file(kLcppFrozen + "/expected.json"));
+  TempDir d("gguf_lcpp_frozen_vocab");
+  // A converted model's text conventions (ReadsTheTextConventionKeys).
+  {
+    SCOPED_TRACE("text conventions");
+    const json& t = e.at("text_conventions");
+    const std::string gguf = d / "text.gguf";
+    ASSERT_EQ(export_gguf(text_checkpoint(d), gguf), "");
+    EXPECT_EQ(test::object_differences(gguf_keys(io::GgufFile::open(gguf), "tokenizer."), t.at("keys")), "")
+        << "the exported vocabulary is not the one llama.cpp read: " << kRefreeze;
+    const Tokenizer tok = Tokenizer::hf_from_json(tokenizer_with_specials(), "test");
+    EXPECT_EQ(tok.encode(t.at("text").get<std::string>()), t.at("ids").get<std::vector<int32_t>>());
+  }
+  const std::string kjv = kjv_head(d);
+  ASSERT_FALSE(kjv.empty());
+  const bool kjv_ok = test::same_text(kjv, e.at("kjv"));
+  EXPECT_TRUE(kjv_ok) << "the KJV's first 256 KB are not the text frozen (" << e.at("kjv").dump() << "): a different bible-kjv-text?";
+  ASSERT_EQ(e.at("tokenizers").size(), std::size(kFrozenTokenizers));
+  for (size_t i = 0; i < std::size(kFrozenTokenizers); ++i) {
+    const std::string name = kFrozenTokenizers[i];
+    const json& t = e.at("tokenizers")[i];
+    SCOPED_TRACE(name);
+    ASSERT_EQ(t.at("name").get<std::string>(), name);
+    const Tokenizer tok = frozen_tokenizer(d, name);
+    const std::string gguf = d / (name + ".gguf"), back = d / (name + "_back");
+    ASSERT_EQ(export_gguf(checkpoint_with_tokenizer(d, name, tok), gguf, t.at("type").get<std::string>()), "");
+    EXPECT_EQ(test::object_differences(gguf_keys(io::GgufFile::open(gguf), "tokenizer."), t.at("keys")), "")
+        << "the exported vocabulary is not the one llama.cpp read: " << kRefreeze;
+    ASSERT_EQ(run_shell(kBin + " convert --from " + gguf + " --out " + back).code, 0);
+    const LanguageModel again = LanguageModel::load(back);
+    for (const auto& [what, text] : frozen_tokenizer_texts(tok, kjv)) {
+      if (what == "KJV" && !kjv_ok) continue;
+      SCOPED_TRACE(what);
+      const std::vector<int32_t> want = tok.encode(text);
+      EXPECT_EQ(test::compare_frozen_ids(want, t.at("texts").at(what)), "") << "looplm's ids against llama.cpp's";
+      EXPECT_EQ(again.encode(text), want) << "the GGUF's vocabulary converted back";
+      std::printf("[ frozen ] %-8s %-15s %7zu bytes -> %6zu ids: llama.cpp's, frozen\n", name.c_str(), what.c_str(), text.size(), want.size());
+    }
+  }
+}
+
+TEST(GgufLlamaCppFrozen, FilesLlamaCppQuantizedConvertCodeForCode) {
+  const json e = json::parse(io::read_file(kLcppFrozen + "/expected.json"));
+  TempDir d("gguf_lcpp_frozen_quant");
+  const std::vector<int32_t> x = e.at("text").get<std::vector<int32_t>>();
+  ASSERT_EQ(e.at("quantized").size(), 2 * std::size(kFrozenQuantized));
+  for (const json& q : e.at("quantized")) {
+    const std::string file = q.at("file").get<std::string>(), qtype = q.at("type").get<std::string>();
+    SCOPED_TRACE(file);
+    const std::string theirs = kLcppFrozen + "/" + file, back = d / (file + "_back"), again = d / (file + "_again.gguf");
+    auto r = run_shell(kBin + " convert --from " + theirs + " --out " + back);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("looplm " + qtype + " checkpoint"), std::string::npos) << r.out;
+    ASSERT_EQ(export_gguf(back, again), "");
+    const io::GgufFile a = io::GgufFile::open(theirs), b = io::GgufFile::open(again);
+    for (const auto& t : a.tensors()) {
+      ASSERT_NE(b.find(t.name), nullptr) << t.name;
+      EXPECT_EQ(b.find(t.name)->type, t.type) << t.name;
+      EXPECT_EQ(tensor_bytes(b, t.name), tensor_bytes(a, t.name)) << t.name;
+    }
+    const LanguageModel lm = LanguageModel::load(back);
+    const std::vector<float> zo = lm.forward_logits(x);
+    const double lo = mean_nll(zo.data(), x, lm.config().vocab_size), ll = q.at("loss").get<double>();
+    EXPECT_LT(std::abs(lo - ll), 1e-3 * ll) << "looplm " << lo << ", llama.cpp " << ll;
+    std::printf("%s (quantized by llama.cpp): held-out loss looplm %.7f, llama.cpp %.7f (frozen)\n", file.c_str(), lo, ll);
+  }
+}
+
+// Writes tests/fixtures/llamacpp/ (or $LOOPLM_FREEZE_DIR) from llama.cpp itself: run by
+// bench/llamacpp/freeze.sh, never by the suite. Each frozen output is checked against looplm here
+// too (what GgufLlamaCpp checks), so a disagreement is never frozen.
+TEST(GgufLlamaCppFrozen, DISABLED_Regenerate) {
+  std::string why;
+  const std::string lcpp = llamacpp(&why);
+  ASSERT_FALSE(lcpp.empty()) << why;
+  const char* env = std::getenv("LOOPLM_FREEZE_DIR");
+  const std::string out = env ? env : kLcppFrozen;
+  std::filesystem::create_directories(out);
+  TempDir d("gguf_lcpp_freeze");
+  const std::string home = lcpp.substr(0, lcpp.rfind('/'));
+  json e;
+  e["about"] = "llama.cpp's outputs on files looplm exported, written by bench/llamacpp/freeze.sh; see README.md";
+  e["llama.cpp"] = "node-llama-cpp " + json::parse(io::read_file(home + "/node_modules/node-llama-cpp/package.json")).at("version").get<std::string>() +
+                   " (@node-llama-cpp/linux-x64, llama.cpp.info.json: " +
+                   json::parse(io::read_file(home + "/node_modules/node-llama-cpp/llama/llama.cpp.info.json")).dump() + ")";
+  e["digests"] = "fnv64: FNV-1a 64 over a tensor's bytes, a text's bytes, or each id as 4 little-endian bytes; arrays of a GGUF key "
+                 "over each element as 8 bytes (integers as int64, floats as double) or as its length (8 bytes) and bytes (strings)";
+  // The text: the KJV's held-out part's first 64 bytes (held_out_bytes, with the corpus prepared).
+  std::string kjv_why;
+  const std::string kjv_dir = test::kjv_dir(kSrc, d.path, &kjv_why);
+  ASSERT_FALSE(kjv_dir.empty()) << kjv_why;
+  const std::string val = io::read_file(kjv_dir + "/val.txt").substr(0, 64);
+  const std::vector<int32_t> x(val.begin(), val.end());
+  e["text"] = x;
+  const std::vector<int32_t> prompt(x.begin(), x.begin() + kFrozenPrompt);
+  for (const FrozenModel& fm : kFrozenModels) {
+    SCOPED_TRACE(fm.tag);
+    const Config c = frozen_config(fm, false);
+    const int V = c.vocab_size;
+    const std::string ckpt = frozen_checkpoint(d, fm.tag, c, fm.seed), gguf = d / (std::string(fm.tag) + ".gguf");
+    ASSERT_EQ(export_gguf(ckpt, gguf), "");
+    auto r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --fa off --prompt-ids " + ids_csv(x) + " --dump-logits " + (d / "z.bin"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<float> theirs = read_floats(d / "z.bin");
+    ASSERT_EQ(theirs.size(), x.size() * V);
+    const LanguageModel lm = LanguageModel::load(ckpt);
+    const std::vector<float> ours = lm.forward_logits(x);
+    double worst = 0;
+    for (size_t k = 0; k < ours.size(); ++k) worst = std::max(worst, (double)std::abs(ours[k] - theirs[k]));
+    const double loss = mean_nll(theirs.data(), x, V);
+    ASSERT_LT(std::abs(mean_nll(ours.data(), x, V) - loss), 1e-4 * loss);
+    ASSERT_LT(worst, kFrozenLogitTolerance / 20) << "looplm's logits are not llama.cpp's: the tolerance would not hold across machines";
+    json logits = {{"positions", json::array()}, {"values", json::array()}};
+    for (const int t : kFrozenPositions) {
+      json row = json::array();
+      for (int v = 0; v < V; ++v) row.push_back(rounded(theirs[(size_t)t * V + v]));
+      logits["positions"].push_back(t);
+      logits["values"].push_back(row);
+    }
+    r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --fa off --reps 1 --warmup 0 --print --n-new " + std::to_string(kFrozenNew) + " --prompt-ids " + ids_csv(prompt));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<int32_t> greedy = json_ints(r.out, "\"tokens\"");
+    ASSERT_EQ(greedy.size(), (size_t)kFrozenNew);
+    // How clear each greedy choice was (llama.cpp's logits over the prompt and the tokens): a
+    // frozen token must not hang on a near tie, which another machine's summation order could flip.
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
+    r = run_shell(lcpp + " " + gguf + " --threads 1 --kv f32 --fa off --prompt-ids " + ids_csv(seq) + " --dump-logits " + (d / "g.bin"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<float> zg = read_floats(d / "g.bin");
+    double margin = 1e9;
+    for (int k = 0; k < kFrozenNew; ++k) {
+      const float* z = zg.data() + (size_t)(kFrozenPrompt - 1 + k) * V;
+      const int best = (int)(std::max_element(z, z + V) - z);
+      ASSERT_EQ(best, greedy[k]) << "step " << k;
+      float second = -1e30f;
+      for (int v = 0; v < V; ++v)
+        if (v != best) second = std::max(second, z[v]);
+      margin = std::min(margin, (double)(z[best] - second));
+    }
+    ASSERT_GT(margin, 1e-3) << "a greedy choice on a near tie (looplm and llama.cpp differ by ~1e-6): pick another seed";
+    GenerateOptions go;
+    go.max_new = kFrozenNew;
+    go.temperature = 0;
+    const std::vector<int32_t> ours_tokens = lm.generate(prompt, go);
+    ASSERT_EQ(std::vector<int32_t>(ours_tokens.end() - kFrozenNew, ours_tokens.end()), greedy);
+    const io::GgufFile g = io::GgufFile::open(gguf);
+    e["models"].push_back({{"tag", fm.tag}, {"seed", fm.seed}, {"config", frozen_config_json(c)}, {"keys", gguf_keys(g)},
+                           {"tensors", gguf_tensors(g)}, {"loss", loss}, {"logits", logits}, {"greedy", greedy},
+                           {"greedy_min_margin", rounded(margin)}, {"looplm_max_logit_difference", rounded(worst)}});
+    std::printf("%s: loss %.7f, looplm's logits within %.3g of llama.cpp's, greedy margin %.3g\n", fm.tag, loss, worst, margin);
+    if (fm.R == 3) {  // the byte vocabulary, read by llama.cpp's tokenizer
+      r = run_shell(lcpp + " " + gguf + " --tokenize '" + kByteText + "'");
+      ASSERT_EQ(r.code, 0) << r.out;
+      e["byte_vocab"] = {{"model", fm.tag}, {"text", kByteText}, {"ids", json_ints(r.out, "[")}};
+    }
+  }
+  e["logit_tolerance"] = kFrozenLogitTolerance;
+
+  {  // ReadsTheTextConventionKeys
+    const std::string gguf = d / "text.gguf", text = "<s>the sand and the sea<|eot_id|>";
+    ASSERT_EQ(export_gguf(text_checkpoint(d), gguf), "");
+    std::ofstream(d / "text.txt", std::ios::binary) << text;
+    const auto r = run_shell(lcpp + " " + gguf + " --tokenize-file " + (d / "text.txt"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<int32_t> ids = json_ints(r.out, "[");
+    ASSERT_EQ(Tokenizer::hf_from_json(tokenizer_with_specials(), "test").encode(text), ids);
+    e["text_conventions"] = {{"text", text}, {"keys", gguf_keys(io::GgufFile::open(gguf), "tokenizer.")}, {"ids", ids}};
+  }
+
+  const std::string kjv = kjv_head(d);
+  ASSERT_FALSE(kjv.empty());
+  e["kjv"] = test::freeze_text(kjv);
+  e["kjv"]["file"] = "data/kjv/train.txt (scripts/prepare_kjv.sh): its first 262,144 bytes, cut after the last newline";
+  for (const std::string name : kFrozenTokenizers) {
+    SCOPED_TRACE(name);
+    const Tokenizer tok = frozen_tokenizer(d, name);
+    const bool spm = name == "tiny_spm";
+    const std::string type = spm ? "f32" : "q8_0", gguf = d / (name + ".gguf");
+    ASSERT_EQ(export_gguf(checkpoint_with_tokenizer(d, name, tok), gguf, type), "");
+    json texts = json::object();
+    for (const auto& [what, text] : frozen_tokenizer_texts(tok, kjv)) {
+      SCOPED_TRACE(what);
+      // Byte-level BPE: the text as the tokenizer sees it (Qwen's NFC normalization; llama.cpp has none).
+      std::ofstream(d / "text.txt", std::ios::binary) << (spm ? text : tok.decode(tok.encode(text)));
+      const auto r = run_shell(lcpp + " " + gguf + " --tokenize-file " + (d / "text.txt"));
+      ASSERT_EQ(r.code, 0) << r.out;
+      const std::vector<int32_t> theirs = json_ints(r.out, "[");
+      ASSERT_EQ(test::compare_frozen_ids(tok.encode(text), test::freeze_ids(theirs, 1 << 30)), "") << "llama.cpp differs from looplm";
+      texts[what] = test::freeze_ids(theirs);
+    }
+    e["tokenizers"].push_back({{"name", name}, {"type", type}, {"keys", gguf_keys(io::GgufFile::open(gguf), "tokenizer.")}, {"texts", texts}});
+  }
+
+  for (const FrozenModel& fm : kFrozenQuantized) {
+    SCOPED_TRACE(fm.tag);
+    const Config c = frozen_config(fm, true);
+    const std::string f32 = d / (std::string(fm.tag) + ".gguf");
+    ASSERT_EQ(export_gguf(frozen_checkpoint(d, fm.tag, c, fm.seed), f32), "");
+    for (const std::string q : {"q8_0", "q4_0"}) {
+      const std::string file = std::string(fm.tag) + "." + q + ".gguf", theirs = out + "/" + file;
+      auto r = run_shell(lcpp + " " + f32 + " --threads 1 --quantize-to " + theirs + " --qtype " + q);
+      ASSERT_EQ(r.code, 0) << r.out;
+      r = run_shell(lcpp + " " + theirs + " --threads 1 --kv f32 --fa off --prompt-ids " + ids_csv(x) + " --dump-logits " + (d / "z.bin"));
+      ASSERT_EQ(r.code, 0) << r.out;
+      const std::vector<float> zl = read_floats(d / "z.bin");
+      e["quantized"].push_back({{"file", file}, {"type", q}, {"model", fm.tag}, {"seed", fm.seed}, {"loss", mean_nll(zl.data(), x, c.vocab_size)}});
+    }
+  }
+  std::ofstream f(out + "/expected.json", std::ios::binary);
+  test::write_fixture_json(f, e);
+  f << "\n";
 }

