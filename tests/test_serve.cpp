@@ -114,21 +114,26 @@ std::string cli_generate(const std::string& ckpt, const std::string& prompt, int
   return r.out.substr(prompt.size(), r.out.size() - prompt.size() - 1);
 }
 
+// Random weights (train --steps 0) of the `looped` preset over a character vocabulary of
+// printable ASCII (every answer is valid UTF-8 and compares byte for byte with the CLI's), in
+// dir/`out`, from dir/text.txt.
+void random_char_model(const TempDir& dir, const std::string& out, int d_model, int context, int lines) {
+  std::string text = test::corpus(lines);
+  for (int c = 32; c < 127; ++c) text += (char)c;
+  std::ofstream(dir / "text.txt", std::ios::binary) << text << "\n";
+  const auto r = run_shell(kBin + " train --preset looped --set steps=0 --set d_model=" + std::to_string(d_model) +
+                           " --set n_heads=4 --set context=" + std::to_string(context) + " --set init_std=0.2 --set tokenizer=char --data " +
+                           (dir / "text.txt") + " --out " + (dir / out) + " --quiet -t 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+}
+
 class Serve : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir = new TempDir("serve");
-    // Random weights (train --steps 0): what is served does not depend on their values. A looped
-    // model, so the looped extensions have steps to save; a context long enough that a request
-    // lasts while others arrive; a character vocabulary of printable ASCII, so every answer is
-    // valid UTF-8 and compares byte for byte with the CLI's.
-    std::string text = test::corpus(300);
-    for (int c = 32; c < 127; ++c) text += (char)c;
-    std::ofstream(*dir / "text.txt", std::ios::binary) << text << "\n";
-    const auto r = run_shell(kBin + " train --preset looped --set steps=0 --set d_model=96 --set n_heads=4 --set context=256 "
-                             "--set init_std=0.2 --set tokenizer=char --data " + (*dir / "text.txt") + " --out " + (*dir / "run") +
-                             " --quiet -t 1");
-    ASSERT_EQ(r.code, 0) << r.out;
+    // What is served does not depend on the weights' values. A looped model, so the looped
+    // extensions have steps to save; a context long enough that a request lasts while others arrive.
+    random_char_model(*dir, "run", 96, 256, 300);
   }
   static void TearDownTestSuite() {
     delete dir;
@@ -604,13 +609,8 @@ class ServeOwnConventions : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir = new TempDir("serve_own");
-    std::string text = test::corpus(100);
-    for (int c = 32; c < 127; ++c) text += (char)c;
-    std::ofstream(*dir / "text.txt", std::ios::binary) << text << "\n";
-    const auto r = run_shell(kBin + " train --preset looped --set steps=0 --set d_model=64 --set n_heads=4 --set context=128 "
-                             "--set init_std=0.2 --set tokenizer=char --data " + (*dir / "text.txt") + " --out " + (*dir / "plain") +
-                             " --quiet -t 1");
-    ASSERT_EQ(r.code, 0) << r.out;
+    random_char_model(*dir, "plain", 64, 128, 100);
+    if (HasFatalFailure()) return;
     // the greedy answer to the prompt, and the first character new in it after the third: the end token
     free_text = cli_generate(*dir / "plain", "[user] Hi\n[assistant] ", 40);
     size_t k = 3;
