@@ -238,10 +238,10 @@ struct GenerateOptions {
 // UTF-8 characters (a character split across tokens waits for its last byte) and held back while
 // it may begin a stop string. The text it gives out, all told, is decode(ids) (a Hugging Face
 // decoder's U+FFFD for invalid UTF-8 included; the byte tokenizer's bytes as they are), cut before
-// the first stop string; tokens after that are ignored. O(1) amortised per token for byte and char tokenizers and the Hugging Face decoders
-// that act token by token (GPT-2, Llama 2 and 3, Qwen, Gemma, Mistral: ByteLevel, Metaspace,
-// ByteFallback, Replace, Strip, Fuse); a decoder that reads tokens together decodes the whole
-// text each token.
+// the first stop string; tokens after that are ignored. O(1) amortised per token for byte and char
+// tokenizers and the Hugging Face decoders that act token by token (GPT-2, Llama 2 and 3, Qwen,
+// Gemma, Mistral: ByteLevel, Metaspace, ByteFallback, Replace, Strip, Fuse); a decoder that reads
+// tokens together decodes the whole text each token.
 struct TextStreamOptions {
   std::vector<std::string> stop;  // the text ends before the first of these
   // The tokens open the text, rather than continue a prompt (a SentencePiece decoder drops the
@@ -360,11 +360,9 @@ class LanguageModel {
   std::vector<std::vector<int32_t>> generate_batch(const std::vector<std::vector<int32_t>>& prompts,
                                                    const GenerateOptions& o,
                                                    const std::function<void(int, int32_t)>& on_token = {}) const;
-  // The text `added` (new tokens) appends to `prompt`'s: a Hugging Face decoder reads a token with
-  // its neighbours (a SentencePiece decoder strips the first token's space, a byte token may be
-  // part of a character), so this is decode(prompt + added) less decode(prompt) where that is a
-  // prefix, else decode(added). Byte and char models: decode(added).
-  // (a TextStream's text, pushed `added` whole)
+  // The text `added` (new tokens) appends to `prompt`'s: a TextStream's text (a continuation:
+  // a SentencePiece word keeps its space, a character split across tokens is whole), pushed
+  // `added` whole. (`prompt` is not read: a token's piece does not depend on the text before it.)
   std::string decode_continuation(const std::vector<int32_t>& prompt, const std::vector<int32_t>& added) const;
 
   // Logits [T, V] of a full forward pass (no cache) over `tokens` at `depth`; for tests/tools.
