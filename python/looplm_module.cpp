@@ -69,6 +69,10 @@ std::string utf8_of(const py::handle& text) {
 std::vector<int32_t> ids_of(const py::handle& seq, int vocab, const char* what) {
   py::array_t<int64_t, py::array::c_style | py::array::forcecast> a;
   try {
+    // Integers only: a float would be cut to an id silently (65.9 -> 65), a bool is not an id.
+    const py::array any = py::array::ensure(seq);
+    if (any && any.size() > 0 && any.dtype().kind() != 'i' && any.dtype().kind() != 'u')
+      throw UsageError(std::string(what) + ": token ids must be integers, not " + py::str(any.dtype()).cast<std::string>());
     a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(seq);
   } catch (const py::error_already_set&) {
   }
@@ -430,7 +434,6 @@ PYBIND11_MODULE(looplm, m) {
              g.max_new = max_tokens;
              // speculative decoding is greedy (the CLI's default too)
              g.temperature = temperature ? *temperature : speculative > 0 ? 0.0 : 1.0;
-             if (g.temperature < 0) throw UsageError("generate: temperature must be >= 0");
              g.top_k = top_k;
              g.top_p = top_p;
              g.seed = seed;

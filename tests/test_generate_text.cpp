@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "data/bpe_trainer.h"
 #include "io/atomic_file.h"
@@ -186,6 +187,82 @@ TEST(GenerateText, ChatRendersTheModelsTemplate) {
     EXPECT_NE(std::string(e.what()).find("the model's chat template cannot be rendered"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos) << e.what();
   }
+}
+
+// A vocabulary padded past its tokenizer (Qwen2: 151,936 rows for 151,665 tokens): the padding
+// ids are never chosen, whatever their logits or a bias say, and a prompt holding one is refused.
+TEST(GenerateText, PaddingIdsAreNeverChosen) {
+  std::string corpus;
+  for (int i = 0; i < 40; ++i) corpus += "the padded vocabulary never speaks past its tokenizer " + std::to_string(i) + "\n";
+  BpeTrainOptions bo;
+  bo.vocab_size = 280;
+  const TextTokenizer tok = TextTokenizer::from_json(train_byte_level_bpe(corpus, bo).tokenizer_json, "trained");
+  Config c = small();
+  c.tokenizer = "hf";
+  c.tokenizer_json = train_byte_level_bpe(corpus, bo).tokenizer_json;
+  c.vocab_size = tok.vocab_size() + 20;  // 20 padding rows
+  LanguageModel lm = LanguageModel::from_config(c, 5);
+  const int32_t pad = tok.vocab_size() + 3;
+  EXPECT_FALSE(lm.has_text(pad));
+  EXPECT_TRUE(lm.has_text(5));
+  const std::vector<int32_t> prompt = lm.encode("the padded");
+  GenerateOptions g;
+  g.max_new = 60;
+  g.temperature = 1.5;
+  g.seed = 9;
+  g.ignore_eos = true;
+  g.logit_bias = {{pad, 100.0f}};  // a bias does not lift a padding row
+  for (int32_t t : lm.generate(prompt, g)) EXPECT_TRUE(lm.has_text(t)) << t;
+  g.temperature = 0;
+  for (int32_t t : lm.generate(prompt, g)) EXPECT_TRUE(lm.has_text(t)) << t;
+  g.speculative = 2;
+  g.draft_depth = 1;
+  for (int32_t t : lm.generate(prompt, g)) EXPECT_TRUE(lm.has_text(t)) << t;
+  DecodeSession session(lm, SessionOptions{});
+  SequenceOptions so;
+  so.max_new = 20;
+  so.temperature = 1.5;
+  so.logprobs = 20;
+  so.logit_bias = {{pad, 100.0f}};
+  session.start(prompt, so);
+  for (int k = 0; k < 20; ++k)
+    for (const SessionToken& t : session.step()) {
+      EXPECT_TRUE(lm.has_text(t.id));
+      for (const auto& [id, lp] : t.top) EXPECT_TRUE(lm.has_text(id)) << "listed among the likely: " << id;
+    }
+  // a prompt holding one: a usage error naming it, in generate and in a session
+  std::vector<int32_t> bad = prompt;
+  bad.push_back(pad);
+  try {
+    lm.generate(bad, g);
+    ADD_FAILURE() << "a padding id in a prompt must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(pad) + " has no text"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(session.start(bad, so), UsageError);
+}
+
+// Sampling options are checked in the library, once, for every front end.
+TEST(GenerateText, SamplingOptionsAreChecked) {
+  LanguageModel lm = LanguageModel::from_config(small(), 2);
+  DecodeSession session(lm, SessionOptions{});
+  for (const auto& [t, k, p] : std::vector<std::tuple<double, int, double>>{
+           {NAN, 0, 1.0}, {INFINITY, 0, 1.0}, {-0.5, 0, 1.0}, {1.0, -5, 1.0}, {1.0, 0, 2.0}, {1.0, 0, 0.0}, {1.0, 0, NAN}}) {
+    SCOPED_TRACE(std::to_string(t) + " " + std::to_string(k) + " " + std::to_string(p));
+    EXPECT_THROW(check_sampling(t, k, p), UsageError);
+    GenerateOptions g;
+    g.max_new = 2;
+    g.temperature = t;
+    g.top_k = k;
+    g.top_p = p;
+    EXPECT_THROW(lm.generate({65}, g), UsageError);
+    SequenceOptions so;
+    so.temperature = t;
+    so.top_k = k;
+    so.top_p = p;
+    EXPECT_THROW(session.start({65}, so), UsageError);
+  }
+  EXPECT_NO_THROW(check_sampling(0, 0, 1.0));
 }
 
 // A checkpoint whose stored conventions are malformed is refused at load, naming the field.

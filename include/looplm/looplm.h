@@ -191,6 +191,11 @@ struct EvalOptions {
   // Called after each batch with (windows done, windows in all), e.g. to show progress.
   std::function<void(int64_t done, int64_t total)> progress;
 };
+// The sampling options, checked as every front end checks them (generate, DecodeSession::start,
+// the CLI, the server, Python): UsageError for a temperature that is negative or not a finite
+// number (NaN would pick the least likely token), a negative top_k, a top_p outside (0, 1].
+void check_sampling(double temperature, int top_k, double top_p);
+
 struct GenerateStats {
   int prompt_tokens = 0;      // tokens of the first prefill (at most a context)
   double prompt_seconds = 0;  // that prefill
@@ -306,6 +311,10 @@ class LanguageModel {
                                      bool add_bos = true) const;
   std::string fallback_symbol() const;  // what an unseen character becomes, as text
   std::string decode(const std::vector<int32_t>& ids) const;
+  // Whether the tokenizer can write token `id` (a padded vocabulary's rows past its tokenizer, as
+  // Qwen2's 151,936 rows for 151,665 tokens, cannot: generation never picks them, and a prompt
+  // holding one is a UsageError).
+  bool has_text(int32_t id) const;
   // The raw bytes one token adds to a text it continues (a byte token's: part of a character;
   // a SentencePiece word's: with its space): what OpenAI's logprobs call a token.
   std::string token_piece(int32_t id) const;

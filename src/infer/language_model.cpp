@@ -25,16 +25,41 @@
 namespace looplm {
 
 // speculative.cpp: one sequence, after generate_batch has checked the prompt and the options
-// `ends`: the ids that end the sequence (not emitted); `text` (when set): the text the sequence
+// `ends`: the ids that end the sequence (not emitted); `textless`: ids never chosen
+// (mask_textless); `text` (when set): the text the sequence
 // ends with once it finds a stop string (the token that completes it is emitted).
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
-                                          const std::vector<int32_t>& ends, TextStreamer* text,
-                                          const std::function<void(int32_t)>& on_token);
+                                          const std::vector<int32_t>& ends, const std::vector<int32_t>& textless,
+                                          TextStreamer* text, const std::function<void(int32_t)>& on_token);
 
+
+namespace {
+// The ids in [0, V) the tokenizer has no text for: past its vocabulary, or holes in its id space.
+std::vector<int32_t> textless_ids(const Tokenizer& tok, int V) {
+  std::vector<int32_t> out;
+  const HfTokenizer* hf = tok.hf();
+  for (int32_t id = 0; id < V; ++id)
+    if (id >= tok.vocab_size() || (hf && hf->token(id).empty())) out.push_back(id);
+  return out;
+}
+}  // namespace
 
 LanguageModel::Impl::Impl(std::unique_ptr<Model> m)
-    : model(std::move(m)), tok(Tokenizer::from_config(model->config())), special(special_tokens_of(model->config(), tok)) {
+    : model(std::move(m)), tok(Tokenizer::from_config(model->config())), special(special_tokens_of(model->config(), tok)),
+      textless(textless_ids(tok, model->config().vocab_size)) {
   init_chat_template(*this);
+}
+
+void check_prompt_has_text(const LanguageModel::Impl& impl, const std::vector<int32_t>& prompt, const std::string& which) {
+  if (impl.textless.empty()) return;
+  for (int32_t t : prompt)
+    if (std::binary_search(impl.textless.begin(), impl.textless.end(), t))
+      throw UsageError(which + " token " + std::to_string(t) + " has no text: the model's vocabulary (" +
+                       std::to_string(impl.model->config().vocab_size) + " rows) is padded past its tokenizer's (" +
+                       std::to_string(impl.tok.vocab_size()) + " ids), and those rows are never used");
+}
+bool LanguageModel::has_text(int32_t id) const {
+  return id >= 0 && id < config().vocab_size && !std::binary_search(impl_->textless.begin(), impl_->textless.end(), id);
 }
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -303,6 +328,11 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   const int depth = c.depth_or_R(opt.depth);
   if (B == 0) throw UsageError("generate: no prompts");
   if (opt.max_new < 0) throw UsageError("generate: max_new must be >= 0");
+  try {
+    check_sampling(opt.temperature, opt.top_k, opt.top_p);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("generate: ") + e.what());
+  }
   size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::string which;  // (built in steps: g++ 12 warns falsely about " " + to_string)
@@ -311,6 +341,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     for (int32_t t : prompts[i])
       if (t < 0 || t >= V)
         throw UsageError("generate: prompt" + which + " token " + std::to_string(t) + " is outside the vocabulary");
+    check_prompt_has_text(*impl_, prompts[i], "generate: prompt" + which);
     longest = std::max(longest, std::min<size_t>(prompts[i].size(), ctx));
   }
   check_logit_bias(opt.logit_bias, V);
@@ -324,7 +355,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     for (int i = 0; i < B; ++i) {
       GenerateOptions oi = opt;
       oi.seed = opt.seed + (uint64_t)i;
-      outs.push_back(generate_speculative(m, prompts[i], oi, ends, texts.empty() ? nullptr : &texts[i], [&](int32_t t) {
+      outs.push_back(generate_speculative(m, prompts[i], oi, ends, impl_->textless, texts.empty() ? nullptr : &texts[i], [&](int32_t t) {
         if (on_token) on_token(i, t);
       }));
     }
@@ -364,6 +395,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     }
     for (int i = 0; i < B; ++i) {
       if (ended[i]) continue;
+      mask_textless(last.data() + (size_t)i * V, impl_->textless);
       next[i] = sample_token(last.data() + (size_t)i * V, V, so, rng[i], work);
       if (is_end(next[i])) {
         ended[i] = true;

@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/tokenizer.h"
 #include "looplm/looplm.h"
@@ -16,6 +17,7 @@ struct LanguageModel::Impl {
   std::unique_ptr<Model> model;
   Tokenizer tok;
   LanguageModel::SpecialTokens special;  // special_tokens_of(config, tok)
+  std::vector<int32_t> textless;         // ids the tokenizer cannot write (mask_textless), ascending
   // What chat renders (infer/chat.cpp): the model's template, a built-in or a file's; or, when the
   // model's own does not parse, nothing and the reason (chat is then refused, naming it).
   std::shared_ptr<const ChatTemplate> chat;
@@ -23,6 +25,9 @@ struct LanguageModel::Impl {
   explicit Impl(std::unique_ptr<Model> m);
   ~Impl();
 };
+
+// UsageError naming the first id of `prompt` the tokenizer cannot write (`which`: "prompt 2").
+void check_prompt_has_text(const LanguageModel::Impl& impl, const std::vector<int32_t>& prompt, const std::string& which);
 
 // The model's own chat template parsed (or the built-in chatml without one) into impl.chat.
 void init_chat_template(LanguageModel::Impl& impl);

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
 #include "looplm/error.h"
+#include "looplm/looplm.h"
 
 namespace looplm {
 
@@ -27,6 +29,18 @@ void check_logit_bias(const LogitBias& bias, int V) {
     if (!std::isfinite(b) || b < -100 || b > 100)
       throw UsageError("logit_bias: the bias of token " + std::to_string(id) + " must be a number from -100 to 100");
   }
+}
+
+void mask_textless(float* z, const std::vector<int32_t>& textless) {
+  // The lowest finite float, not -inf: the logits stay finite (require_finite_logits still tells a
+  // diverged model), and exp(lowest - max) is 0 all the same.
+  for (int32_t id : textless) z[id] = std::numeric_limits<float>::lowest();
+}
+
+void check_sampling(double temperature, int top_k, double top_p) {
+  if (!(temperature >= 0) || !std::isfinite(temperature)) throw UsageError("temperature must be a number >= 0 (0: greedy)");
+  if (top_k < 0) throw UsageError("top_k must be >= 0 (0: off)");
+  if (!(top_p > 0 && top_p <= 1)) throw UsageError("top_p must be greater than 0 and at most 1 (1: off)");
 }
 
 const float* biased_logits(const float* z, int V, const LogitBias* bias, std::vector<float>& biased) {

@@ -19,6 +19,10 @@ struct SamplerOptions {
 // UsageError naming the entry: an id outside [0, V), a bias that is not finite or outside
 // [-100, 100] (OpenAI's range).
 void check_logit_bias(const LogitBias& bias, int V);
+// Token ids no text can be made of (a padded vocabulary's rows past its tokenizer, holes in its id
+// space) get the lowest logit in `z` (V logits): they are never chosen (a bias cannot lift them),
+// and never listed among the likely ones.
+void mask_textless(float* z, const std::vector<int32_t>& textless);
 // z with `bias` added (copied into `biased`), or z itself when there is none.
 const float* biased_logits(const float* z, int V, const LogitBias* bias, std::vector<float>& biased);
 // Error when a logit is NaN or ±Inf (as eval refuses a non-finite loss): no token is chosen from

@@ -29,6 +29,7 @@ struct Slot {
 }  // namespace
 
 struct DecodeSession::Impl {
+  const LanguageModel::Impl* lm;  // the tokenizer's textless ids, for the prompt check and the mask
   const Model& m;
   SessionOptions o;
   int depth;
@@ -40,8 +41,9 @@ struct DecodeSession::Impl {
   int64_t prompt_tokens = 0, new_tokens = 0, new_steps = 0;
   std::chrono::steady_clock::time_point checked = std::chrono::steady_clock::now();
 
-  Impl(const Model& model, const SessionOptions& so)
-      : m(model),
+  Impl(const LanguageModel::Impl& model_impl, const Model& model, const SessionOptions& so)
+      : lm(&model_impl),
+        m(model),
         o(so),
         depth(model.config().depth_or_R(so.depth)),
         dec(model, std::max(so.slots, 1), window(model, so), DecoderOptions{depth, so.exit, so.kv_policy, 0, kv_element(so.kv_cache)}) {}
@@ -66,7 +68,7 @@ DecodeSession::DecodeSession(const LanguageModel& lm, const SessionOptions& o) {
   const Model& m = *lm.impl_->model;
   if (o.exit.rule == ExitRule::gate && !m.has_exit_gate())
     throw UsageError("exit rule gate needs a model with a learned exit gate (loop.exit_gate, as Ouro has); this one has none");
-  impl_ = std::make_unique<Impl>(m, o);
+  impl_ = std::make_unique<Impl>(*lm.impl_, m, o);
   impl_->slots.resize(o.slots);
   impl_->last.assign((size_t)o.slots * impl_->V(), 0.0f);
   impl_->z.assign((size_t)o.slots * impl_->V(), 0.0f);
@@ -80,9 +82,8 @@ int DecodeSession::start(const std::vector<int32_t>& prompt, const SequenceOptio
   for (int32_t t : prompt)
     if (t < 0 || t >= V) throw UsageError("prompt token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
   if (s.max_new < 1) throw UsageError("max_new must be >= 1");
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw UsageError("temperature must be a number >= 0");
-  if (s.top_k < 0) throw UsageError("top_k must be >= 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) throw UsageError("top_p must be greater than 0 and at most 1");
+  check_sampling(s.temperature, s.top_k, s.top_p);
+  check_prompt_has_text(*im.lm, prompt, "prompt");
   if (s.logprobs > 20) throw UsageError("logprobs is at most 20");
   check_logit_bias(s.logit_bias, V);
   int slot = -1;
@@ -119,7 +120,8 @@ std::vector<SessionToken> DecodeSession::step() {
   for (int i = 0; i < (int)im.slots.size(); ++i) {
     Slot& s = im.slots[i];
     if (!s.used) continue;
-    const float* z = im.last.data() + (size_t)i * V;
+    float* z = im.last.data() + (size_t)i * V;
+    mask_textless(z, im.lm->textless);
     SessionToken t;
     t.slot = i;
     t.id = sample_token(z, V, SamplerOptions{s.opt.temperature, s.opt.top_k, s.opt.top_p, &s.opt.logit_bias}, s.rng, im.work);

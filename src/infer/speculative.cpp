@@ -17,8 +17,8 @@
 namespace looplm {
 
 std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt_in, const GenerateOptions& opt,
-                                          const std::vector<int32_t>& ends, TextStreamer* text,
-                                          const std::function<void(int32_t)>& on_token) {
+                                          const std::vector<int32_t>& ends, const std::vector<int32_t>& textless,
+                                          TextStreamer* text, const std::function<void(int32_t)>& on_token) {
   const Config& c = m.config();
   const int V = c.vocab_size, ctx = c.context, K = opt.speculative;
   const int depth = c.depth_or_R(opt.depth);
@@ -37,7 +37,8 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   std::vector<int32_t> drafts(K + 1);
   int64_t drafted = 0, accepted = 0;
   std::vector<float> biased;
-  auto argmax = [&](const float* z_in) {  // greedy choice, as sample_token makes it at temperature 0
+  auto argmax = [&](float* z_in) {  // greedy choice, as sample_token makes it at temperature 0
+    mask_textless(z_in, textless);
     require_finite_logits(z_in, V);
     const float* z = biased_logits(z_in, V, &opt.logit_bias, biased);
     return (int32_t)(std::max_element(z, z + V) - z);

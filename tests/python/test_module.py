@@ -280,6 +280,17 @@ class Trained(unittest.TestCase):
             looplm.from_config({"d_modle": 8})
         with self.assertRaisesRegex(looplm.UsageError, "already"):
             looplm.train(self.config, out=self.ckpt, quiet=True)  # a run there: resume or overwrite
+        # sampling options the library checks for every front end: NaN would pick the least likely token
+        for bad in ({"temperature": float("nan")}, {"temperature": float("inf")}, {"temperature": -1.0}, {"top_p": 2.0},
+                    {"top_p": 0.0}, {"top_k": -5}):
+            with self.assertRaisesRegex(looplm.UsageError, "temperature|top_p|top_k", msg=str(bad)):
+                self.m.generate("x", max_tokens=2, **bad)
+        # token ids are integers: a float is not cut to an id
+        with self.assertRaisesRegex(looplm.UsageError, "must be integers"):
+            self.m.generate([65.9, 66.0], max_tokens=2)
+        with self.assertRaisesRegex(looplm.UsageError, "must be integers"):
+            self.m.detokenize(np.array([65.0]))
+        self.assertEqual(self.m.detokenize(np.array([65], dtype=np.uint16)), "A")
 
     def test_a_callback_stops_and_resume_continues(self):
         out = os.path.join(self.dir, "stopped")
