@@ -3,6 +3,42 @@
 
 namespace looplm::io {
 
+namespace {
+// SAX events that only follow each object's keys (nlohmann::json::sax_parse).
+struct KeyWatch {
+  std::vector<std::unordered_set<std::string>> open;
+  std::string dup;
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(int64_t) { return true; }
+  bool number_unsigned(uint64_t) { return true; }
+  bool number_float(double, const std::string&) { return true; }
+  bool string(std::string&) { return true; }
+  bool binary(nlohmann::json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    open.emplace_back();
+    return true;
+  }
+  bool end_object() {
+    open.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) { return true; }
+  bool end_array() { return true; }
+  bool key(std::string& k) {
+    if (!open.back().insert(k).second) dup = k;
+    return dup.empty();  // the first one is enough
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) { return false; }
+};
+}  // namespace
+
+std::string repeated_key(std::string_view text) {
+  KeyWatch w;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &w);
+  return w.dup;
+}
+
 int json_depth(std::string_view text, int limit) {
   int depth = 0, deepest = 0;
   bool in_string = false;

@@ -32,6 +32,9 @@ std::string brief_json(const nlohmann::json& v, size_t max = 60);
 std::string brief_path(std::string_view path);
 std::string brief_json(const nlohmann::ordered_json& v, size_t max = 60);
 
+// The first key given twice in one object of `text` (valid JSON), or "".
+std::string repeated_key(std::string_view text);
+
 // Parses `text` as JSON. Errors start with `origin` ("FILE: header", "FILE:3"): invalid JSON, nesting deeper than
 // kMaxJsonDepth, a key given twice in one object. They are UsageError (exit 2) when `usage` is set
 // (a config file or flag a person wrote), Error (exit 1: a damaged file) otherwise.
@@ -43,21 +46,16 @@ Json parse_json(std::string_view text, const std::string& origin, bool usage = f
   };
   if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
     fail(origin + " nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  std::vector<std::unordered_set<std::string>> open;  // the keys of each object being parsed
-  std::string dup;
   Json j;
   try {
-    j = Json::parse(text.begin(), text.end(), [&](int, typename Json::parse_event_t ev, Json& v) {
-      using E = typename Json::parse_event_t;
-      if (ev == E::object_start) open.emplace_back();
-      else if (ev == E::object_end && !open.empty()) open.pop_back();
-      else if (ev == E::key && !open.empty() && !open.back().insert(v.template get<std::string>()).second && dup.empty())
-        dup = v.template get<std::string>();
-      return true;
-    });
+    j = Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     fail(origin + " is not valid JSON (" + brief(plain_message(e), 200) + ")");
   }
+  // Keys given twice, found in a second pass of events that builds nothing (nlohmann's parser
+  // with a callback rescans an object's members each time a member object ends: quadratic, 39 s
+  // for a safetensors header of 50,000 tensors).
+  const std::string dup = repeated_key(text);
   if (!dup.empty()) fail(origin + " names the key '" + brief(dup) + "' twice in one JSON object");
   return j;
 }
