@@ -320,3 +320,22 @@ TEST_F(Hostile, ACheckpointOverwrittenWhileInUseIsNamed) {
   EXPECT_EQ(err.find("error"), std::string::npos) << err;
   EXPECT_NE(err.find("exit 0"), std::string::npos) << err;
 }
+
+// A device or a FIFO where a model file should be: refused at once, never read for ever (a
+// checkpoint, a tokenizer.json as /dev/zero; a FIFO config.json with no writer in a model
+// directory), and convert leaves no OUT.tmp.* behind. `timeout` turns a hang into a failure.
+TEST_F(Hostile, DevicesAndFifosAreNotReadForEver) {
+  for (const std::string& cmd : {"info --checkpoint /dev/zero --no-measure", "generate --checkpoint /dev/zero -p x -n 1",
+                                 "tokenize --tokenizer /dev/zero -p x"}) {
+    const CmdResult r = run("timeout 20 " + std::string(LOOPLM_BINARY) + " " + cmd, "", true);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("/dev/zero"), std::string::npos) << cmd << "\n" << r.out;
+  }
+  const std::string src = dir + "/hf";
+  fs::create_directories(src);
+  ASSERT_EQ(::mkfifo((src + "/config.json").c_str(), 0600), 0);
+  const CmdResult r = run("timeout 20 " + std::string(LOOPLM_BINARY) + " convert --from " + src + " --out " + dir + "/out", "", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find("out.tmp"), std::string::npos) << e.path();
+}

@@ -1,5 +1,7 @@
 #include "data/hf_tokenizer.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "data/hf_normalizer.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_unicode.h"
+#include "io/atomic_file.h"
 
 namespace looplm {
 
@@ -112,14 +115,21 @@ std::string type_of(const nlohmann::json& j) {
 
 }  // namespace
 
-std::shared_ptr<const HfTokenizer> HfTokenizer::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot read tokenizer file '" + io::brief_path(path) + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error("cannot read tokenizer file '" + io::brief_path(path) + "'");
-  return from_json(ss.str(), path);
+std::string HfTokenizer::read_file_text(const std::string& path) {
+  // The largest real tokenizer.json is ~35 MB (Gemma 3's); a stream that gives far more (/dev/zero)
+  // is not one.
+  constexpr uint64_t kMaxBytes = uint64_t{512} << 20;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
+    throw Error("tokenizer file '" + io::brief_path(path) + "' is a device, not a tokenizer.json");
+  try {
+    return io::read_file(path, kMaxBytes);
+  } catch (const io::FileTooLarge&) {
+    throw Error("tokenizer file '" + io::brief_path(path) + "' holds more than 512 MB: not a tokenizer.json");
+  }
 }
+
+std::shared_ptr<const HfTokenizer> HfTokenizer::from_file(const std::string& path) { return from_json(read_file_text(path), path); }
 
 std::shared_ptr<const HfTokenizer> HfTokenizer::from_json(const std::string& text, const std::string& origin) {
   std::shared_ptr<HfTokenizer> t(new HfTokenizer());

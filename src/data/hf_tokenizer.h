@@ -34,6 +34,8 @@ class HfTokenizer {
   // outside the vocabulary, an id used twice.
   static std::shared_ptr<const HfTokenizer> from_json(const std::string& json_text, const std::string& origin);
   static std::shared_ptr<const HfTokenizer> from_file(const std::string& path);
+  // A tokenizer.json's text (at most 512 MB: a device or a stream that does not end is refused).
+  static std::string read_file_text(const std::string& path);
 
   // Error (naming the byte offset) when text is not valid UTF-8.
   std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;

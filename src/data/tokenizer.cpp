@@ -155,13 +155,7 @@ Tokenizer Tokenizer::hf_from_json(const std::string& json_text, const std::strin
   return t;
 }
 
-Tokenizer Tokenizer::hf_from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  if (f) ss << f.rdbuf();
-  if (!f || f.bad()) throw Error("cannot read tokenizer file '" + io::brief_path(path) + "'");
-  return hf_from_json(ss.str(), path);
-}
+Tokenizer Tokenizer::hf_from_file(const std::string& path) { return hf_from_json(HfTokenizer::read_file_text(path), path); }
 
 Tokenizer Tokenizer::from_checkpoint(Config cfg, const std::map<std::string, std::string>& metadata, const std::string& file) {
   if (cfg.tokenizer == "hf") {

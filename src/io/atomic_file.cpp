@@ -111,11 +111,14 @@ void write_file_atomic(const std::string& path, const void* data, size_t n) {
 }
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opened without waiting (a FIFO with no writer would block the open for ever), then read
+  // blocking: a FIFO nobody writes reads as empty, a pipe as what it gives.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));
   }
+  if (const int fl = ::fcntl(fd, F_GETFL); fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   auto fail = [&](int e) {
     ::close(fd);
     throw Error("cannot read '" + brief_path(path) + "': " + std::strerror(e));

@@ -128,7 +128,11 @@ std::shared_ptr<const Bytes> map_file(const std::string& path) {
     ::close(fd);
     throw Error("cannot read '" + brief_path(path) + "': is a directory");
   }
-  if (!S_ISREG(st.st_mode) || st.st_size == 0) {  // a pipe or an empty file: read it instead
+  if (!S_ISREG(st.st_mode)) {  // a device (/dev/zero would be read for ever), a FIFO, a socket
+    ::close(fd);
+    throw Error("cannot read '" + brief_path(path) + "': not a regular file (a model file is a file)");
+  }
+  if (st.st_size == 0) {  // nothing to map; the reader names what is missing
     ::close(fd);
     return hold_bytes(read_file(path));
   }
