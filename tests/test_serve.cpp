@@ -1073,6 +1073,9 @@ TEST_F(ServeText, AttackPaddedVocabularyIdsAre4xx) {
   EXPECT_NE(r.dump().find(std::to_string(pad)), std::string::npos) << r;
   r = post(s, "/v1/completions", {{"prompt", {65, pad}}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}}, &st);
   EXPECT_EQ(st, 400) << r;
+  r = post(s, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}, {"logit_bias", {{std::to_string(pad), 100}}}}, &st);
+  EXPECT_EQ(st, 400) << r;  // forcing a token that has no text
+  EXPECT_NE(r.dump().find("no text"), std::string::npos) << r;
   r = post(s, "/detokenize", {{"tokens", {65, 66}}}, &st);
   EXPECT_EQ(st, 200) << r;
   EXPECT_EQ(s.stop(), 0);

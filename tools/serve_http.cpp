@@ -94,12 +94,13 @@ class ConnStream : public httplib::Stream {
     }
     const size_t n = std::min(size, c_.len - c_.off);
     // the bounds on raw bytes: the head's, and a body's framing (a chunked body's decoded bytes
-    // are counted by with_body's reader; this bounds what its chunk lines may add)
+    // are counted by with_body's reader; this bounds what its chunk lines may add: a body of
+    // --max-body bytes sent one byte a chunk, "1\r\nX\r\n", is 6 times its size)
     if (!c_.in_body && (c_.head_bytes += n) > l_.max_head) {
       c_.head_too_big = c_.close = true;
       return -1;
     }
-    if (c_.in_body && (c_.body_bytes += n) > 2 * l_.max_body + (64 << 10)) {
+    if (c_.in_body && (c_.body_bytes += n) > 8 * l_.max_body + (64 << 10)) {
       c_.body_too_big = c_.close = true;
       return -1;
     }

@@ -14,8 +14,8 @@
 //  * a deadline per request (--request-timeout): the request line, the headers and the body
 //    must all arrive within it, however slowly the bytes come (408, or the connection closed);
 //  * at most --max-conns-per-client connections per client address (more get 429 at once);
-//  * the request line and headers bounded (64 KiB: 431), and a chunked body's framing (twice
-//    --max-body and 64 KiB more);
+//  * the request line and headers bounded (64 KiB: 431), and a chunked body's framing (8 times
+//    --max-body and 64 KiB more: room for one-byte chunks);
 //  * before the body is read (check_head), what cannot be right is refused and the connection
 //    closed: a Content-Encoding other than identity (415: nothing is ever decompressed), a
 //    Transfer-Encoding other than chunked (501), both framings at once, a Content-Length that is

@@ -102,6 +102,8 @@ std::vector<std::pair<int32_t, float>> logit_bias_of(const ModelView& m, const j
       throw bad("'logit_bias' key '" + brief(key) + "' is not a token id (0.." + std::to_string(V - 1) + ")", "logit_bias");
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100)
       throw bad("'logit_bias' of token " + key + " must be a number from -100 to 100", "logit_bias");
+    if (v.get<double>() > 0 && (size_t)id < m.no_text.size() && m.no_text[id])
+      throw bad("'logit_bias' favours token " + key + ", which has no text (the model's vocabulary is padded past its tokenizer's)", "logit_bias");
     out.push_back({(int32_t)id, (float)v.get<double>()});
   }
   return out;

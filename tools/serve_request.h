@@ -34,6 +34,8 @@ struct ModelView {
   int max_sequences = 68;     // prompts x n of one request: what the engine can take at once (--parallel + --queue)
   bool exit_gate = false;     // the model has a learned exit gate
   bool builtin_chatml = false;  // chat renders the built-in ChatML (its end of turn is text)
+  // Ids the tokenizer has no text for (a vocabulary padded past the tokenizer's): empty, none.
+  std::vector<bool> no_text;
   std::function<std::vector<int32_t>(const std::string& text, bool add_bos)> encode_prompt;
   std::function<std::string(const std::string& messages_json, const ChatOptions&)> apply_chat_template;
 };
