@@ -28,8 +28,8 @@ if [ "${1:-}" = "--fuzz" ]; then
   # pages (fuzz_data ran ~1.3-2x faster); a use after free within one input is still caught.
   # The files the targets write for path-taking loaders go to a tmpfs (/dev/shm) when there is one,
   # 2x the runs of fuzz_data on disk. The targets run two at a time (one per core on CI).
-  declare -A max_len=([safetensors]=65536 [checkpoint]=65536 [config]=16384 [data]=16384 [prompts]=16384 [gguf]=65536 [tokenizer]=16384 [chat_template]=16384)
-  targets=(safetensors checkpoint config data prompts gguf tokenizer chat_template)
+  declare -A max_len=([safetensors]=65536 [checkpoint]=65536 [config]=16384 [data]=16384 [prompts]=16384 [gguf]=65536 [tokenizer]=16384 [chat_template]=16384 [serve_request]=16384)
+  targets=(safetensors checkpoint config data prompts gguf tokenizer chat_template serve_request)
   scratch=$(mktemp -d /dev/shm/looplm-fuzz.XXXXXX 2>/dev/null || mktemp -d "$PWD/build-fuzz/tmp.XXXXXX")
   trap 'rm -rf "$scratch"' EXIT
   run_target() {

@@ -3,8 +3,12 @@
 // alone, also for requests that arrive while others decode; the lm-eval request shape gets the
 // log-probabilities `looplm eval` computes; bad input gets OpenAI-style errors with the right
 // status; a client that leaves frees its slot; SIGTERM finishes what is in flight and exits 0.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -257,11 +261,15 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
   call(json({{"prompt", std::string(300, 'a')}}).dump(), 400, "context holds 256", auth);
   call(json({{"prompt", std::string(5000, 'a')}}).dump(), 413, "larger than", auth);
   call(R"({"prompt": "x", "max_tokens": 1e300})", 400, "'max_tokens' is out of range", auth);
-  {  // curl -d's default type: the HTTP library caps it at 8 KB, and the answer says what to send
-    auto r = s.client().Post("/v1/completions", auth, std::string(9000, 'a'), "application/x-www-form-urlencoded");
+  {  // curl -d's default type: read as any body, within --max-body (the library's own reader capped it at 8 KB)
+    auto r = s.client().Post("/v1/completions", auth, json({{"prompt", std::string(3000, 'a')}, {"max_tokens", 1}}).dump(),
+                             "application/x-www-form-urlencoded");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("context holds 256"), std::string::npos) << r->body;
+    r = s.client().Post("/v1/completions", auth, std::string(9000, 'a'), "application/x-www-form-urlencoded");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 413);
-    EXPECT_NE(r->body.find("Content-Type: application/json"), std::string::npos) << r->body;
   }
   // /health needs no key; the server still answers properly after all that
   // none of it changed another request's answer: a greedy one that ran through all of the above
@@ -718,4 +726,357 @@ TEST_F(ServeOwnConventions, ChatTemplateOverrideAndJsonLog) {
   const auto bad = run_shell(kBin + " serve --checkpoint " + ckpt() + " --chat-template nonesuch --port 0");
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("nonesuch"), std::string::npos) << bad.out;
+}
+
+// ---------------------------------------------------------------- attacks (docs/serve.md, "Limits")
+// What an independent attack on the server found, each as a test: bodies past --max-body however
+// they are framed or encoded, slow connections, pipelined requests, a client that leaves a whole
+// (non-streamed) request, client errors answered 5xx. Raw sockets: what an HTTP client would not send.
+namespace {
+
+// A raw TCP connection to the server (from `from`, another loopback address, when given: a
+// different client address for the per-client connection cap).
+struct Raw {
+  int fd = -1;
+  explicit Raw(int port, const char* from = nullptr) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      inet_pton(AF_INET, from, &a.sin_addr);
+      EXPECT_EQ(::bind(fd, (sockaddr*)&a, sizeof a), 0) << "bind " << from;
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (::connect(fd, (sockaddr*)&a, sizeof a) != 0) {
+      ADD_FAILURE() << "connect";
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Raw() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  bool send(const std::string& s) { return fd >= 0 && ::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == (ssize_t)s.size(); }
+  // Reads until the server closes, `done(text)` holds or `timeout_s` passes; `closed`: it closed.
+  std::string read(double timeout_s, const std::function<bool(const std::string&)>& done = nullptr, bool* closed = nullptr) {
+    std::string got;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    if (closed) *closed = false;
+    while (fd >= 0 && std::chrono::steady_clock::now() < until && !(done && done(got))) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      char buf[65536];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        if (closed) *closed = true;
+        break;
+      }
+      got.append(buf, (size_t)n);
+    }
+    return got;
+  }
+};
+
+// The status of the first response in `text` (0: none).
+int status_of(const std::string& text) { return text.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(text.c_str() + 9) : 0; }
+
+// Whole responses in `text` (each with a Content-Length body).
+int responses_in(const std::string& text) {
+  int n = 0;
+  for (size_t at = 0;;) {
+    const size_t head = text.find("\r\n\r\n", at);
+    if (head == std::string::npos) return n;
+    const std::regex len("Content-Length: ([0-9]+)", std::regex::icase);
+    std::smatch m;
+    const std::string h = text.substr(at, head - at);
+    const size_t body = std::regex_search(h, m, len) ? std::stoul(m[1]) : 0;
+    if (text.size() < head + 4 + body) return n;
+    ++n;
+    at = head + 4 + body;
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string post_head(const std::string& path, const std::string& headers) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers + "\r\n";
+}
+}  // namespace
+
+// --max-body counts a body's bytes as they arrive, however framed; encodings are refused, and a
+// Content-Length that cannot be right is answered at once, before any of the body is read.
+TEST_F(Serve, AttackBodiesAreBoundedHoweverFramed) {
+  ServerProcess s("--checkpoint " + ckpt() + " --max-body 4096 -t 1", *dir / "attack_body.log");
+  ASSERT_GT(s.port, 0);
+  auto chunked = [](const std::string& body, size_t piece) {
+    std::string out;
+    char len[32];
+    for (size_t at = 0; at < body.size(); at += piece) {
+      const std::string part = body.substr(at, piece);
+      std::snprintf(len, sizeof len, "%zx\r\n", part.size());
+      out += len + part + "\r\n";
+    }
+    return out + "0\r\n\r\n";
+  };
+  // (status, seconds to the answer, the server closed the connection after it)
+  auto exchange = [&](const std::string& request, double timeout_s = 10) {
+    Raw r(s.port);
+    const auto t0 = std::chrono::steady_clock::now();
+    r.send(request);
+    bool closed = false;
+    const std::string got = r.read(timeout_s, [](const std::string& t) { return responses_in(t) >= 1; });
+    const double took = seconds_since(t0);
+    r.read(2, nullptr, &closed);
+    return std::tuple<int, double, bool, std::string>{status_of(got), took, closed, got};
+  };
+  const std::string small = json({{"prompt", std::string(3000, 'a')}}).dump();
+  // a chunked body within the limit is read; one past it is refused as it passes the limit
+  auto [st, took, closed, text] = exchange(post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(small, 100));
+  EXPECT_EQ(st, 200) << text;
+  EXPECT_FALSE(closed);
+  std::string big = json({{"prompt", std::string(40000, 'a')}}).dump();
+  std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(big, 1000));
+  EXPECT_EQ(st, 413) << text;
+  EXPECT_TRUE(closed);
+  std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(big.substr(0, 5000), 1));
+  EXPECT_EQ(st, 413) << text;  // one-byte chunks: their decoded bytes are what counts
+  // no body is inflated: every Content-Encoding but identity is refused before the body is read
+  for (const std::string ce : {"gzip", "deflate", "br", "GZIP", "x-custom", "gzip, identity"}) {
+    std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Content-Encoding: " + ce + "\r\nContent-Length: 10\r\n") + "0123456789");
+    EXPECT_EQ(st, 415) << ce << ": " << text;
+    EXPECT_TRUE(closed) << ce;
+  }
+  std::tie(st, took, closed, text) =
+      exchange(post_head("/tokenize", "Content-Encoding: identity\r\nContent-Length: " + std::to_string(small.size()) + "\r\n") + small);
+  EXPECT_EQ(st, 200) << text;
+  // Content-Lengths that cannot be right: answered at once (not after the read timeout), closed
+  for (const auto& [cl, want] : std::vector<std::pair<std::string, int>>{
+           {"-1", 400}, {"abc", 400}, {"12abc", 400}, {"99999999999", 413}, {"99999999999999999999999999999", 413}, {"4097", 413}}) {
+    std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Content-Length: " + cl + "\r\n") + "{}");
+    EXPECT_EQ(st, want) << cl << ": " << text;
+    EXPECT_LT(took, 2.0) << cl;
+    EXPECT_TRUE(closed) << cl;
+  }
+  std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Content-Length: 2\r\nContent-Length: 3\r\n") + "{}");
+  EXPECT_EQ(st, 400) << text;
+  std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n") + "{}");
+  EXPECT_EQ(st, 400) << text;
+  std::tie(st, took, closed, text) = exchange(post_head("/tokenize", "Transfer-Encoding: gzip, chunked\r\n") + "0\r\n\r\n");
+  EXPECT_EQ(st, 501) << text;
+  // a POST without a length (its body would run to the connection's end), a body on GET, multipart, an unknown route
+  std::tie(st, took, closed, text) = exchange(post_head("/tokenize", ""), 3);
+  EXPECT_EQ(st, 411) << text;
+  EXPECT_LT(took, 2.0);
+  std::tie(st, took, closed, text) = exchange("GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(big, 1000));
+  EXPECT_EQ(st, 400) << text;
+  std::tie(st, took, closed, text) = exchange(
+      "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=xx\r\nContent-Length: 4\r\n\r\n--xx");
+  EXPECT_EQ(st, 415) << text;
+  std::tie(st, took, closed, text) = exchange(post_head("/nope", "Transfer-Encoding: chunked\r\n") + chunked(big, 1000));
+  EXPECT_EQ(st, 404) << text;
+  // headers without end
+  {
+    Raw r(s.port);
+    r.send("GET /health HTTP/1.1\r\n");
+    std::string flood;
+    for (int i = 0; i < 2000; ++i) flood += "X-Pad-" + std::to_string(i) + ": " + std::string(100, 'p') + "\r\n";
+    r.send(flood);
+    bool closed2 = false;
+    const std::string got = r.read(5, [](const std::string& t) { return responses_in(t) >= 1; });
+    EXPECT_EQ(status_of(got), 431) << got.substr(0, 300);
+    r.read(2, nullptr, &closed2);
+    EXPECT_TRUE(closed2);
+  }
+  // the server is well
+  auto h = s.client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// A request has --request-timeout to arrive, however slowly its bytes come; one client address
+// holds at most --max-conns-per-client connections. So slow clients from one address leave the
+// pool's other threads to everyone else, and each is cut at its deadline.
+TEST_F(Serve, AttackSlowClientsAreCutAndOthersAreServed) {
+  // --parallel 1 --queue 0: a pool of 8 connection threads
+  ServerProcess s("--checkpoint " + ckpt() + " --parallel 1 --queue 0 --request-timeout 3 --max-conns-per-client 4 -t 1",
+                  *dir / "attack_slow.log");
+  ASSERT_GT(s.port, 0);
+  const std::string request = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"prompt\": \"abcdef\"}";
+  std::vector<std::unique_ptr<Raw>> slow;
+  for (int i = 0; i < 10; ++i) slow.push_back(std::make_unique<Raw>(s.port));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> got(slow.size());
+  std::vector<double> closed_at(slow.size(), -1);
+  std::atomic<bool> stop{false};
+  // one byte a second on each connection, noting when the server closes it
+  std::thread sender([&] {
+    for (size_t k = 0; k < request.size() && !stop; ++k) {
+      for (size_t i = 0; i < slow.size(); ++i) {
+        if (closed_at[i] >= 0) continue;
+        slow[i]->send(std::string(1, request[k]));
+        bool closed = false;
+        got[i] += slow[i]->read(0.01, nullptr, &closed);
+        if (closed) closed_at[i] = seconds_since(t0);
+      }
+      for (int w = 0; w < 50 && !stop; ++w) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (size_t i = 0; i < slow.size(); ++i) {
+          if (closed_at[i] >= 0) continue;
+          bool closed = false;
+          got[i] += slow[i]->read(0.0, nullptr, &closed);
+          if (closed) closed_at[i] = seconds_since(t0);
+        }
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // another client is answered at once, while the slow ones hold their threads
+  {
+    Raw other(s.port, "127.0.0.2");
+    const auto t1 = std::chrono::steady_clock::now();
+    other.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string h = other.read(5, [](const std::string& t) { return responses_in(t) >= 1; });
+    EXPECT_EQ(status_of(h), 200) << h;
+    EXPECT_LT(seconds_since(t1), 1.0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  stop = true;
+  sender.join();
+  int refused = 0, cut = 0;
+  for (size_t i = 0; i < slow.size(); ++i) {
+    if (status_of(got[i]) == 429) {
+      ++refused;
+      EXPECT_GE(closed_at[i], 0) << "a refused connection is closed";
+      EXPECT_LT(closed_at[i], 1.5);
+    } else {
+      ++cut;
+      EXPECT_EQ(status_of(got[i]), 408) << got[i];
+      EXPECT_GE(closed_at[i], 2.5) << "cut at its deadline (3 s), not before";
+      EXPECT_LT(closed_at[i], 5.0) << "cut at its deadline (3 s)";
+    }
+  }
+  EXPECT_EQ(refused, 6);
+  EXPECT_EQ(cut, 4);
+  auto h = s.client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// Requests pipelined in one write are each answered, in order.
+TEST_F(Serve, AttackPipelinedRequestsAreAnsweredInOrder) {
+  ServerProcess s("--checkpoint " + ckpt() + " -t 1", *dir / "attack_pipeline.log");
+  ASSERT_GT(s.port, 0);
+  const std::string body = R"({"prompt": "abc"})";
+  Raw r(s.port);
+  r.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+         "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body +
+         "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = r.read(10, [](const std::string& t) { return responses_in(t) >= 3; });
+  ASSERT_EQ(responses_in(got), 3) << got;
+  const size_t a = got.find("\"status\":\"ok\""), b = got.find("\"tokens\""), c = got.find("\"object\":\"list\"");
+  EXPECT_TRUE(a != std::string::npos && b != std::string::npos && c != std::string::npos) << got;
+  EXPECT_TRUE(a < b && b < c) << got;
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// A whole (non-streamed) request whose client leaves is cancelled, as a stream's is: its slot is
+// free at the next token boundary, not when its last token is made.
+TEST_F(Serve, AttackAClientThatLeavesAWholeRequestFreesItsSlot) {
+  ServerProcess s("--checkpoint " + ckpt() + " --parallel 1 -t 1", *dir / "attack_leave.log");
+  ASSERT_GT(s.port, 0);
+  auto metric = [&](const std::string& name) {
+    auto r = s.client().Get("/metrics");
+    const std::regex re("\n" + name + " ([0-9.]+)");
+    std::smatch m;
+    return r && std::regex_search(r->body, m, re) ? std::stod(m[1]) : -1.0;
+  };
+  // 250 tokens of 256 loop steps: more than a second of work here
+  const std::string body = R"({"prompt": "In", "max_tokens": 250, "depth": 256, "temperature": 0})";
+  {
+    Raw r(s.port);
+    r.send(post_head("/v1/completions", "Content-Length: " + std::to_string(body.size()) + "\r\n") + body);
+    for (int i = 0; i < 500 && metric("looplm_requests_running") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(metric("looplm_requests_running"), 1);
+  }  // the client closes
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200 && metric("looplm_requests_cancelled_total") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metric("looplm_requests_cancelled_total"), 1);
+  EXPECT_LT(seconds_since(t0), 1.0);
+  EXPECT_EQ(metric("looplm_requests_running"), 0);
+  // the next request finds the slot free
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(post(s, "/v1/completions", {{"prompt", "In"}, {"max_tokens", 4}, {"temperature", 0}})["choices"][0]["text"],
+            cli_generate(ckpt(), "In", 4));
+  EXPECT_LT(seconds_since(t1), 2.0);
+  EXPECT_EQ(s.stop(), 0);
+  std::ifstream f(*dir / "attack_leave.log");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("status=499"), std::string::npos) << log;
+}
+
+// Errors of the client's making are 4xx, whatever their kind.
+TEST_F(Serve, AttackClientErrorsAre4xx) {
+  ServerProcess s("--checkpoint " + ckpt() + " --parallel 2 --queue 2 -t 1", *dir / "attack_4xx.log");
+  ASSERT_GT(s.port, 0);
+  auto call = [&](const std::string& path, const std::string& body, int want, const std::string& mentions) {
+    auto r = s.client().Post(path, body, "application/json");
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(r->status, want) << body << " -> " << r->body;
+    EXPECT_NE(r->body.find(mentions), std::string::npos) << body << " -> " << r->body;
+  };
+  call("/v1/completions", R"({"prompt": "x", "logprobs": -1})", 400, "'logprobs' must be between 0 and 20");
+  call("/v1/completions", R"({"prompt": "x", "logprobs": -1000000000000000})", 400, "'logprobs'");
+  call("/v1/completions", R"({"prompt": "x", "logprobs": 21})", 400, "'logprobs'");
+  call("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": -5})", 400, "'top_logprobs'");
+  call("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 1e300})", 400, "'top_logprobs'");
+  call("/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", 400, "text message parts");
+  call("/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 7}]}]})", 400, "text message parts");
+  call("/v1/completions", R"({"prompt": [18446744073709551615]})", 400, "outside the vocabulary");
+  // more sequences than the server takes at once (--parallel + --queue): never a 429 to retry
+  call("/v1/completions", R"({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 1})", 400, "at most 4");
+  std::string many = "[";
+  for (int i = 0; i < 50000; ++i) many += std::string(i ? "," : "") + "\"a\"";
+  call("/v1/completions", R"({"prompt": )" + many + R"(], "max_tokens": 1})", 400, "at most 4");
+  call("/tokenize", R"({"prompt": "x", "with_pieces": "yes"})", 400, "'with_pieces'");
+  auto h = s.client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// A model whose vocabulary is padded past its tokenizer's (as many converted models are): ids
+// the tokenizer has no text for are the request's error (400), not the server's.
+TEST_F(ServeText, AttackPaddedVocabularyIdsAre4xx) {
+  auto m = load_model(*dir / "run/model.safetensors");
+  Config c = m->config();
+  const int tokenizer_size = c.vocab_size;
+  c.vocab_size = tokenizer_size + 40;
+  Model padded(c);
+  std::filesystem::create_directories(*dir / "padded");
+  save_model(*dir / "padded/model.safetensors", padded);
+  ServerProcess s("--checkpoint " + (*dir / "padded") + " -t 1", *dir / "padded.log");
+  ASSERT_GT(s.port, 0);
+  const int pad = tokenizer_size + 5;
+  int st = 0;
+  json r = post(s, "/detokenize", {{"tokens", {65, pad}}}, &st);
+  EXPECT_EQ(st, 400) << r;
+  EXPECT_NE(r.dump().find(std::to_string(pad)), std::string::npos) << r;
+  r = post(s, "/v1/completions", {{"prompt", {65, pad}}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}}, &st);
+  EXPECT_EQ(st, 400) << r;
+  r = post(s, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}, {"logit_bias", {{std::to_string(pad), 100}}}}, &st);
+  EXPECT_EQ(st, 400) << r;  // forcing a token that has no text
+  EXPECT_NE(r.dump().find("no text"), std::string::npos) << r;
+  r = post(s, "/detokenize", {{"tokens", {65, 66}}}, &st);
+  EXPECT_EQ(st, 200) << r;
+  EXPECT_EQ(s.stop(), 0);
 }

@@ -2,7 +2,8 @@
 // libcpp-httplib-dev: the library llama.cpp's server is built on; one header, a thread per
 // connection from a pool, server-sent events through chunked responses). Requests become Jobs for
 // the engine (serve_engine.h), which batches them continuously; this file is the HTTP side:
-// parsing and checking requests, and writing OpenAI's response shapes.
+// requests (checked by serve_request.h) into jobs, and OpenAI's response shapes. The HTTP limits
+// (body size, encodings, deadlines, connections per client) are serve_http.h's.
 #include <httplib.h>
 #include <sys/socket.h>
 
@@ -22,7 +23,9 @@
 #include "looplm/looplm.h"
 #include "looplm/util.h"
 #include "serve_engine.h"
+#include "serve_http.h"
 #include "serve_page.h"
+#include "serve_request.h"
 #include "signals.h"
 
 namespace looplm::cli {
@@ -31,23 +34,11 @@ namespace {
 using nlohmann::json;
 using serve::Job;
 
-// An OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
-struct HttpError {
-  int status;
-  std::string message, type, param;
-  HttpError(int st, std::string msg, std::string ty = "invalid_request_error", std::string pa = "")
-      : status(st), message(std::move(msg)), type(std::move(ty)), param(std::move(pa)) {}
-};
+using serve::bad;
+using serve::HttpError;
+using serve::send_error;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-void send_error(httplib::Response& res, const HttpError& e) {
-  res.status = e.status;
-  json err = {{"message", e.message}, {"type", e.type}, {"param", e.param.empty() ? json() : json(e.param)}, {"code", json()}};
-  res.set_content(dump({{"error", err}}), "application/json");
-}
-
-HttpError bad(const std::string& msg, const std::string& param = "") { return HttpError(400, msg, "invalid_request_error", param); }
 
 // Characters of UTF-8 text (what OpenAI's text_offset counts).
 size_t chars(const std::string& s) {
@@ -58,38 +49,11 @@ size_t chars(const std::string& s) {
 
 struct Server;
 
-// A request's fields, checked (each wrong one: HTTP 400 naming it).
-struct Fields {
-  const json& j;
-  template <class T>
-  T get(const char* key, T def) const {
-    if (!j.contains(key) || j.at(key).is_null()) return def;
-    const json& v = j.at(key);
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!v.is_boolean()) throw bad(std::string("'") + key + "' must be true or false", key);
-      return v.get<bool>();
-    } else if constexpr (std::is_integral_v<T>) {
-      if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
-        throw bad(std::string("'") + key + "' must be an integer", key);
-      // within ±2^53 (a double's integers; far beyond any real value): no overflowing conversion
-      const double d = v.is_number_unsigned() ? (double)v.get<uint64_t>() : v.is_number_integer() ? (double)v.get<int64_t>() : v.get<double>();
-      if (std::fabs(d) > 9007199254740992.0) throw bad(std::string("'") + key + "' is out of range", key);
-      return (T)d;
-    } else if constexpr (std::is_floating_point_v<T>) {
-      if (!v.is_number()) throw bad(std::string("'") + key + "' must be a number", key);
-      return v.get<double>();
-    } else {
-      if (!v.is_string()) throw bad(std::string("'") + key + "' must be a string", key);
-      return v.get<std::string>();
-    }
-  }
-};
-
 struct Server {
   const LanguageModel& lm;
   serve::Engine& engine;
   std::string model_id;
-  int max_n = 16;
+  serve::ModelView view;  // what the request checks need of the model (serve_request.h)
   std::atomic<int64_t> next_id{1};
   // Requests being answered (a stream counts until its last event is written or its client left):
   // a stopping server waits for them.
@@ -140,151 +104,20 @@ struct Server {
   std::string new_id(const char* prefix) { return std::string(prefix) + std::to_string(next_id++); }
   int64_t created() const { return (int64_t)std::time(nullptr); }
 
-  void check_model(const json& body) const {
-    if (body.contains("model") && !body["model"].is_null()) {
-      if (!body["model"].is_string()) throw bad("'model' must be a string", "model");
-      const std::string m = body["model"].get<std::string>();
-      if (!m.empty() && m != model_id)
-        throw HttpError{400, "the model '" + m + "' does not exist here: this server serves '" + model_id + "' (GET /v1/models)",
-                        "invalid_request_error", "model"};
-    }
-  }
-
-  // The prompts of a completions request: a string, a list of strings, a list of ids, or a list of id lists.
-  std::vector<std::vector<int32_t>> prompts_of(const json& p) const {
-    std::vector<std::vector<int32_t>> out;
-    const int V = lm.config().vocab_size;
-    auto ids = [&](const json& a) {
-      std::vector<int32_t> t;
-      for (const json& x : a) {
-        if (!x.is_number_integer()) throw bad("a token-id prompt holds integers only", "prompt");
-        const int64_t v = x.get<int64_t>();
-        if (v < 0 || v >= V) throw bad("prompt token " + std::to_string(v) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")", "prompt");
-        t.push_back((int32_t)v);
-      }
-      return t;
-    };
-    if (p.is_string()) {
-      out.push_back(lm.encode_prompt(p.get<std::string>()));
-    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
-      out.push_back(ids(p));
-    } else if (p.is_array() && !p.empty()) {
-      for (const json& e : p) {
-        if (e.is_string()) out.push_back(lm.encode_prompt(e.get<std::string>()));
-        else if (e.is_array()) out.push_back(ids(e));
-        else throw bad("'prompt' is a string, a list of strings, a list of token ids or a list of such lists", "prompt");
-      }
-    } else {
-      throw bad("'prompt' is a string, a list of strings, a list of token ids or a list of such lists", "prompt");
-    }
-    for (const auto& t : out) {
-      if (t.empty()) throw bad("a prompt is empty", "prompt");
-      if ((int)t.size() > engine.context())
-        throw bad("a prompt has " + std::to_string(t.size()) + " tokens and the context holds " +
-                      std::to_string(engine.context()), "prompt");
-    }
-    return out;
-  }
-
-  // Sampling and the looped extensions, shared by completions and chat.
-  void options_of(const json& body, Job& base, int default_max) const {
-    const Fields f{body};
-    const int ctx = engine.context();
-    const int64_t max_tokens = f.get<int64_t>("max_tokens", f.get<int64_t>("max_completion_tokens", default_max));
-    if (max_tokens < 0) throw bad("'max_tokens' must be >= 0", "max_tokens");
-    if (max_tokens > ctx)
-      throw bad("'max_tokens' " + std::to_string(max_tokens) + " is beyond the context (" + std::to_string(ctx) + ")", "max_tokens");
-    base.opt.max_new = (int)max_tokens;
-    base.opt.temperature = f.get<double>("temperature", 1.0);
-    if (!(base.opt.temperature >= 0 && base.opt.temperature <= 2)) throw bad("'temperature' must be between 0 and 2", "temperature");
-    base.opt.top_p = f.get<double>("top_p", 1.0);
-    if (!(base.opt.top_p > 0 && base.opt.top_p <= 1)) throw bad("'top_p' must be greater than 0 and at most 1", "top_p");
-    const int64_t top_k = f.get<int64_t>("top_k", 0);
-    if (top_k < 0) throw bad("'top_k' must be >= 0", "top_k");
-    base.opt.top_k = (int)std::min<int64_t>(top_k, 1 << 30);
-    if (body.contains("seed") && !body["seed"].is_null()) {
-      base.opt.seed = (uint64_t)f.get<int64_t>("seed", 0);
-    } else {
-      base.opt.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;
-    }
-    if (body.contains("stop") && !body["stop"].is_null()) {
-      const json& s = body["stop"];
-      if (s.is_string()) {
-        base.stop.push_back(s.get<std::string>());
-      } else if (s.is_array() && s.size() <= 4) {
-        for (const json& x : s) {
-          if (!x.is_string()) throw bad("'stop' is a string or a list of up to 4 strings", "stop");
-          base.stop.push_back(x.get<std::string>());
-        }
-      } else {
-        throw bad("'stop' is a string or a list of up to 4 strings", "stop");
-      }
-    }
-    if (body.contains("logit_bias") && !body["logit_bias"].is_null()) base.opt.logit_bias = logit_bias_of(body["logit_bias"]);
-    // looped extensions
-    const int64_t depth = f.get<int64_t>("depth", -1);
-    if (body.contains("depth") && !body["depth"].is_null() && (depth < 0 || depth > 64 * std::max(1, lm.config().R)))
-      throw bad("'depth' must be between 0 and " + std::to_string(64 * std::max(1, lm.config().R)), "depth");
-    base.loop.depth = (int)depth;
-    const std::string rule = f.get<std::string>("exit_rule", "fixed");
-    try {
-      parse_exit_rule(rule);
-      base.loop.kv_policy = parse_kv_policy(f.get<std::string>("kv_policy", "per_step"));
-    } catch (const UsageError& e) {
-      throw bad(e.what(), body.contains("kv_policy") ? "kv_policy" : "exit_rule");
-    }
-    try {  // the rule is known: what is wrong is its threshold
-      base.loop.exit = early_exit(rule, f.get<double>("exit_threshold", std::nan("")), "'exit_rule'", "'exit_threshold'");
-    } catch (const UsageError& e) {
-      throw bad(e.what(), "exit_threshold");
-    }
-    if (base.loop.exit.rule != ExitRule::fixed) {
-      if (base.loop.depth == 0) throw bad("'exit_rule' " + rule + " needs loop steps ('depth' 0 runs none)", "exit_rule");
-      if (base.loop.exit.rule == ExitRule::gate && !lm.has_exit_gate())
-        throw bad("'exit_rule' gate needs a model with a learned exit gate (as Ouro has); this one has none", "exit_rule");
-    }
-  }
-
-  // OpenAI's logit_bias: {"token id": bias from -100 to 100}.
-  std::vector<std::pair<int32_t, float>> logit_bias_of(const json& b) const {
-    if (!b.is_object()) throw bad("'logit_bias' maps token ids (as strings) to numbers from -100 to 100", "logit_bias");
-    const int V = lm.config().vocab_size;
-    std::vector<std::pair<int32_t, float>> out;
-    for (const auto& [key, v] : b.items()) {
-      size_t used = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(key, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != key.size() || id < 0 || id >= V)
-        throw bad("'logit_bias' key '" + brief(key) + "' is not a token id (0.." + std::to_string(V - 1) + ")", "logit_bias");
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100)
-        throw bad("'logit_bias' of token " + key + " must be a number from -100 to 100", "logit_bias");
-      out.push_back({(int32_t)id, (float)v.get<double>()});
-    }
-    return out;
-  }
-
-  int n_of(const json& body) const {
-    const int64_t n = Fields{body}.get<int64_t>("n", 1);
-    if (n < 1 || n > max_n) throw bad("'n' must be between 1 and " + std::to_string(max_n), "n");
-    return (int)n;
-  }
-
   // Jobs for every (prompt, sample): sample i of a prompt uses seed + i (as generate --num-samples).
-  std::vector<std::shared_ptr<Job>> submit(const std::vector<std::vector<int32_t>>& prompts, int n, const Job& base) {
+  std::vector<std::shared_ptr<Job>> submit(const std::vector<std::vector<int32_t>>& prompts, int n, const serve::RequestOptions& o) {
     std::vector<std::shared_ptr<Job>> jobs;
     for (const auto& p : prompts)
       for (int i = 0; i < n; ++i) {
         auto j = std::make_shared<Job>();
         j->prompt = p;
-        j->opt = base.opt;
-        j->opt.seed = base.opt.seed + (uint64_t)i;
-        j->loop = base.loop;
-        j->stop = base.stop;
-        j->stop_at_eos = base.stop_at_eos;
+        j->opt = o.opt;
+        j->opt.seed = o.opt.seed + (uint64_t)i;
+        j->loop.depth = o.depth;
+        j->loop.exit = o.exit;
+        j->loop.kv_policy = o.kv_policy;
+        j->stop = o.stop;
+        j->stop_at_eos = o.stop_at_eos;
         jobs.push_back(j);
       }
     for (auto& j : jobs)
@@ -301,9 +134,24 @@ struct Server {
     return jobs;
   }
 
-  static void wait_done(Job& j) {
-    std::unique_lock<std::mutex> lk(j.mu);
-    j.cv.wait(lk, [&] { return j.done; });
+  // Waits for every job of a whole (non-streamed) answer. A client that closes its connection
+  // meanwhile cancels them, as a streaming one does: their slots are free at the next token
+  // boundary (HTTP 499 in the log, nginx's "client closed request"; nobody reads the answer).
+  void wait_all(const std::vector<std::shared_ptr<Job>>& jobs) {
+    for (const auto& jp : jobs) {
+      Job& j = *jp;
+      std::unique_lock<std::mutex> lk(j.mu);
+      while (!j.done) {
+        if (j.cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return j.done; })) break;
+        lk.unlock();
+        if (serve::HardenedServer::client_gone()) {
+          for (const auto& q : jobs) q->cancelled = true;
+          engine.wake();
+          throw HttpError{499, "the client closed the connection before the answer", "client_closed"};
+        }
+        lk.lock();
+      }
+    }
   }
 
   // A prompt's text as decode writes it (echo), whole UTF-8.
@@ -505,24 +353,18 @@ struct Server {
   // ---------------------------------------------------------------- POST /v1/completions
   void completions(const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
-    const json body = parse_body(req);
-    check_model(body);
-    if (!body.contains("prompt")) throw bad("'prompt' is missing", "prompt");
-    const Fields f{body};
-    Job base;
-    options_of(body, base, 16);
-    const bool echo = f.get<bool>("echo", false), streaming = f.get<bool>("stream", false);
-    const int64_t logprobs = body.contains("logprobs") && !body["logprobs"].is_null() ? f.get<int64_t>("logprobs", 0) : -1;
-    if (logprobs > 20) throw bad("'logprobs' is at most 20", "logprobs");
-    base.opt.logprobs = (int)logprobs;
-    base.stop_at_eos = !f.get<bool>("ignore_eos", false);
-    const int n = n_of(body);
-    const auto prompts = prompts_of(body["prompt"]);
-    if (streaming && echo && logprobs >= 0) throw bad("'echo' with 'logprobs' is not available when streaming", "echo");
+    const serve::CompletionRequest r = serve::completion_request(view, req.body);
+    const bool echo = r.echo, streaming = r.stream;
+    const int64_t logprobs = r.logprobs;
+    const int n = r.n;
+    const auto& prompts = r.prompts;
+    serve::RequestOptions base = r.o;
+    if (echo)  // the prompt's text (and with logprobs its tokens' labels): ids the tokenizer cannot write are the request's fault
+      for (const auto& p : prompts) prompt_text(p);
     auto jobs = submit(prompts, n, base);
     const std::string id = new_id("cmpl-");
     const int64_t t = created();
-    const std::string depth = std::to_string(lm.config().depth_or_R(base.loop.depth));
+    const std::string depth = std::to_string(lm.config().depth_or_R(base.depth));
     if (streaming) {
       std::vector<std::string> prompt_texts;
       for (const auto& p : prompts) prompt_texts.push_back(prompt_text(p));
@@ -557,9 +399,9 @@ struct Server {
     json choices = json::array();
     double steps = 0, kv_bytes = 0;
     int64_t counted = 0;
+    wait_all(jobs);
     for (size_t k = 0; k < jobs.size(); ++k) {
       Job& j = *jobs[k];
-      wait_done(j);
       if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
       const size_t kept = j.kept;
       const std::string prefix = echo ? prompt_text(j.prompt) : "";
@@ -579,78 +421,23 @@ struct Server {
   }
 
   // ---------------------------------------------------------------- chat
-  // A request's conversation as the model's prompt text (LanguageModel::apply_chat_template: its
-  // chat template, or the one --chat-template names). Messages are checked and their content parts
-  // joined into text; their other fields (tool_calls, name, ...) reach the template as they came,
-  // keys in their order (tojson prints that order).
-  std::string chat_prompt(const httplib::Request& req, const json& body) const {
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-      throw bad("'messages' must be a non-empty list of {role, content}", "messages");
-    const auto ordered = nlohmann::ordered_json::parse(req.body);  // (valid: parse_body read it)
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    for (const auto& m : ordered["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        throw bad("each message needs a 'role' (system, user or assistant) and its 'content'", "messages");
-      nlohmann::ordered_json msg = m;
-      const auto& c = m.contains("content") ? m["content"] : nlohmann::ordered_json();
-      if (c.is_array()) {  // [{type: text, text}]
-        std::string content;
-        for (const auto& p : c)
-          if (p.is_object() && p.value("type", "") == "text" && p.contains("text") && p["text"].is_string()) content += p["text"].get<std::string>();
-          else throw bad("only text message parts are understood", "messages");
-        msg["content"] = content;
-      } else if (!c.is_string() && !(c.is_null() && m.contains("tool_calls"))) {
-        throw bad("a message's 'content' must be text", "messages");
-      }
-      messages.push_back(std::move(msg));
-    }
-    ChatOptions o;
-    o.add_generation_prompt = Fields{body}.get<bool>("add_generation_prompt", true);
-    if (ordered.contains("tools") && !ordered["tools"].is_null()) {
-      if (!ordered["tools"].is_array()) throw bad("'tools' must be a list", "tools");
-      o.tools_json = ordered["tools"].dump();
-    }
-    if (ordered.contains("chat_template_kwargs") && !ordered["chat_template_kwargs"].is_null()) {
-      if (!ordered["chat_template_kwargs"].is_object()) throw bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-      o.extra_json = ordered["chat_template_kwargs"].dump();
-    }
-    try {
-      return lm.apply_chat_template(messages.dump(), o);
-    } catch (const UsageError& e) {
-      throw bad(e.what(), "messages");
-    }
-  }
-
   // POST /apply-template (llama-server's route): {messages} -> {prompt}, the text chat would run.
   void apply_template(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req);
-    res.set_content(dump({{"prompt", chat_prompt(req, body)}}), "application/json");
+    const json body = serve::parse_body(req.body);
+    res.set_content(dump({{"prompt", serve::chat_prompt(view, req.body, body)}}), "application/json");
   }
 
   // ---------------------------------------------------------------- POST /v1/chat/completions
   void chat(const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
-    const json body = parse_body(req);
-    check_model(body);
-    const std::string text = chat_prompt(req, body);
-    const Fields f{body};
-    Job base;
-    options_of(body, base, std::min(256, engine.context()));
-    // The built-in ChatML's end of a turn is text (a model trained here has no special token for it).
-    if (lm.chat_template_origin() == "builtin:chatml") base.stop.push_back("<|im_end|>");
-    if (f.get<bool>("logprobs", false)) base.opt.logprobs = (int)std::min<int64_t>(f.get<int64_t>("top_logprobs", 0), 20);
-    const int n = n_of(body);
-    std::vector<int32_t> prompt = lm.encode_prompt(text, nullptr, false);  // (the template wrote any BOS)
-    if (prompt.empty()) throw bad("the chat template made an empty prompt", "messages");
-    if ((int)prompt.size() > engine.context()) {
-      // the conversation's end is what matters: keep its last context - max_tokens tokens
-      const int keep = std::max(1, engine.context() - base.opt.max_new);
-      prompt.erase(prompt.begin(), prompt.end() - keep);
-    }
+    const serve::ChatRequest r = serve::chat_request(view, req.body);
+    const int n = r.n;
+    const serve::RequestOptions& base = r.o;
+    const std::vector<int32_t>& prompt = r.prompt;
     auto jobs = submit({prompt}, n, base);
     const std::string id = new_id("chatcmpl-");
     const int64_t t = created();
-    if (f.get<bool>("stream", false)) {
+    if (r.stream) {
       auto first = std::make_shared<std::vector<bool>>(jobs.size(), true);
       stream(
           res, jobs,
@@ -671,10 +458,10 @@ struct Server {
           [=, this]() { const_cast<Server*>(this)->log_jobs(id, "/v1/chat/completions", jobs, n, t0); });
       return;
     }
+    wait_all(jobs);
     json choices = json::array();
     for (size_t k = 0; k < jobs.size(); ++k) {
       Job& j = *jobs[k];
-      wait_done(j);
       if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
       const size_t kept = j.kept;
       choices.push_back({{"index", k}, {"message", {{"role", "assistant"}, {"content", j.text}}}, {"finish_reason", j.finish_reason},
@@ -686,20 +473,15 @@ struct Server {
     log_jobs(id, "/v1/chat/completions", jobs, n, t0);
   }
 
-  static json parse_body(const httplib::Request& req) {
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded()) throw bad("the request body is not valid JSON");
-    if (!j.is_object()) throw bad("the request body must be a JSON object");
-    return j;
-  }
-
   void tokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req);
+    const json body = serve::parse_body(req.body);
     const char* key = body.contains("prompt") ? "prompt" : "content";
     if (!body.contains(key) || !body[key].is_string()) throw bad("give the text as 'prompt' (or 'content')", "prompt");
     const std::vector<int32_t> ids = lm.encode(body[key].get<std::string>());
     json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.context()}};
-    if (Fields{body}.get<bool>("with_pieces", false)) {
+    if (body.contains("with_pieces") && !body["with_pieces"].is_null() && !body["with_pieces"].is_boolean())
+      throw bad("'with_pieces' must be true or false", "with_pieces");
+    if (body.value("with_pieces", json(false)).is_boolean() && body.value("with_pieces", json(false)).get<bool>()) {
       json pieces = json::array();
       for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", label(id)}});
       out["tokens"] = pieces;
@@ -708,7 +490,7 @@ struct Server {
   }
 
   void detokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req);
+    const json body = serve::parse_body(req.body);
     if (!body.contains("tokens") || !body["tokens"].is_array()) throw bad("give the ids as 'tokens'", "tokens");
     std::vector<int32_t> ids;
     const int V = lm.config().vocab_size;
@@ -717,7 +499,12 @@ struct Server {
         throw bad("'tokens' holds ids 0.." + std::to_string(V - 1), "tokens");
       ids.push_back((int32_t)x.get<int64_t>());
     }
-    const std::string text = lm.decode(ids);
+    std::string text;
+    try {
+      text = lm.decode(ids);
+    } catch (const Error& e) {  // an id the tokenizer has no text for (a model's vocabulary padded past its tokenizer's)
+      throw bad(e.what(), "tokens");
+    }
     res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
   }
 
@@ -774,8 +561,12 @@ auto guarded(Server& s, F f) {
     } catch (const HttpError& e) {
       refuse(e);
       if (e.status == 429) res.set_header("Retry-After", "1");
-    } catch (const UsageError& e) {
+    } catch (const Error& e) {
+      // The library's error for what it was given: here, the request (a text or ids the tokenizer
+      // cannot take, a template's refusal). The model and its files were checked at start.
       refuse(bad(e.what()));
+    } catch (const nlohmann::json::exception& e) {  // a value of a type the code did not expect: the body's
+      refuse(bad("the request has a value of the wrong type (" + brief(plain_message(e), 200) + ")"));
     } catch (const std::exception& e) {
       refuse(HttpError{500, e.what(), "server_error"});
     }
@@ -789,7 +580,7 @@ int cmd_serve(int argc, char** argv) {
                "looplm serve"};
   std::string ckpt, host = "127.0.0.1", api_key, name;
   int port = 8080, parallel = 4, queue = 64, context = 0;
-  size_t max_body = 1 << 20;
+  serve::HttpLimits limits;
   LoadOptions lo;
   std::string kv_cache = "fp32";
   app.add_option("--checkpoint", ckpt, "model.safetensors (or its run directory)")->required()->type_name("FILE");
@@ -803,7 +594,15 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--queue", queue, "requests that may wait for a slot beyond those; more get HTTP 429 (default 64)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on every route but /health and /");
   app.add_option("--model-name", name, "the model's id in /v1/models and responses (default: the checkpoint's directory name)");
-  app.add_option("--max-body", max_body, "largest request body in bytes; larger ones get HTTP 413 (default 1 MiB)");
+  app.add_option("--max-body", limits.max_body,
+                 "largest request body in bytes, counted as it arrives (chunked too); larger ones get HTTP 413 (default 1 MiB)")
+      ->check(CLI::Range((size_t)1, (size_t)1 << 32));
+  app.add_option("--request-timeout", limits.request_timeout_s,
+                 "seconds a request's line, headers and body may take to arrive, however slowly; then HTTP 408 (default 30)")
+      ->check(CLI::Range(1, 3600));
+  app.add_option("--max-conns-per-client", limits.max_conns_per_client,
+                 "open connections one client address may hold; more get HTTP 429 at once (default 32)")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--weights", lo.weights, "weight format inference reads: " + joined(available_weight_formats()) + " (default the checkpoint's own)")
       ->check(weights_check());
   std::string log_format = "text";
@@ -829,12 +628,33 @@ int cmd_serve(int argc, char** argv) {
     name = p.filename().string().empty() ? "looplm" : p.filename().string();
   }
   serve::Engine engine(lm, serve::EngineOptions{parallel, queue, kv_cache, context});
-  Server s{lm, engine, name};
+  Server s{lm, engine, name, {}};
   s.log_json = log_format == "json";
 
-  httplib::Server http;
-  http.new_task_queue = [parallel, queue] { return new httplib::ThreadPool((size_t)std::max(8, parallel + std::min(queue, 64) + 4)); };
-  http.set_payload_max_length(max_body);
+  s.view.id = name;
+  s.view.vocab_size = lm.config().vocab_size;
+  s.view.R = lm.config().R;
+  s.view.context = engine.context();
+  s.view.max_sequences = parallel + queue;
+  s.view.exit_gate = lm.has_exit_gate();
+  s.view.builtin_chatml = lm.chat_template_origin() == "builtin:chatml";
+  for (int32_t id = 0; id < lm.config().vocab_size; ++id) {
+    bool text = true;
+    try {
+      lm.token_piece(id);
+    } catch (const Error&) {
+      text = false;
+    }
+    if (!text) s.view.no_text.resize(lm.config().vocab_size, false), s.view.no_text[id] = true;
+  }
+  s.view.encode_prompt = [&lm](const std::string& text, bool add_bos) { return lm.encode_prompt(text, nullptr, add_bos); };
+  s.view.apply_chat_template = [&lm](const std::string& messages, const ChatOptions& o) { return lm.apply_chat_template(messages, o); };
+
+  // The thread budget (docs/serve.md, "Limits"): a connection holds one of these threads while it
+  // is open (a request arriving, decoding, streaming, or idle up to the keep-alive time).
+  serve::HardenedServer http(limits);
+  const size_t threads_budget = (size_t)std::max(8, parallel + std::min(queue, 64) + 4);
+  http.new_task_queue = [threads_budget] { return new httplib::ThreadPool(threads_budget); };
   // Streamed tokens are small writes: no Nagle delay. The listening socket's backlog: the library
   // listens with 5, so a burst of new connections (16 clients at once) had some wait out a SYN
   // retransmit (1 s); the socket is kept here and listens again with a real backlog below.
@@ -846,27 +666,19 @@ int cmd_serve(int argc, char** argv) {
     listen_fd = fd;
   });
   http.set_keep_alive_max_count(1000);
-  http.set_read_timeout(30, 0);
+  http.set_read_timeout(std::min(30, limits.request_timeout_s), 0);
   http.set_write_timeout(30, 0);
-  http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+  http.set_pre_routing([&](const httplib::Request& req, httplib::Response& res) {
     if (s.draining) {
-      res.set_header("Connection", "close");
+      serve::HardenedServer::close_after();
       send_error(res, HttpError{503, "the server is stopping", "server_stopping"});
       return httplib::Server::HandlerResponse::Handled;
     }
     if (api_key.empty() || req.path == "/health" || req.path == "/" || req.path == "/index.html") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, HttpError{401, "a valid API key is needed: 'Authorization: Bearer KEY'", "invalid_api_key"});
+    serve::HardenedServer::close_after();  // (a body it sent is not read)
     return httplib::Server::HandlerResponse::Handled;
-  });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    // (cpp-httplib caps a form-encoded body, curl -d's default type, at 8 KB whatever --max-body says)
-    if (res.status == 413 && req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0)
-      send_error(res, HttpError{413, "a form-encoded body is limited to 8 KB: send JSON with 'Content-Type: application/json'"});
-    else if (res.status == 413) send_error(res, HttpError{413, "the request body is larger than the server takes (--max-body)"});
-    else if (res.status == 404) send_error(res, HttpError{404, "no such route (see docs/serve.md)", "not_found"});
-    else send_error(res, HttpError{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error"});
   });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
   http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(serve::kPage, "text/html; charset=utf-8"); });
@@ -877,19 +689,19 @@ int cmd_serve(int argc, char** argv) {
                                     {"exit_gate", lm.has_exit_gate()}}}};
     res.set_content(dump({{"object", "list"}, {"data", {m}}}), "application/json");
   });
-  http.Post("/v1/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
-  http.Post("/v1/chat/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));
-  http.Post("/apply-template", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.apply_template(q, r); }));
-  http.Post("/tokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.tokenize(q, r); }));
-  http.Post("/detokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.detokenize(q, r); }));
+  http.post_with_body("/v1/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
+  http.post_with_body("/v1/chat/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));
+  http.post_with_body("/apply-template", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.apply_template(q, r); }));
+  http.post_with_body("/tokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.tokenize(q, r); }));
+  http.post_with_body("/detokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.detokenize(q, r); }));
   http.Get("/tokenizer_info", [&](const httplib::Request&, httplib::Response& r) { s.tokenizer_info(r); });
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& r) { s.metrics(r); });
 
   const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (bound < 0) throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
   if (listen_fd >= 0) ::listen(listen_fd, 1024);
-  std::fprintf(stderr, "looplm serve: %s (%s, R = %d, context %d) on http://%s:%d/ with %d parallel sequences\n", name.c_str(),
-               ckpt.c_str(), lm.config().R, engine.context(), host.c_str(), bound, parallel);
+  std::fprintf(stderr, "looplm serve: %s (%s, R = %d, context %d) on http://%s:%d/ with %d parallel sequences, %zu connection threads\n",
+               name.c_str(), ckpt.c_str(), lm.config().R, engine.context(), host.c_str(), bound, parallel, threads_budget);
   std::fflush(stderr);
   std::atomic<bool> listening{true};
   std::thread watcher([&] {
