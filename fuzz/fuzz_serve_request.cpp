@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     EXPECT(r.logprobs >= -1 && r.logprobs <= 20);
     for (const auto& p : r.prompts) {
       EXPECT(!p.empty() && (int)p.size() <= m.context);
-      for (int32_t id : p) EXPECT(id >= 0 && id < m.vocab_size);
+      for (int32_t id : p) EXPECT(id >= 0 && id < m.vocab_size && !m.no_text[id]);
     }
   } catch (const serve::HttpError& e) {
     EXPECT(e.status >= 400 && e.status < 500);

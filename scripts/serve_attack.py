@@ -574,7 +574,11 @@ def group_padding(A, srv, pad_id, real_id):
              ("/v1/completions", {"prompt": [real_id, pad_id], "max_tokens": 0, "echo": True}, {400}),
              ("/v1/completions", {"prompt": "a", "max_tokens": 1, "logit_bias": {str(pad_id): 100}}, {400}),
              ("/v1/completions", {"prompt": "a", "max_tokens": 1, "temperature": 0, "logit_bias": {str(pad_id): -100}}, "2xx4xx"),
-             ("/v1/completions", {"prompt": [real_id, pad_id], "max_tokens": 0}, {200}),
+             ("/v1/completions", {"prompt": [real_id, pad_id], "max_tokens": 0}, {400}),
+             # sampling at a high temperature from a model whose padding rows are as likely as
+             # any other: a padding id must never be chosen (it has no text to answer with)
+             ("/v1/completions", {"prompt": "a", "max_tokens": 64, "temperature": 2, "seed": 3}, {200}),
+             ("/v1/completions", {"prompt": "a", "max_tokens": 64, "temperature": 2, "seed": 4, "stream": True}, {200}),
              ("/detokenize", {"tokens": [real_id]}, {200}), ("/tokenize", {"prompt": "abc", "with_pieces": True}, {200})]
     for path, body, allowed in cases:
         r = exchange(srv.port, request("POST", path, json.dumps(body).encode()), 10)[0]

@@ -325,7 +325,7 @@ TEST_F(Hostile, ACheckpointOverwrittenWhileInUseIsNamed) {
 // checkpoint, a tokenizer.json as /dev/zero; a FIFO config.json with no writer in a model
 // directory), and convert leaves no OUT.tmp.* behind. `timeout` turns a hang into a failure.
 TEST_F(Hostile, DevicesAndFifosAreNotReadForEver) {
-  for (const std::string& cmd : {"info --checkpoint /dev/zero --no-measure", "generate --checkpoint /dev/zero -p x -n 1",
+  for (const std::string cmd : {"info --checkpoint /dev/zero --no-measure", "generate --checkpoint /dev/zero -p x -n 1",
                                  "tokenize --tokenizer /dev/zero -p x"}) {
     const CmdResult r = run("timeout 20 " + std::string(LOOPLM_BINARY) + " " + cmd, "", true);
     EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;

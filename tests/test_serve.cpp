@@ -582,7 +582,7 @@ TEST_F(ServeText, StopStringsInsideSplitCharacters) {
   int tried = 0;
   for (size_t i = 0; i + 4 <= full.size() && tried < 6; ++i) {
     if ((static_cast<unsigned char>(full[i]) & 0xF8) != 0xF0) continue;
-    for (const std::string stop : {full.substr(i, 4), i > 0 && (full[i - 1] & 0xC0) != 0x80 ? full.substr(i - 1, 5) : full.substr(i, 4)}) {
+    for (const std::string& stop : {full.substr(i, 4), i > 0 && (full[i - 1] & 0xC0) != 0x80 ? full.substr(i - 1, 5) : full.substr(i, 4)}) {
       SCOPED_TRACE(stop);
       json b = body;
       b["stop"] = {stop};

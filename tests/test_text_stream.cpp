@@ -58,8 +58,9 @@ void check_streams_like_decode(const Tokenizer& tok, const std::vector<int32_t>&
   EXPECT_EQ(a.text, want);
   // (the byte tokenizer's invalid bytes stay bytes, as its decode leaves them: its pieces are
   // whole where the text is, ByteTokenizerGivesWholeCharacters)
-  if (tok.kind() == Tokenizer::Kind::Hf)
+  if (tok.kind() == Tokenizer::Kind::Hf) {
     for (const std::string& p : a.pieces) ASSERT_TRUE(whole_utf8(p)) << "a piece ends inside a character";
+  }
   // A continuation: what the ids add to the prompt's text.
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), ids.begin(), ids.end());

@@ -638,15 +638,8 @@ int cmd_serve(int argc, char** argv) {
   s.view.max_sequences = parallel + queue;
   s.view.exit_gate = lm.has_exit_gate();
   s.view.builtin_chatml = lm.chat_template_origin() == "builtin:chatml";
-  for (int32_t id = 0; id < lm.config().vocab_size; ++id) {
-    bool text = true;
-    try {
-      lm.token_piece(id);
-    } catch (const Error&) {
-      text = false;
-    }
-    if (!text) s.view.no_text.resize(lm.config().vocab_size, false), s.view.no_text[id] = true;
-  }
+  for (int32_t id = 0; id < lm.config().vocab_size; ++id)
+    if (!lm.has_text(id)) s.view.no_text.resize(lm.config().vocab_size, false), s.view.no_text[id] = true;
   s.view.encode_prompt = [&lm](const std::string& text, bool add_bos) { return lm.encode_prompt(text, nullptr, add_bos); };
   s.view.apply_chat_template = [&lm](const std::string& messages, const ChatOptions& o) { return lm.apply_chat_template(messages, o); };
 

@@ -61,6 +61,8 @@ std::vector<std::vector<int32_t>> prompts_of(const ModelView& m, const json& p) 
       if (!x.is_number_integer()) throw bad("a token-id prompt holds integers only", "prompt");
       const int64_t v = x.is_number_unsigned() && x.get<uint64_t>() > (uint64_t)INT64_MAX ? INT64_MAX : x.get<int64_t>();
       if (v < 0 || v >= V) throw bad("prompt token " + std::to_string(v) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")", "prompt");
+      if ((size_t)v < m.no_text.size() && m.no_text[v])
+        throw bad("prompt token " + std::to_string(v) + " has no text (the model's vocabulary is padded past its tokenizer's)", "prompt");
       t.push_back((int32_t)v);
     }
     return t;
