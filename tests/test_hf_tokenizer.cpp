@@ -268,6 +268,28 @@ TEST(HfTokenizer, PostProcessorAddsSpecialTokens) {
   EXPECT_EQ(t->encode(" the", false), (std::vector<int32_t>{258}));
 }
 
+// A pattern that stays under PCRE2's per-match limit but scans the rest of the line at every
+// try (here 19 a's, then b's: each try backtracks through the a's and scans to the end) cost time
+// in proportion to the square of a line (80,000 b's took 14.5 s); the time of an input's matches
+// is bounded now (hf::MatchBudget: 1 s + 5 us a byte), and the input that needs more is refused
+// with a message saying why. The bound is far above what the case needs to pass before the fix:
+// there it is answered, slowly.
+TEST(HfTokenizer, RegexWorkIsBoundedPerInputNotOnlyPerMatch) {
+  json j = tokenizer_json({{"a", 0}, {"b", 1}, {"\n", 2}}, json::array());
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(.*a){20}"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  auto t = load(j);
+  EXPECT_EQ(t->encode(std::string(20, 'a') + "b").size(), 21u);  // cheap inputs are untouched
+  const std::string hostile = std::string(19, 'a') + std::string(40000, 'b');
+  try {
+    t->encode(hostile);
+    ADD_FAILURE() << "a match that rescans a line of 40,000 bytes at every try was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("past its budget"), std::string::npos) << e.what();
+  }
+  // a second input gets its own budget: the refusal left nothing behind
+  EXPECT_EQ(t->encode("aab").size(), 3u);
+}
+
 TEST(HfTokenizer, ErrorsNameTheFileAndTheProblem) {
   const json vocab = {{"a", 0}, {"b", 1}, {"ab", 2}};
   json j = tokenizer_json(vocab, {"a b"});

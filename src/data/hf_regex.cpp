@@ -3,7 +3,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "io/json_input.h"
 #include "looplm/error.h"
@@ -240,16 +242,64 @@ const std::string& Regex::source() const {
   return impl_ ? impl_->source : none;
 }
 
+namespace {
+thread_local MatchBudget* current_budget = nullptr;
+// The first try's match limit under a budget: small, so the clock is read often even where each
+// unit of the limit stands for a scan of the whole rest of the text.
+constexpr uint64_t kFirstLimit = 64;
+// The clock is read every this many matches (a read costs about as much as a short match).
+constexpr uint32_t kMatchesPerCheck = 16;
+}  // namespace
+
+MatchBudget::MatchBudget(size_t input_bytes)
+    : outer_(current_budget), input_bytes_(input_bytes), start_(std::chrono::steady_clock::now()) {
+  deadline_ = start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(kFloorSeconds + kSecondsPerByte * (double)input_bytes));
+  current_budget = this;
+}
+
+MatchBudget::~MatchBudget() { current_budget = outer_; }
+
+void MatchBudget::check(const std::string& pattern) const {
+  const auto now = std::chrono::steady_clock::now();
+  if (now <= deadline_) return;
+  char why[160];
+  std::snprintf(why, sizeof why, " bytes took %.1f s, past its budget (%g s + %g us a byte)",
+                std::chrono::duration<double>(now - start_).count(), kFloorSeconds, kSecondsPerByte * 1e6);
+  throw Error("regex " + io::brief(pattern, 120) + ": matching a text of " + std::to_string(input_bytes_) + why +
+              ": the pattern rescans the rest of the text at each match");
+}
+
 bool Regex::find(std::string_view s, size_t start, size_t& b, size_t& e) const {
   MatchScratch& m = scratch();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  auto match = [&](uint64_t limit) {
+    pcre2_set_match_limit(m.mc, (uint32_t)limit);
+    int rc;
+    if (impl_->jit) {
+      rc = pcre2_jit_match(impl_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, m.md, m.mc);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // a deep backtrack: the interpreter keeps its stack on the heap
+        rc = pcre2_match(impl_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, m.md, m.mc);
+    } else {
+      rc = pcre2_match(impl_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, m.md, m.mc);
+    }
+    return rc;
+  };
+  MatchBudget* budget = current_budget;
   int rc;
-  if (impl_->jit) {
-    rc = pcre2_jit_match(impl_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, m.md, m.mc);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // a deep backtrack: the interpreter keeps its stack on the heap
-      rc = pcre2_match(impl_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, m.md, nullptr);
+  if (!budget) {
+    rc = match(MatchBudget::kPerMatch);
   } else {
-    rc = pcre2_match(impl_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, m.md, nullptr);
+    if (++budget->matches_ % kMatchesPerCheck == 0) budget->check(impl_->source);
+    // A match that needs more than the first limit is tried again at twice the limit (at most
+    // twice the work it needs), the clock read before each try.
+    uint64_t limit = kFirstLimit;
+    rc = match(limit);
+    while (rc == PCRE2_ERROR_MATCHLIMIT && limit < MatchBudget::kPerMatch) {
+      budget->check(impl_->source);
+      limit = std::min<uint64_t>(2 * limit, MatchBudget::kPerMatch);
+      rc = match(limit);
+    }
   }
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) throw Error("regex " + io::brief(impl_->source, 120) + ": matching failed: " + pcre2_message(rc));

@@ -16,6 +16,7 @@
 #include "data/hf_json_reader.h"
 #include "data/hf_normalizer.h"
 #include "data/hf_pretokenizer.h"
+#include "data/hf_regex.h"
 #include "data/hf_unicode.h"
 #include "io/atomic_file.h"
 
@@ -267,6 +268,7 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
                 [&] { char b[4]; std::snprintf(b, sizeof b, "%02X", (unsigned)(unsigned char)text[bad_at]); return std::string(b); }() +
                 "); a Hugging Face tokenizer reads UTF-8 text");
   }
+  const hf::MatchBudget budget(text.size());  // the regexes' work over this text (hf_regex.h)
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 16);
   if (add_special) out.insert(out.end(), m.before.begin(), m.before.end());
@@ -320,6 +322,9 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
     for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
     return out;
   }
+  size_t bytes = 0;
+  for (const std::string& t : tokens) bytes += t.size();
+  const hf::MatchBudget budget(bytes);  // a Replace decoder's regex work over these tokens
   m.decoder->run(tokens);
   std::string out;
   for (const std::string& t : tokens) out += t;
