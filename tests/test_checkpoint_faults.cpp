@@ -286,6 +286,24 @@ TEST_F(Checkpoint, ResumeRefusesWhatItCannotVerifyAndChangesNothing) {
     io::write_file_atomic(out + "/checkpoint.json", j.dump());
     refused(out, "state lying about " + key, key == "step" ? "holds step 3, the manifest says 4" : says);
   }
+  // A whole checkpoint (manifest, its files, model.safetensors) copied in from another run with
+  // the same config: every file verifies, only the run id tells them apart.
+  out = fresh("copied_in");
+  {
+    const std::string other = fresh("other_run");
+    for (const char* f : {"checkpoint.json", "model.safetensors", "model.best.safetensors"})
+      fs::copy_file(other + "/" + f, out + "/" + f, fs::copy_options::overwrite_existing);
+    fs::remove_all(out + "/checkpoints");
+    fs::copy(other + "/checkpoints", out + "/checkpoints");
+    const auto id = [](const std::string& d, const char* f) { return nlohmann::json::parse(io::read_file(d + "/" + f))["run_id"]; };
+    EXPECT_EQ(id(other, "checkpoint.json"), id(other, "config.json"));
+    EXPECT_NE(id(other, "config.json"), id(out, "config.json"));
+    refused(out, "checkpoint copied in", "a checkpoint copied in from another run");
+    // A run moved whole (config.json with it) is the same run: it resumes.
+    fs::copy_file(other + "/config.json", out + "/config.json", fs::copy_options::overwrite_existing);
+    expect_resumes_exactly(out, ref, "a run moved whole");
+    EXPECT_EQ(id(other, "checkpoint.json"), id(out, "checkpoint.json"));
+  }
   // The way on that keeps the weights: a new run from them.
   CmdResult r = sh(bin() + " train --init-from " + dir + "/no_manifest --out " + dir + "/from_weights --steps 0 "
                    "--sample-len 0 --quiet -t 1");

@@ -356,7 +356,8 @@ Config Config::from_json_text(const std::string& text, const std::string& origin
   if (!j.is_object()) throw UsageError(origin + ": a config must be a JSON object");
   Config c;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "preset" || it.key() == "comment") continue;  // documentation keys
+    // documentation keys, and the run a config.json was written by (train/checkpoint.h): not settings
+    if (it.key() == "preset" || it.key() == "comment" || it.key() == "run_id") continue;
     assign_any(c, it.key(), it.value(), origin);
   }
   return c;

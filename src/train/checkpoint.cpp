@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -181,6 +182,12 @@ std::optional<FoundCheckpoint> find_checkpoint(const std::string& dir) {
     throw Error("cannot resume " + dir + ": " + e.what() + ways_on(dir));
   }
   ck.step = (int64_t)j["step"].get<uint64_t>();
+  if (j.contains("run_id")) {
+    if (!j["run_id"].is_string() || j["run_id"].get<std::string>().empty() || j["run_id"].get<std::string>().size() > 64)
+      throw Error("cannot resume " + dir + ": " + manifest + ": \"run_id\" is " + io::brief_json(j["run_id"]) +
+                  ", not a run id (a string of at most 64 characters)" + ways_on(dir));
+    ck.run_id = j["run_id"].get<std::string>();
+  }
   std::string config;
   for (const char* kind : {"model", "train_state"}) {
     ManifestFile f;
@@ -222,8 +229,28 @@ std::optional<FoundCheckpoint> find_checkpoint(const std::string& dir) {
   return ck;
 }
 
+std::string new_run_id() {
+  std::random_device rd;
+  const uint64_t id = ((uint64_t)rd() << 32) ^ rd();
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)id);
+  return b;
+}
+
+std::string config_json_run_id(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > kMaxManifestBytes) return "";
+  try {
+    const nlohmann::json j = io::parse_json(io::read_file(path), path);
+    return j.is_object() && j.contains("run_id") && j["run_id"].is_string() ? j["run_id"].get<std::string>() : "";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 void write_checkpoint(const std::string& dir, const Model& m, const AdamW& opt, const TrainState& s, bool best,
-                      int keep) {
+                      int keep, const std::string& run_id) {
   const std::string model_rel = step_file("model", s.step), state_rel = step_file("train_state", s.step);
   const std::string manifest = dir + "/" + kManifest;
   std::error_code mk;
@@ -237,11 +264,12 @@ void write_checkpoint(const std::string& dir, const Model& m, const AdamW& opt, 
     io::fault_point("checkpoint.model_written");
     const io::WrittenFile sw = save_train_state(dir + "/" + state_rel, m, opt, s);
     io::fault_point("checkpoint.state_written");
-    const nlohmann::json j = {{"format", kManifestFormat},
-                              {"version", kManifestVersion},
-                              {"step", s.step},
-                              {"model", manifest_entry(model_rel, mw)},
-                              {"train_state", manifest_entry(state_rel, sw)}};
+    nlohmann::json j = {{"format", kManifestFormat},
+                        {"version", kManifestVersion},
+                        {"step", s.step},
+                        {"model", manifest_entry(model_rel, mw)},
+                        {"train_state", manifest_entry(state_rel, sw)}};
+    if (!run_id.empty()) j["run_id"] = run_id;
     const std::string text = j.dump(2) + "\n";
     io::write_file_atomic(manifest, text);  // the commit
   } catch (const Error& e) {

@@ -37,7 +37,17 @@ struct FoundCheckpoint {
   int64_t step = 0;
   std::string model_path, state_path;  // full paths
   bool legacy = false;  // written by looplm before the manifest: the pair cannot be verified
+  std::string run_id;   // the run that wrote it (the manifest's "run_id"); "": an older looplm's
 };
+
+// A run's identity: 16 hex digits drawn when a run starts (not on --resume), written into each
+// checkpoint manifest and into DIR/config.json, so a checkpoint copied in from another run is told
+// apart from the run's own (the trainer refuses to resume it). Not part of the model: training
+// does not read it, and a config.json given as --config to a new run is not that run.
+std::string new_run_id();
+// DIR/config.json's "run_id"; "" when there is no config.json, it has no run_id (an older
+// looplm), or it cannot be read as JSON (the run's config checks say so where it matters).
+std::string config_json_run_id(const std::string& dir);
 
 // DIR's checkpoint, verified: checkpoint.json is well formed and names this step's files, which
 // exist with the recorded sizes and CRC-32C and agree on the step and config. std::nullopt when DIR
@@ -48,12 +58,13 @@ std::optional<FoundCheckpoint> find_checkpoint(const std::string& dir);
 // "cannot resume DIR: WHY. Nothing in DIR was changed. To go on: --overwrite ..., or --init-from ...".
 std::string resume_refused(const std::string& dir, const std::string& why);
 
-// Writes step s.step's checkpoint into DIR by the protocol above. `best`: this step's weights are
+// Writes step s.step's checkpoint into DIR by the protocol above (the manifest records `run_id`
+// when it is not empty). `best`: this step's weights are
 // the best so far (model.best.safetensors). Keeps the newest max(keep, 1) model files by step.
 // On an Error (a full disk, a read-only directory) the files of this attempt are removed and the
 // previous checkpoint is untouched.
 void write_checkpoint(const std::string& dir, const Model& m, const AdamW& opt, const TrainState& s, bool best,
-                      int keep);
+                      int keep, const std::string& run_id = "");
 
 // After a kill between the commit and the links: model.safetensors (and, when `best`,
 // model.best.safetensors) link to the committed weights again, and files no commit names (temp

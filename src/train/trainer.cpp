@@ -284,9 +284,16 @@ struct RunDirectory {
   const std::string dir;
   RunLock lock;
   std::optional<FoundCheckpoint> found;  // --resume: the checkpoint to continue
+  std::string run_id;                    // this run's (checkpoint.h): a resumed run keeps its own
 
   RunDirectory(const TrainOptions& opt, const Config& config_abs, Config& c, const Log& log) : dir(opt.out_dir), lock(dir) {
     found = opt.resume ? find_checkpoint(dir) : std::nullopt;  // a damaged one is refused (checkpoint.h)
+    const std::string own = opt.resume ? config_json_run_id(dir) : "";
+    if (found && !found->run_id.empty() && !own.empty() && found->run_id != own)
+      throw Error(resume_refused(dir, "its checkpoint (step " + std::to_string(found->step) + ", checkpoint.json) was written by run " +
+                                          found->run_id + ", but its config.json is run " + own +
+                                          "'s: a checkpoint copied in from another run? (A run moves whole: its config.json with it)"));
+    run_id = found && !found->run_id.empty() ? found->run_id : !own.empty() ? own : new_run_id();
     if (!opt.resume && holds_run(dir) && !holds_weights(dir) && !opt.overwrite) {
       // What a run that failed before its first checkpoint left (its config, its log): nothing of
       // value, and a retry into the same directory is the natural next step.
@@ -759,7 +766,11 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   std::optional<MetricsFile> metrics;
   if (lead) {
     metrics.emplace(dir + "/metrics.jsonl", found.has_value(), st.step);
-    std::string cfg = c.to_json_text(2) + "\n";
+    // The run's config, and first the run's id (Config::from_json_text reads past it).
+    nlohmann::ordered_json j = {{"run_id", run_dir->run_id}};
+    const nlohmann::ordered_json keys = nlohmann::ordered_json::parse(c.to_json_text());
+    for (auto it = keys.begin(); it != keys.end(); ++it) j[it.key()] = it.value();
+    std::string cfg = j.dump(2) + "\n";
     io::write_file_atomic(dir + "/config.json", cfg.data(), cfg.size());
   }
   const int B = c.batch_size, T = c.context;
@@ -798,7 +809,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       st.best_step = st.step;
     }
     st.data_cursor = stream.cursor();
-    write_checkpoint(dir, m, adam, st, best, c.keep_checkpoints);
+    write_checkpoint(dir, m, adam, st, best, c.keep_checkpoints, run_dir->run_id);
   };
   auto validate_and_checkpoint = [&] {
     res.report = data.validate(m, c, comm);
