@@ -75,9 +75,11 @@ scripts/install_deps.sh --test
 if [ "${1:-}" = "--sanitize" ]; then
   # -O1: fast enough to run the suite; UBSan findings abort (no recovery), ASan's do anyway.
   flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
-  # No Python module: an ASan-instrumented one cannot load into Debian's uninstrumented python3.
+  # The Python module too: its tests run in Debian's uninstrumented python3 with the ASan runtime
+  # preloaded (CMakeLists.txt, python_module / python_signals).
   cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DLOOPLM_PYTHON=OFF >/dev/null
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DLOOPLM_PYTHON=ON >/dev/null
   cmake --build build-sanitize -j2
   # detect_leaks=0: OpenMP and oneDNN keep thread pools and JIT buffers alive at exit by design.
   # mpi_train: 2-rank jobs beside the other test on 2 cores, several times slower instrumented;
