@@ -87,6 +87,14 @@ struct ServerProcess {
   }
 };
 
+// One counter or gauge of the server's /metrics; -1 when it cannot be read.
+double metric_of(ServerProcess& s, const std::string& name) {
+  auto r = s.client().Get("/metrics");
+  const std::regex re("\n" + name + " ([0-9.]+)");
+  std::smatch m;
+  return r && std::regex_search(r->body, m, re) ? std::stod(m[1]) : -1.0;
+}
+
 json post(const ServerProcess& s, const std::string& path, const json& body, int* status = nullptr) {
   auto r = s.client().Post(path, body.dump(), "application/json");
   if (!r) {
@@ -289,12 +297,7 @@ TEST_F(Serve, BadInputGetsOpenAiErrorsAndTheServerGoesOn) {
 TEST_F(Serve, FullQueueDisconnectsAndMetrics) {
   ServerProcess s("--checkpoint " + ckpt() + " --parallel 1 --queue 1 -t 1", *dir / "serve4.log");
   ASSERT_GT(s.port, 0);
-  auto metric = [&](const std::string& name) {
-    auto r = s.client().Get("/metrics");
-    const std::regex re("\n" + name + " ([0-9.]+)");
-    std::smatch m;
-    return r && std::regex_search(r->body, m, re) ? std::stod(m[1]) : -1.0;
-  };
+  auto metric = [&](const std::string& name) { return metric_of(s, name); };
   // A: a stream that the client drops after its first chunk
   std::atomic<bool> dropped{false};
   std::thread a([&] {
@@ -994,12 +997,7 @@ TEST_F(Serve, AttackPipelinedRequestsAreAnsweredInOrder) {
 TEST_F(Serve, AttackAClientThatLeavesAWholeRequestFreesItsSlot) {
   ServerProcess s("--checkpoint " + ckpt() + " --parallel 1 -t 1", *dir / "attack_leave.log");
   ASSERT_GT(s.port, 0);
-  auto metric = [&](const std::string& name) {
-    auto r = s.client().Get("/metrics");
-    const std::regex re("\n" + name + " ([0-9.]+)");
-    std::smatch m;
-    return r && std::regex_search(r->body, m, re) ? std::stod(m[1]) : -1.0;
-  };
+  auto metric = [&](const std::string& name) { return metric_of(s, name); };
   // 250 tokens of 256 loop steps: more than a second of work here
   const std::string body = R"({"prompt": "In", "max_tokens": 250, "depth": 256, "temperature": 0})";
   {
