@@ -45,11 +45,19 @@ def threads():
 
 
 def blocked(tid):
-    with open(f"/proc/self/task/{tid}/status") as f:
-        for line in f:
-            if line.startswith("SigBlk:"):
-                return int(line.split()[1], 16)
+    """The thread's blocked-signal mask; None when it has ended (between the listing and now)."""
+    try:
+        with open(f"/proc/self/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
+                    return int(line.split()[1], 16)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
     return 0
+
+
+def masks_of(tids):
+    return {t: m for t, m in ((t, blocked(t)) for t in tids) if m is not None}
 
 
 def say(**kw):
@@ -114,7 +122,7 @@ def child(mode, d):
         return
     except KeyboardInterrupt:
         python_threads = {str(t.native_id) for t in threading.enumerate()}
-        say(raised=True, masks={t: blocked(t) for t in threads() - before - python_threads})
+        say(raised=True, masks=masks_of(threads() - before - python_threads))
     if mode.startswith("train"):
         with open(os.path.join(run, "checkpoint.json")) as f:
             step = json.load(f)["step"]
