@@ -68,6 +68,7 @@ def child(mode, d):
     import looplm
 
     before = threads()
+    ours = set()  # Python threads this child starts (one that has ended may still be listed)
     cfg = dict(TINY, data_train=os.path.join(d, "train.txt"), data_val=os.path.join(d, "val.txt"))
     run = os.path.join(d, "run")
     t0 = None
@@ -101,6 +102,7 @@ def child(mode, d):
                         raise RuntimeError("the other call ends")
 
                 def other():
+                    ours.add(str(threading.get_native_id()))  # joined below: not a library thread
                     with contextlib.suppress(RuntimeError):
                         m.generate("moses", max_tokens=10 ** 7, temperature=0.8, on_token=stop)
 
@@ -121,7 +123,7 @@ def child(mode, d):
         say(raised=False)
         return
     except KeyboardInterrupt:
-        python_threads = {str(t.native_id) for t in threading.enumerate()}
+        python_threads = {str(t.native_id) for t in threading.enumerate()} | ours
         say(raised=True, masks=masks_of(threads() - before - python_threads))
     if mode.startswith("train"):
         with open(os.path.join(run, "checkpoint.json")) as f:
