@@ -2,7 +2,7 @@
 //
 // No signal is ever taken on a compute thread: main() blocks SIGINT and SIGTERM before any other
 // thread exists (so the OpenMP pool inherits the mask) and one thread receives them with
-// sigwait(). This is not style: oneDNN 2.7's JIT sgemm kernels (Debian 12's libdnnl) point rsp
+// sigwait(). This is not style: oneDNN 2.6's JIT sgemm kernels (Debian 12's libdnnl 2.6.3) point rsp
 // into a heap buffer, and the kernel writes a signal frame below rsp, so a handler that runs on a
 // thread inside such a kernel corrupts the heap (upstream oneDNN issue #4845, fixed in 3.11).
 // A flag-setting SIGINT handler crashed 7 of 12 interrupted training runs here; every crash had

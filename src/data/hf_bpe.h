@@ -64,7 +64,6 @@ class BpeModel {
   void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const;
 
   const TokenMap& vocab() const { return vocab_; }
-  int32_t unk_id() const { return unk_id_; }
   size_t merge_count() const { return merge_count_; }
 
  private:

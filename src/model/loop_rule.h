@@ -21,13 +21,14 @@ namespace looplm {
 using CoreFn = std::function<Node*(Graph&, Node* x)>;  // one application of all core blocks
 
 // What a loop step may depend on besides its inputs. Random terms (training noise) are drawn from
-// rng(): keyed by (seed, step, micro-batch, rank, loop step, purpose), so gradient accumulation and
-// data-parallel ranks never repeat a draw, and a resumed run redraws exactly.
+// rng(): keyed by (seed, step, micro-batch, loop step, purpose), so gradient accumulation never
+// repeats a draw and a resumed run redraws exactly. Data-parallel ranks take blocks of one step's
+// micro-batches (`micro` counts over all ranks), so N ranks draw what one process would: no rank in
+// the key, or N-rank training would stop being bit-identical to one.
 struct LoopCtx {
   bool training = false;  // noise and other training-only terms
   uint64_t seed = 0, step = 0;
   int micro = 0;          // micro-batch within the step (gradient accumulation)
-  int rank = 0;           // data-parallel rank (multi-process training, later)
   // Where init_state's rows sit: row n is token n % T of batch row n / T, at position
   // place.at(n / T) + n % T (a forward pass: 0..T-1; generation: each row's own position).
   int T = 1;
@@ -35,7 +36,7 @@ struct LoopCtx {
   int position(int64_t n) const { return place.at((int)(n / T)) + (int)(n % T); }
   Rng rng(uint64_t purpose, int r) const {
     return Rng(seed, kStreamNoise,
-               splitmix64(step) ^ splitmix64(((uint64_t)micro << 32) ^ (uint64_t)rank) ^
+               splitmix64(step) ^ splitmix64((uint64_t)micro << 32) ^
                    splitmix64(((uint64_t)(uint32_t)r << 32) ^ purpose ^ 0x5bd1e995ULL));
   }
 };

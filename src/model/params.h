@@ -74,7 +74,6 @@ class ParamStore {
   void allocate(bool with_grads = true);
   // Use `values` (total() floats, read-only) that `owner` keeps alive, e.g. a mapped checkpoint.
   void attach(float* values, std::shared_ptr<const io::Bytes> owner);
-  bool allocated() const { return values_ != nullptr || infos_.empty(); }
   bool has_grads() const { return grad_store_ != nullptr; }
   bool attached() const { return owner_ != nullptr; }  // values live elsewhere (attach)
 

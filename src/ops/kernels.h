@@ -59,15 +59,15 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, bool dx_acc, T* dW, 
   if constexpr (!std::is_same_v<T, float>) LOOPLM_ASSERT(!bf16, "bf16 products are for float");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16) {  // dy rounded once for both products
-      uint16_t* dyb = bf16_buffer(2, (size_t)N * out);
+      uint16_t* dyb = bf16_buffer(Bf16Buffer::linear_dy, (size_t)N * out);
       round_to_bf16(N, out, dy, out, dyb);
       if (dx) {
-        uint16_t* Wb = bf16_buffer(3, (size_t)out * in);
+        uint16_t* Wb = bf16_buffer(Bf16Buffer::linear_weight, (size_t)out * in);
         round_to_bf16(out, in, W, in, Wb);
         gemm_bf16(false, false, N, in, out, 1.0f, dyb, out, Wb, in, dx_acc ? 1.0f : 0.0f, dx, in);
       }
       if (dW) {
-        uint16_t* xb = bf16_buffer(4, (size_t)N * in);
+        uint16_t* xb = bf16_buffer(Bf16Buffer::linear_input, (size_t)N * in);
         round_to_bf16(N, in, x, in, xb);
         gemm_bf16(true, false, out, in, N, 1.0f, dyb, out, xb, in, 1.0f, dW, in);
       }

@@ -330,7 +330,6 @@ struct RunDirectory {
       remove_run(dir);  // what an unfinished first attempt left
     }
   }
-  std::string metrics_path() const { return dir + "/metrics.jsonl"; }
 };
 
 // The weights a run starts from besides its own init: the resumed checkpoint's (and its config,

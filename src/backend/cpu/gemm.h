@@ -37,11 +37,18 @@ void gemm_fixed_split_bf16(bool trans_a, bool trans_b, int M, int N, int K, floa
                            const float* B, int ldb, float beta, float* C, int ldc);
 // Its parts, for a caller that multiplies one rounded operand twice (a linear layer's backward):
 // X [rows, cols] (leading dimension ld) rounded to bf16 (bf16.h's to_bf16) into out [rows, cols];
-// grow-only bf16 buffers of the calling thread (slots 0 and 1 are gemm_fixed_split_bf16's own);
-// and the product of bf16 operands as stored, transposes read through strides.
+// grow-only bf16 buffers of the calling thread, one per user (Bf16Buffer); and the product of bf16
+// operands as stored, transposes read through strides.
 void round_to_bf16(int rows, int cols, const float* X, int ld, uint16_t* out);
-inline constexpr int kBf16Buffers = 5;
-uint16_t* bf16_buffer(int slot, size_t n);
+enum class Bf16Buffer {
+  product_a,      // gemm_fixed_split_bf16's operands
+  product_b,
+  linear_dy,      // linear_bwd (ops/kernels.h): dy, rounded once for both products
+  linear_weight,  // W, for dx = dy W
+  linear_input,   // x, for dW = dyᵀ x
+  count
+};
+uint16_t* bf16_buffer(Bf16Buffer which, size_t n);
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
                const uint16_t* B, int ldb, float beta, float* C, int ldc);
 // The CPU multiplies bf16 natively (AVX512_BF16; AMX CPUs have it too). Without it oneDNN would

@@ -119,11 +119,11 @@ void round_to_bf16(int rows, int cols, const float* X, int ld, uint16_t* out) {
   for (int r = 0; r < rows; ++r) round_span(X + (int64_t)r * ld, cols, out + (int64_t)r * cols);
 }
 
-uint16_t* bf16_buffer(int slot, size_t n) {
-  thread_local std::vector<uint16_t> buf[kBf16Buffers];
-  LOOPLM_ASSERT(slot >= 0 && slot < kBf16Buffers, "bf16_buffer: no such slot");
-  if (buf[slot].size() < n) buf[slot].resize(n);
-  return buf[slot].data();
+uint16_t* bf16_buffer(Bf16Buffer which, size_t n) {
+  thread_local std::vector<uint16_t> buf[(int)Bf16Buffer::count];
+  std::vector<uint16_t>& b = buf[(int)which];
+  if (b.size() < n) b.resize(n);
+  return b.data();
 }
 
 void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
@@ -166,8 +166,8 @@ void gemm_fixed_split_bf16(bool ta, bool tb, int M, int N, int K, float alpha, c
                            const float* B, int ldb, float beta, float* C, int ldc) {
   // Each operand rounded as stored ([M, K] or, transposed, [K, M]), packed to its own width.
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  uint16_t* a = bf16_buffer(0, (size_t)a_rows * a_cols);
-  uint16_t* b = bf16_buffer(1, (size_t)b_rows * b_cols);
+  uint16_t* a = bf16_buffer(Bf16Buffer::product_a, (size_t)a_rows * a_cols);
+  uint16_t* b = bf16_buffer(Bf16Buffer::product_b, (size_t)b_rows * b_cols);
   round_to_bf16(a_rows, a_cols, A, lda, a);
   round_to_bf16(b_rows, b_cols, B, ldb, b);
   gemm_bf16(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
