@@ -1,11 +1,16 @@
 // The shape of the code that a test can hold: the CLI and the server stand on the public API
-// (include/looplm/*.h); no tool file includes one of the library's internal headers.
+// (include/looplm/*.h); no tool file includes one of the library's internal headers; the folders
+// of src/ are layers, each including only those below it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace {
 const std::string kSrc = LOOPLM_SOURCE_DIR;
@@ -44,4 +49,79 @@ TEST(Layout, ToolsIncludeOnlyThePublicApi) {
         ADD_FAILURE() << e.path() << " includes the internal header \"" << inc << "\"";
       }
     }
+}
+
+// The layers of src/ (docs/architecture.md, "Layers of the code"): a folder includes its own
+// headers and those of the folders before it in kLayers, never one after it. Of the public headers,
+// the ground ones (error.h, config.h, util.h, types.h) may be included anywhere; each facade header
+// only from the layer that implements it upward. The few lower files that still include a facade
+// are listed, each with its reason: the list may only shrink.
+namespace {
+const std::vector<std::string> kLayers = {"core", "backend/cpu", "ops", "io", "data", "text", "model",
+                                          "infer", "quant", "interchange", "train", "bench"};
+// public facade header -> the lowest layer that may include it
+const std::map<std::string, std::string> kFacadeFloor = {
+    {"looplm/looplm.h", "infer"}, {"looplm/data.h", "data"}, {"looplm/distributed.h", "train"}, {"looplm/bench.h", "bench"}};
+// (file under src/, facade header) included below its floor, and why
+const std::map<std::pair<std::string, std::string>, std::string> kBelowTheFloor = {
+    {{"data/text_tokenizer.cpp", "looplm/looplm.h"}, "defines TextTokenizer, whose body is the data layer's tokenizer"},
+    {{"data/text_tokenizer_impl.h", "looplm/looplm.h"}, "the same"},
+    {{"model/describe.cpp", "looplm/looplm.h"}, "defines describe_model / inspect_checkpoint (looplm info)"},
+    {{"backend/cpu/gemm.h", "looplm/bench.h"}, "the measured GEMM peak it defines is bench.h's measure_gemm_gflops"},
+};
+}  // namespace
+
+TEST(Layout, SrcLayersIncludeOnlyDownward) {
+  namespace fs = std::filesystem;
+  const std::regex include_line(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  auto layer_of = [](const std::string& folder) {
+    return (int)(std::find(kLayers.begin(), kLayers.end(), folder) - kLayers.begin());
+  };
+  std::set<std::string> folders;
+  std::set<std::pair<std::string, std::string>> below_seen;
+  for (const auto& e : fs::recursive_directory_iterator(kSrc + "/src")) {
+    if (e.path().extension() != ".cpp" && e.path().extension() != ".h") continue;
+    const std::string rel = fs::relative(e.path(), kSrc + "/src").string();
+    const std::string folder = fs::path(rel).parent_path().string();
+    folders.insert(folder);
+    const int mine = layer_of(folder);
+    ASSERT_LT(mine, (int)kLayers.size()) << "src/" << folder << " is in no layer: add it to kLayers and to docs/architecture.md";
+    std::ifstream f(e.path());
+    std::string line;
+    while (std::getline(f, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, include_line)) continue;
+      const std::string inc = m[1];
+      if (inc.rfind("looplm/", 0) == 0) {
+        auto floor = kFacadeFloor.find(inc);
+        if (floor == kFacadeFloor.end() || mine >= layer_of(floor->second)) continue;
+        if (kBelowTheFloor.count({rel, inc})) {
+          below_seen.insert({rel, inc});
+          continue;
+        }
+        ADD_FAILURE() << "src/" << rel << " includes the facade \"" << inc << "\" below " << floor->second
+                      << ": put the type it needs in a ground header (looplm/types.h)";
+        continue;
+      }
+      const std::string dir = fs::path(inc).parent_path().string();
+      if (dir.empty() || dir == folder) continue;
+      const int theirs = layer_of(dir);
+      if (theirs >= (int)kLayers.size()) continue;  // not a src/ folder (a system or generated header)
+      EXPECT_LE(theirs, mine) << "src/" << rel << " includes \"" << inc << "\": " << folder << " may not depend on "
+                              << dir << ", a layer above it (docs/architecture.md)";
+    }
+  }
+  for (const auto& [what, why] : kBelowTheFloor)
+    EXPECT_TRUE(below_seen.count(what)) << what.first << " no longer includes " << what.second << ": strike it from the list";
+  // docs/architecture.md's table names every layer, in this order
+  std::ifstream doc(kSrc + "/docs/architecture.md");
+  std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+  size_t at = 0;
+  for (const std::string& l : kLayers) {
+    const size_t here = text.find("| `src/" + l + "` |");
+    ASSERT_NE(here, std::string::npos) << "docs/architecture.md has no row for src/" << l;
+    EXPECT_GT(here, at) << "docs/architecture.md lists src/" << l << " out of the layers' order";
+    at = here;
+  }
+  EXPECT_EQ(folders.size(), kLayers.size());
 }

@@ -11,10 +11,9 @@
 
 #include "looplm/config.h"
 #include "looplm/error.h"
+#include "looplm/types.h"
 
 namespace looplm {
-
-inline constexpr const char* kVersion = "0.3.0";  // `looplm --version`, and written into checkpoints
 
 // ---------------------------------------------------------------- threads
 // The compute pool: n > 0 threads exactly, or 0 (the default) to adapt — at most the cores this
@@ -160,15 +159,7 @@ EarlyExit early_exit(const std::string& rule, double threshold, const std::strin
                      const std::string& threshold_option = "exit_threshold");
 const char* exit_rule_name(ExitRule r);
 
-// What incremental decoding keeps for a token that exited before a loop step later tokens run
-// (docs/cli.md, generate). per_step: the token's missing steps run for their keys and values
-// (exact: the same result as a full forward pass; saves no loop steps). mean: one key/value per
-// block, the mean over the steps the token ran (least memory). last / first: later steps read the
-// token's last / first step's key and value. With the fixed rule no token exits early and only
-// `mean` differs.
-enum class KvPolicy { per_step, mean, last, first };
-KvPolicy parse_kv_policy(const std::string& name);  // UsageError naming the choices
-const char* kv_policy_name(KvPolicy p);
+// KvPolicy (what incremental decoding keeps for a token that exited early): looplm/types.h.
 
 struct EvalOptions {
   int depth = -1;           // loop steps; -1 = trained R; 0 = h_pre

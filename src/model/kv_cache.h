@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "looplm/config.h"
-#include "looplm/looplm.h"
+#include "looplm/types.h"
 #include "ops/cache_ref.h"
 
 namespace looplm {

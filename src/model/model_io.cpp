@@ -12,7 +12,7 @@
 #include "data/tokenizer.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
-#include "looplm/looplm.h"
+#include "looplm/types.h"
 
 namespace looplm {
 
