@@ -1,4 +1,5 @@
 #include "io/crc32c.h"
+#include "backend/cpu/cpu_features.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -50,7 +51,7 @@ __attribute__((target("sse4.2"))) uint32_t crc_sse42(uint32_t c, const uint8_t* 
   for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, *p);
   return c;
 }
-const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+const bool kHaveSse42 = cpu_features().sse42;
 #endif
 
 }  // namespace

@@ -4,6 +4,7 @@
 // exactly (bf16: a 16-bit shift; int8: the code) as it is read; the arithmetic is fp32. int8
 // scales fold into the scores (s_j · dk_j) and into the softmax weights (p_j · dv_j).
 #include <algorithm>
+#include "backend/cpu/cpu_features.h"
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -130,14 +131,8 @@ LOOPLM_ATT_AVX2 void weighted_rows_sum_avx2(const float* p, const E* V, int ld, 
 }
 #pragma GCC diagnostic pop
 
-bool have_avx2_att() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-bool have_avx512_att() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
+bool have_avx2_att() { return cpu_features().avx2_fma; }
+bool have_avx512_att() { return cpu_features().avx512 && cpu_features().avx512vl; }
 #endif
 
 // out = Σ_j p[j] V[j, :] with this CPU's kernel.

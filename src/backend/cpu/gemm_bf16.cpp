@@ -9,6 +9,7 @@
 // inside our parallel loop, where oneDNN stays on the calling thread. A tile's bits then depend
 // on the matrix shapes only.
 #include <algorithm>
+#include "backend/cpu/cpu_features.h"
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -106,9 +107,7 @@ TilePrimitives& tile_primitives() {
 
 bool bf16_products_supported() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return yes;
+  return cpu_features().avx512 && cpu_features().avx512_bf16;
 #else
   return false;
 #endif

@@ -7,6 +7,7 @@
 // sequences; the hand-written loop does 32 bf16 weights per 64-byte load with one shift and one
 // mask), and a portable ISA-cloned version for every other x86-64 CPU.
 #include <omp.h>
+#include "backend/cpu/cpu_features.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -19,7 +20,6 @@
 #include "backend/cpu/parallel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define LOOPLM_AVX512_GEMV 1
 // GCC 12's own AVX-512 headers trip this warning (their _mm512_undefined_* placeholders in
@@ -125,14 +125,7 @@ LOOPLM_AVX512 void span_f32_avx512_by(const float* W, int ldw, const float* x, i
 // later take four rows, other CPUs the sequential stream, the choice measured first (the
 // measurements: bench/README.md, "Kernel decisions").
 bool f32_rows_side_by_side() {
-  static const bool yes = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || !(b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163)) return false;  // "AuthenticAMD"
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-    const unsigned base = (a >> 8) & 0xf, family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
-    return family >= 0x1a;  // Zen 5 and later
-  }();
-  return yes;
+  return cpu_features().zen5_or_later;
 }
 
 LOOPLM_AVX512 void span_f32_avx512(const float* W, int ldw, const float* x, int K, float* y, int n, bool acc) {
@@ -455,12 +448,10 @@ LOOPLM_AVX512BF16 void span_bf16_dp_rows(int M, const uint16_t* W, const uint16_
 }
 
 bool have_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return yes;
+  return cpu_features().avx512;
 }
 bool have_avx512_bf16() {
-  static const bool yes = have_avx512() && __builtin_cpu_supports("avx512bf16");
-  return yes;
+  return cpu_features().avx512 && cpu_features().avx512_bf16;
 }
 #else
 bool have_avx512() { return false; }

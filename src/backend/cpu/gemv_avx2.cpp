@@ -6,6 +6,7 @@
 // de-interleaved (xe = x[0::2], xo = x[1::2], zero-padded), so 16 weights cost one load, two
 // integer ops and two FMAs.
 #include "backend/cpu/gemv_avx2.h"
+#include "backend/cpu/cpu_features.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -241,10 +242,7 @@ void dot_rows_avx2(int N, int K, const int8_t* W, int ldw, const float* x, float
   dot_rows_avx2_impl(N, K, W, ldw, x, y);
 }
 
-bool have_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+bool have_avx2_fma() { return cpu_features().avx2_fma; }
 
 LOOPLM_AVX2 void span_bf16_avx2(const uint16_t* W, const float* X, int half, int K, float* y, int n, bool acc) {
   static_assert(kBf16Rows == 4 && kBf16Cols == 32, "the kernel is written for 4 x 32 chunks");

@@ -1,6 +1,7 @@
 // q8_0 / q4_0 (quant.h): the scalar reference, packing, and the products per ISA. Each
 // WeightFormat row at the end is what the format table (weight_format.cpp) lists.
 #include "backend/cpu/quant.h"
+#include "backend/cpu/cpu_features.h"
 
 #include <omp.h>
 
@@ -14,10 +15,6 @@
 #include "backend/cpu/quant_driver.h"
 #include "backend/cpu/quant_q4_block.h"
 #include "backend/cpu/weight_format.h"
-
-#if defined(__x86_64__) && defined(__clang__)
-#include <cpuid.h>  // have_avx2_q
-#endif
 
 namespace looplm {
 
@@ -497,21 +494,8 @@ constexpr GroupKernel kQ8Avx2{}, kQ4Avx2{}, kQ8Vnni{}, kQ4Vnni{};
 }  // namespace
 
 #ifdef LOOPLM_QUANT_X86
-bool have_avx2_q() {
-#ifdef __clang__  // clang 14 (the fuzz build, fuzz/) has no "f16c" for __builtin_cpu_supports: CPUID.1:ECX bit 29
-  unsigned a, b, c, d;
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-#else
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#endif
-  return yes;
-}
-bool have_vnni_q() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vnni") && have_avx2_q();
-  return yes;
-}
+bool have_avx2_q() { return cpu_features().avx2_fma && cpu_features().f16c; }
+bool have_vnni_q() { return cpu_features().avx512 && cpu_features().avx512_vnni && have_avx2_q(); }
 #else
 bool have_avx2_q() { return false; }
 bool have_vnni_q() { return false; }
