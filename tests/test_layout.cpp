@@ -14,22 +14,29 @@
 
 namespace {
 const std::string kSrc = LOOPLM_SOURCE_DIR;
+
+// The quoted includes of a source file ("looplm/util.h", "model/model.h", ...).
+std::vector<std::string> includes_of(const std::filesystem::path& file) {
+  static const std::regex include_line(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  std::vector<std::string> out;
+  std::ifstream f(file);
+  std::string line;
+  while (std::getline(f, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, include_line)) out.push_back(m[1]);
+  }
+  return out;
 }
+}  // namespace
 
 TEST(Layout, ToolsIncludeOnlyThePublicApi) {
   namespace fs = std::filesystem;
-  const std::regex include_line(R"re(^\s*#\s*include\s*"([^"]+)")re");
   int files = 0;
   for (const auto& e : fs::directory_iterator(kSrc + "/tools")) {
     const std::string name = e.path().filename().string();
     if (e.path().extension() != ".cpp" && e.path().extension() != ".h") continue;
     ++files;
-    std::ifstream f(e.path());
-    std::string line;
-    while (std::getline(f, line)) {
-      std::smatch m;
-      if (!std::regex_search(line, m, include_line)) continue;
-      const std::string inc = m[1];
+    for (const std::string& inc : includes_of(e.path())) {
       if (inc.rfind("looplm/", 0) == 0 || fs::exists(kSrc + "/tools/" + inc)) continue;  // public, or the tool's own
       ADD_FAILURE() << "tools/" << name << " includes the internal header \"" << inc
           << "\": the CLI stands on include/looplm/*.h (add what it needs there)";
@@ -38,17 +45,11 @@ TEST(Layout, ToolsIncludeOnlyThePublicApi) {
   EXPECT_GT(files, 10);
   // The public headers name only each other; the Python module (another front end) them and its own files.
   for (const std::string dir : {"/include/looplm", "/python"})
-    for (const auto& e : fs::directory_iterator(kSrc + dir)) {
-      std::ifstream f(e.path());
-      std::string line;
-      while (std::getline(f, line)) {
-        std::smatch m;
-        if (!std::regex_search(line, m, include_line)) continue;
-        const std::string inc = m[1];
+    for (const auto& e : fs::directory_iterator(kSrc + dir))
+      for (const std::string& inc : includes_of(e.path())) {
         if (inc.rfind("looplm/", 0) == 0 || (dir == "/python" && fs::exists(kSrc + dir + "/" + inc))) continue;
         ADD_FAILURE() << e.path() << " includes the internal header \"" << inc << "\"";
       }
-    }
 }
 
 // The layers of src/ (docs/architecture.md, "Layers of the code"): a folder includes its own
@@ -73,7 +74,6 @@ const std::map<std::pair<std::string, std::string>, std::string> kBelowTheFloor 
 
 TEST(Layout, SrcLayersIncludeOnlyDownward) {
   namespace fs = std::filesystem;
-  const std::regex include_line(R"re(^\s*#\s*include\s*"([^"]+)")re");
   auto layer_of = [](const std::string& folder) {
     return (int)(std::find(kLayers.begin(), kLayers.end(), folder) - kLayers.begin());
   };
@@ -86,12 +86,7 @@ TEST(Layout, SrcLayersIncludeOnlyDownward) {
     folders.insert(folder);
     const int mine = layer_of(folder);
     ASSERT_LT(mine, (int)kLayers.size()) << "src/" << folder << " is in no layer: add it to kLayers and to docs/architecture.md";
-    std::ifstream f(e.path());
-    std::string line;
-    while (std::getline(f, line)) {
-      std::smatch m;
-      if (!std::regex_search(line, m, include_line)) continue;
-      const std::string inc = m[1];
+    for (const std::string& inc : includes_of(e.path())) {
       if (inc.rfind("looplm/", 0) == 0) {
         auto floor = kFacadeFloor.find(inc);
         if (floor == kFacadeFloor.end() || mine >= layer_of(floor->second)) continue;
