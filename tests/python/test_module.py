@@ -12,6 +12,7 @@ engine float32, compared at 2e-5 of the tensor's scale, as tests/test_reference.
 """
 import _thread
 import json
+import lzma
 import os
 import shutil
 import struct
@@ -506,6 +507,57 @@ class SpecialTokens(unittest.TestCase):
         ids = list(self.m.apply_chat_template(hi, tokenize=True))
         self.assertEqual((ids[0], ids.count(self.im_start), ids.count(self.im_end)), (self.im_start, 2, 1))
         self.assertEqual(self.m.detokenize(ids), text)
+
+class RealTokenizerText(unittest.TestCase):
+    """Text from a real Hugging Face tokenizer (Qwen3's byte-level BPE, the frozen parity fixture):
+    CJK and emoji whose characters split across tokens come whole, streamed (on_text, one sequence
+    and a batch) and returned, equal to detokenize of the ids."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="looplm_py_qwen3_")
+        path = os.path.join(cls.dir, "tokenizer.json")
+        src = os.path.join(FIXTURES, "tokenizer_parity", "qwen3.tokenizer.json.xz")
+        with lzma.open(src) as f, open(path, "wb") as g:
+            g.write(f.read())
+        with open(path) as f:
+            tok = json.load(f)
+        V = max(max(tok["model"]["vocab"].values()), max(t["id"] for t in tok["added_tokens"])) + 1
+        cls.m = looplm.from_config(dict(TINY, context=256, tokenizer="hf", tokenizer_file=path, vocab_size=V), seed=5)
+        cls.prompt = "日本語のテキスト 😀🎉 中文字符 👩‍👩‍👧 🧑🏽‍🚀"
+        # the ids that are parts of a character (their own text is not whole): favoured, so the
+        # samples split characters often
+        cls.parts = sorted({i for i in cls.m.tokenize(cls.prompt * 3 + "🦀🫠🪐𝄞") if "\ufffd" in cls.m.detokenize([i])})
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_the_prompt_has_split_characters_and_streams_back_whole(self):
+        ids = list(self.m.tokenize(self.prompt))
+        self.assertGreaterEqual(len(self.parts), 3)
+        self.assertTrue(any(i in self.parts for i in ids))
+        ts = self.m.text_stream()
+        pieces = [ts.push(i) for i in ids] + [ts.finish()]
+        self.assertEqual("".join(pieces), self.prompt)
+        self.assertTrue(all("\ufffd" not in p for p in pieces))
+
+    def test_generated_text_streamed_and_whole_is_the_decode_of_its_ids(self):
+        m, ids = self.m, list(self.m.tokenize(self.prompt))
+        bias = {i: 9.0 for i in self.parts}
+        pieces = []
+        text = m.generate(self.prompt, max_tokens=100, temperature=1.0, seed=2, logit_bias=bias, on_text=pieces.append)
+        out = list(m.generate(ids, max_tokens=100, temperature=1.0, seed=2, logit_bias=bias))
+        self.assertGreaterEqual(sum(i in self.parts for i in out), 10, "the sample split few characters")
+        self.assertEqual("".join(pieces), text)
+        self.assertEqual(text, m.detokenize(ids + out)[len(self.prompt):])
+        # a batch streams each sequence's text as one sequence does
+        by_seq = {0: [], 1: []}
+        texts = m.generate([self.prompt, "中文"], max_tokens=60, temperature=1.0, seed=3, logit_bias=bias,
+                           on_text=lambda i, t: by_seq[i].append(t))
+        self.assertEqual(["".join(by_seq[0]), "".join(by_seq[1])], list(texts))
+        self.assertTrue(all(len(t) > 0 for t in texts))
+
 
 def read_safetensors(path):
     with open(path, "rb") as f:
