@@ -3,7 +3,7 @@
 // its mask), while the Python thread that made the call waits with the GIL released.
 //
 // Why (tools/signals.h has the whole story): a signal handler that runs on a compute thread inside
-// one of oneDNN 2.7's JIT kernels writes its frame into a heap buffer (the kernel points rsp there)
+// one of oneDNN 2.6's JIT kernels writes its frame into a heap buffer (the kernel points rsp there)
 // and corrupts the heap. Python installs a SIGINT handler, and the kernel delivers a process signal
 // to any thread that does not block it, so the library's threads must all block it. The calling
 // thread keeps the signal and, while it waits, runs Python's handlers every kPoll
