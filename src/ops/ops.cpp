@@ -5,6 +5,7 @@
 #include <cstring>
 #include <omp.h>
 
+#include "ops/attention_bf16.h"
 #include "ops/kernels.h"
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/gemm.h"
@@ -108,13 +109,21 @@ Node* attention(Graph& g, Node* qkv, int B, int T, int H, RopeAngles rope, const
   const float* sn = rope.sin;
   const double scale = ao.scale;
   const bool strict = ao.strict;
-  k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)), scale, strict, Hkv);
+  const bool bf16 = g.bf16_products();  // the products in bf16, as the layers' (ops/attention_bf16.h)
+  if (bf16)
+    k::attention_fwd_bf16(qkv->v, y->v, lse, B, T, H, hd, cs, sn, scale, strict, Hkv);
+  else
+    k::attention_fwd(qkv->v, y->v, lse, B, T, H, hd, cs, sn, g.shared_scratch(attention_scratch(T, hd)), scale, strict,
+                     Hkv);
   if (ao.lse) *ao.lse = lse;
   if (y->requires_grad)
-    g.record(y, [&g, qkv, y, lse, B, T, H, Hkv, hd, cs, sn, scale, strict] {
+    g.record(y, [&g, qkv, y, lse, B, T, H, Hkv, hd, cs, sn, scale, strict, bf16] {
       bool acc = false;
       float* dqkv = g.grad_of(qkv, acc);
-      if (dqkv)
+      if (!dqkv) return;
+      if (bf16)
+        k::attention_bwd_bf16(qkv->v, lse, y->g, dqkv, acc, B, T, H, hd, cs, sn, scale, strict, Hkv);
+      else
         k::attention_bwd(qkv->v, lse, y->g, dqkv, acc, B, T, H, hd, cs, sn,
                          g.shared_scratch(attention_scratch(T, hd)), scale, strict, Hkv);
     });

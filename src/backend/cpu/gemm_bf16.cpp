@@ -107,7 +107,7 @@ TilePrimitives& tile_primitives() {
 
 bool bf16_products_supported() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return cpu_features().avx512 && cpu_features().avx512_bf16;
+  return cpu_features().avx512 && cpu_features().avx512vl && cpu_features().avx512_bf16;  // VL: the attention kernels' 256-bit stores
 #else
   return false;
 #endif
