@@ -201,3 +201,22 @@ TEST(Bf16, AttentionIsTheFp32KernelWithinBf16Rounding) {
     }
   }
 }
+
+// The CPU's conversion used for training's operands gives to_bf16's bits, ties, subnormals (which
+// the instruction alone would flush), infinities and NaN included, in full groups and in the tail.
+TEST(Bf16, NativeRoundingIsToBf16) {
+  SKIP_WITHOUT_BF16();
+  std::vector<float> x = normal(1000, 11);
+  const float specials[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1e-40f, -3e-39f, 0x1p-126f, -0.0f, INFINITY, -INFINITY,
+                            NAN, -NAN, 3.4e38f, 1e-45f};
+  for (size_t i = 0; i < sizeof(specials) / sizeof(float); ++i) {
+    x[37 * i] = specials[i];
+    x[990 + i % 10] = specials[i];
+  }
+  std::vector<uint16_t> out(x.size());
+  round_span_native(x.data(), (int64_t)x.size(), out.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(out[i], to_bf16(x[i])) << i << ": " << x[i];
+  std::vector<uint16_t> rows(x.size());
+  round_to_bf16(10, 100, x.data(), 100, rows.data());
+  EXPECT_TRUE(rows == out);
+}

@@ -100,6 +100,24 @@ LOOPLM_BF16_PAIRS inline __m512i pair16(const float* x0, int n0, const float* x1
 
 }  // namespace
 
+LOOPLM_BF16_PAIRS void round_span_native(const float* x, int64_t n, uint16_t* out) {
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000), mantissa = _mm512_set1_epi32(0x007fffff);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + 16);
+    // Subnormal inputs (exponent 0, mantissa not): the instruction would flush them to zero.
+    const __mmask16 sub_a = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(a, exponent), a, mantissa);
+    const __mmask16 sub_b = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(b, exponent), b, mantissa);
+    if (sub_a | sub_b) {
+      for (int j = 0; j < 32; ++j) out[i + j] = to_bf16(x[i + j]);
+      continue;
+    }
+    const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(b), _mm512_castsi512_ps(a));  // [a, b]
+    _mm512_storeu_si512(out + i, (__m512i)r);
+  }
+  for (; i < n; ++i) out[i] = to_bf16(x[i]);
+}
+
 LOOPLM_BF16_PAIRS void round_row_bf16(const float* x, int n, int width, uint16_t* out) {
   n = std::min(std::max(n, 0), width);
   for (int c = 0; c < n; c += 16)

@@ -23,6 +23,11 @@ inline int pairs_width(int N) { return (N + 15) / 16 * 16; }
 void pack_pairs_bf16(int K, int N, const float* X, int ld, bool transposed, uint16_t* out, int ldp,
                      const int* valid_cols = nullptr);
 
+// x[0..n) rounded to bf16 exactly as bf16.h's to_bf16 (nearest even, NaN quiet) by vcvtne2ps2bf16,
+// 32 at a time; a group holding a subnormal input, which the instruction would flush to zero, and
+// the tail are rounded by to_bf16 itself.
+void round_span_native(const float* x, int64_t n, uint16_t* out);
+
 // x[0..n) rounded to bf16 (as to_bf16) into out[0..n), zeros in out[n..width).
 void round_row_bf16(const float* x, int n, int width, uint16_t* out);
 
