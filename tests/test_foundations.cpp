@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/weight_format.h"
 #include "infer/eval.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -683,4 +684,36 @@ TEST(Docs, LinksStayInsideTheRepository) {
     }
   }
   EXPECT_GT(links, 5);
+}
+
+// Each list of choices is one table: every name a front end is offered parses to a value whose
+// name is that name again, an unknown name is refused with the whole list, a request's long or
+// control-laden name is quoted cut short, and the quantized formats are those the trait marks.
+TEST(Choices, OneTablePerList) {
+  auto message_of = [](auto parse, const std::string& name) {
+    try {
+      parse(name);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  for (const std::string& n : available_exit_rules()) EXPECT_EQ(exit_rule_name(parse_exit_rule(n)), n);
+  for (const std::string& n : available_kv_policies()) EXPECT_EQ(kv_policy_name(parse_kv_policy(n)), n);
+  EXPECT_EQ(joined(available_exit_rules()), "fixed, kl, latent, entropy, gate");
+  EXPECT_EQ(joined(available_kv_policies()), "per_step, mean, last, first");
+  EXPECT_EQ(joined(available_kv_caches()), "fp32, bf16, int8");
+  EXPECT_EQ(joined(available_gguf_types()), "f32, f16, q8_0, q4_0");
+  EXPECT_EQ(message_of(parse_exit_rule, "often"), "unknown exit rule 'often' (choose fixed, kl, latent, entropy or gate)");
+  EXPECT_EQ(message_of(parse_kv_policy, "all"), "unknown KV policy 'all' (choose per_step, mean, last or first)");
+  const std::string hostile = "a\nb" + std::string(100, 'x');
+  const std::string m = message_of(parse_exit_rule, hostile);
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  EXPECT_NE(m.find("a?bxxx"), std::string::npos) << m;
+  EXPECT_LT(m.size(), 160u) << m;
+  std::vector<std::string> quantized;
+  for (const WeightFormat* f : weight_formats())
+    if (f->quantized()) quantized.push_back(f->name);
+  EXPECT_EQ(quantized, available_quantized_formats());
+  EXPECT_EQ(joined(available_quantized_formats()), "q8_0, q4_0, q4_k");
 }

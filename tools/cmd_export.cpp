@@ -16,9 +16,9 @@ int cmd_export(int argc, char** argv) {
   app.add_option("--checkpoint", in, "model.safetensors (or its run directory)")->required()->type_name("FILE");
   app.add_option("--format", o.format, "the file format: gguf")->check(CLI::IsMember({"gguf"}));
   app.add_option("--type", o.type,
-                 "GGUF type of the weight matrices: f32, f16, q8_0 or q4_0 (norms stay f32). Default: the "
+                 "GGUF type of the weight matrices: " + joined(available_gguf_types()) + " (norms stay f32). Default: the "
                  "checkpoint's own (f32 for fp32; a q8_0 / q4_0 checkpoint is copied code for code)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
+      ->check(CLI::IsMember(available_gguf_types()));
   app.add_option("--name", o.name, "general.name in the file (default looplm)");
   app.add_option("--out", out, "the .gguf file to write")->required()->type_name("FILE");
   if (!parse(app, argc, argv, "export")) return 0;

@@ -15,7 +15,7 @@ int cmd_quantize(int argc, char** argv) {
   app.add_option("--checkpoint", in, "the fp32 model.safetensors (or its run directory)")->required()->type_name("FILE");
   app.add_option("--format", format, "q8_0 (8.5 bits per weight), q4_0 or q4_k (4.5 bits per weight; q4_k: 6-bit scales and mins per 32 in super-blocks of 256)")
       ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k"}));  // the quantized ones of available_weight_formats()
+      ->check(CLI::IsMember(available_quantized_formats()));
   app.add_option("--method", method,
                  "rtn: each block's grid from its own values (q8_0 / q4_0: the largest; q4_k: a least-squares scale and min), every weight rounded to nearest (default); gptq: "
                  "GPTQ on calibration text, each weight's rounding error moved onto the weights not yet quantized")

@@ -12,6 +12,8 @@ namespace looplm {
 
 // ---------------------------------------------------------------- the library's tables
 std::vector<std::string> available_weight_formats();  // LoadOptions::weights: fp32, bf16, q8_0, q4_0, q4_k
+std::vector<std::string> available_quantized_formats();  // the quantized ones (quantize's --format): q8_0, q4_0, q4_k
+std::vector<std::string> available_gguf_types();      // ExportOptions::type (GGUF weight types): f32, f16, q8_0, q4_0
 std::vector<std::string> available_kv_caches();       // GenerateOptions::kv_cache: fp32, bf16, int8
 std::vector<std::string> available_exit_rules();      // ExitRule by name: fixed, kl, latent, entropy, gate
 std::vector<std::string> available_kv_policies();     // KvPolicy by name: per_step, mean, last, first

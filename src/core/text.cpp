@@ -82,4 +82,16 @@ std::string token_label(std::string_view bytes) {
   return out;
 }
 
+// (Never cut inside a UTF-8 character; control bytes become '?', so a value from a request or a
+// file cannot break a log line.)
+std::string brief(std::string_view s, size_t max) {
+  size_t n = s.size() > max ? max : s.size();
+  while (n < s.size() && n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
+  std::string out(s.substr(0, n));
+  for (char& c : out)
+    if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
+  if (s.size() > max) out += "...";
+  return out;
+}
+
 }  // namespace looplm

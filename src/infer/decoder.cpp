@@ -1,5 +1,6 @@
 #include "infer/decoder.h"
 
+#include "core/choices.h"
 #include "core/threads.h"
 #include "io/json_input.h"
 
@@ -7,10 +8,18 @@
 #include <cstring>
 
 #include "looplm/error.h"
+#include "looplm/util.h"
 
 namespace looplm {
 
 namespace {
+
+const Choices<op::KvElem, 3> kKvCaches{
+    "KV cache",
+    {{op::KvElem::f32, "fp32", "keys and values as computed (exact)"},
+     {op::KvElem::bf16, "bf16", "keys and values rounded to bf16 (half the bytes each attention pass reads)"},
+     {op::KvElem::i8, "int8", "keys and values as int8 codes with an fp32 scale per position and head"}}};
+
 // Exits when tokens exit early (or drafts exit at draft_depth): one coda slot per exit, since the
 // coda reads the exit's state.
 int coda_slots(const DecoderOptions& o) {
@@ -27,6 +36,9 @@ Node* gather_rows(Graph& g, const Node* x, int count, RowOf row_of) {
   return y;
 }
 }  // namespace
+
+op::KvElem kv_element(const std::string& kv_cache) { return kKvCaches.parse(kv_cache); }
+std::vector<std::string> available_kv_caches() { return kKvCaches.names(); }
 
 int Decoder::thread_cap(int rows, double token_flops) const {
   static const WeightFormat* const fp32 = find_weight_format("fp32");  // unpacked: the values in place

@@ -27,14 +27,9 @@ struct DecoderOptions {
   op::KvElem kv = op::KvElem::f32;  // the KV cache's element (GenerateOptions::kv_cache)
 };
 
-// GenerateOptions::kv_cache (EvalOptions::kv_cache) as DecoderOptions::kv (a usage error when it
-// is none of them).
-inline op::KvElem kv_element(const std::string& kv_cache) {
-  if (kv_cache == "fp32") return op::KvElem::f32;
-  if (kv_cache == "bf16") return op::KvElem::bf16;
-  if (kv_cache == "int8") return op::KvElem::i8;
-  throw UsageError("the KV cache is fp32, bf16 or int8, not '" + io::brief(kv_cache) + "'");
-}
+// GenerateOptions::kv_cache (EvalOptions::kv_cache) as DecoderOptions::kv (a usage error naming
+// the choices when it is none of them; the table is in decoder.cpp, available_kv_caches lists it).
+op::KvElem kv_element(const std::string& kv_cache);
 
 
 class Decoder {

@@ -6,17 +6,23 @@
 #include <limits>
 
 #include "backend/cpu/parallel.h"
+#include "core/choices.h"
 
 namespace looplm {
 
-ExitRule parse_exit_rule(const std::string& name) {
-  if (name == "fixed") return ExitRule::fixed;
-  if (name == "kl") return ExitRule::kl;
-  if (name == "latent") return ExitRule::latent;
-  if (name == "entropy") return ExitRule::entropy;
-  if (name == "gate") return ExitRule::gate;
-  throw UsageError("unknown exit rule '" + io::brief(name) + "' (choose fixed, kl, latent, entropy or gate)");
-}
+namespace {
+const Choices<ExitRule, 5> kExitRules{
+    "exit rule",
+    {{ExitRule::fixed, "fixed", "every token runs every loop step (or --depth)"},
+     {ExitRule::kl, "kl", "exit once KL(p_r || p_r-1) of successive exits' next-token distributions is below the threshold"},
+     {ExitRule::latent, "latent", "exit once ||h_r - h_r-1|| / ||h_r|| is below the threshold"},
+     {ExitRule::entropy, "entropy", "exit once the entropy of p_r is below the threshold"},
+     {ExitRule::gate, "gate", "exit once the learned exit gate's cumulative probability reaches the threshold (Ouro)"}}};
+}  // namespace
+
+ExitRule parse_exit_rule(const std::string& name) { return kExitRules.parse(name); }
+const char* exit_rule_name(ExitRule r) { return kExitRules.name(r); }
+std::vector<std::string> available_exit_rules() { return kExitRules.names(); }
 
 EarlyExit early_exit(const std::string& rule, double threshold, const std::string& rule_option,
                      const std::string& threshold_option) {
@@ -32,17 +38,6 @@ EarlyExit early_exit(const std::string& rule, double threshold, const std::strin
     throw UsageError(rule_option + " gate takes a cumulative probability: " + threshold_option + " in (0, 1]");
   e.threshold = threshold;
   return e;
-}
-
-const char* exit_rule_name(ExitRule r) {
-  switch (r) {
-    case ExitRule::fixed: return "fixed";
-    case ExitRule::kl: return "kl";
-    case ExitRule::latent: return "latent";
-    case ExitRule::entropy: return "entropy";
-    case ExitRule::gate: return "gate";
-  }
-  return "?";
 }
 
 void log_softmax_row(const float* z, int64_t V, double* out) {

@@ -117,17 +117,14 @@ std::vector<std::string> available_weight_formats() {
   for (const WeightFormat* f : weight_formats()) v.push_back(f->name);
   return v;
 }
-std::vector<std::string> available_kv_caches() { return {"fp32", "bf16", "int8"}; }  // kv_element's
-std::vector<std::string> available_exit_rules() {
+std::vector<std::string> available_quantized_formats() {
   std::vector<std::string> v;
-  for (ExitRule r : {ExitRule::fixed, ExitRule::kl, ExitRule::latent, ExitRule::entropy, ExitRule::gate}) v.push_back(exit_rule_name(r));
+  for (const WeightFormat* f : weight_formats())
+    if (f->quantized()) v.push_back(f->name);
   return v;
 }
-std::vector<std::string> available_kv_policies() {
-  std::vector<std::string> v;
-  for (KvPolicy p : {KvPolicy::per_step, KvPolicy::mean, KvPolicy::last, KvPolicy::first}) v.push_back(kv_policy_name(p));
-  return v;
-}
+// available_kv_caches: infer/decoder.cpp; available_exit_rules: infer/early_exit.cpp;
+// available_kv_policies: model/kv_cache.cpp (each next to its table).
 std::string joined(const std::vector<std::string>& names, const char* sep) {
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : sep) + n;

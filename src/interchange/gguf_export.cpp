@@ -3,12 +3,14 @@
 #include <map>
 
 #include "backend/cpu/quant.h"
+#include "core/choices.h"
 #include "data/tokenizer.h"
 #include "interchange/gguf_layout.h"
 #include "interchange/gguf_model.h"
 #include "interchange/gguf_vocab.h"
 #include "io/gguf.h"
 #include "looplm/error.h"
+#include "looplm/util.h"
 
 namespace looplm {
 
@@ -42,12 +44,20 @@ std::string gguf_export_refusal(const Config& c, bool check_tokenizer) {
 
 namespace {
 
+// The GGUF weight types export writes (ggml's names).
+const Choices<uint32_t, 4> kGgufTypes{
+    "GGUF type",
+    {{io::kGgmlF32, "f32", "fp32 weights"},
+     {io::kGgmlF16, "f16", "fp16 weights"},
+     {io::kGgmlQ8_0, "q8_0", "int8 blocks of 32 with an fp16 scale (a q8_0 checkpoint copied code for code)"},
+     {io::kGgmlQ4_0, "q4_0", "4-bit blocks of 32 with an fp16 scale (a q4_0 checkpoint copied code for code)"}}};
+
 uint32_t ggml_type_of(const std::string& t) {
-  if (t == "f32") return io::kGgmlF32;
-  if (t == "f16") return io::kGgmlF16;
-  if (t == "q8_0") return io::kGgmlQ8_0;
-  if (t == "q4_0") return io::kGgmlQ4_0;
-  throw UsageError("export: --type '" + t + "' (choose f32, f16, q8_0 or q4_0)");
+  try {
+    return kGgufTypes.parse(t);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("export: ") + e.what());
+  }
 }
 
 // The llama.cpp file type (general.file_type) of an all-`type` file.
@@ -82,6 +92,8 @@ void packed_row_to_ggml(const WeightFormat& f, const void* packed, int64_t cols,
 
 }  // namespace
 
+std::vector<std::string> available_gguf_types() { return kGgufTypes.names(); }
+
 GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExportOptions& o) {
   const Config& c = m.config();
   if (std::string why = gguf_export_refusal(c, false); !why.empty()) throw UsageError("export: cannot write this model as GGUF: " + why);
@@ -89,7 +101,8 @@ GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExport
   const WeightFormat* own = ps.prepacked_format();
   if (own && std::strcmp(own->name, "q8_0") && std::strcmp(own->name, "q4_0") && o.type.empty())
     throw UsageError(std::string("export: the checkpoint is ") + own->name +
-                     ", which GGUF export does not copy code for code; name the GGUF type with --type (f32, f16, q8_0 or q4_0: quantized again from its values)");
+                     ", which GGUF export does not copy code for code; name the GGUF type with --type (" + kGgufTypes.list() +
+                     ": quantized again from its values)");
   const std::string type_name = !o.type.empty() ? o.type : own ? own->name : "f32";
   const uint32_t type = ggml_type_of(type_name);
   const bool exact = own && type_name == own->name;

@@ -58,16 +58,6 @@ int json_depth(std::string_view text, int limit) {
   return deepest;
 }
 
-std::string brief(std::string_view s, size_t max) {
-  size_t n = s.size() > max ? max : s.size();
-  while (n < s.size() && n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
-  std::string out(s.substr(0, n));
-  for (char& c : out)
-    if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
-  if (s.size() > max) out += "...";
-  return out;
-}
-
 std::string brief_path(std::string_view p) {
   if (p.size() <= 240) return std::string(p);
   size_t from = p.size() - 237;
@@ -86,7 +76,6 @@ std::string brief_json(const nlohmann::ordered_json& v, size_t max) {
 }  // namespace looplm::io
 
 namespace looplm {
-// The public names (include/looplm/util.h) of the message helpers.
-std::string brief(std::string_view s, size_t max) { return io::brief(s, max); }
+// The public name (include/looplm/util.h) of the path helper (brief's is core/text.cpp).
 std::string brief_path(std::string_view path) { return io::brief_path(path); }
 }  // namespace looplm

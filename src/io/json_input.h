@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.h"
 #include "looplm/error.h"
 
 namespace looplm::io {
@@ -25,8 +26,9 @@ constexpr int kMaxJsonDepth = 64;
 // passes `limit`. Cheap: one pass over the bytes, no allocation.
 int json_depth(std::string_view text, int limit);
 
-// `s` (or a JSON value, printed) for a message: at most `max` bytes (then "..."), control bytes as '?'.
-std::string brief(std::string_view s, size_t max = 60);
+// `s` for a message: the public brief (include/looplm/util.h, defined in core/text.cpp). A JSON
+// value, printed, likewise:
+using ::looplm::brief;
 std::string brief_json(const nlohmann::json& v, size_t max = 60);
 // A file path for a message: whole up to 240 bytes, else "..." and its last 237 (the file's name).
 std::string brief_path(std::string_view path);

@@ -5,29 +5,26 @@
 #include <cstring>
 #include <new>
 
+#include "core/choices.h"
 #include "core/memory.h"
 #include "io/json_input.h"
 #include "looplm/error.h"
+#include "looplm/util.h"
 
 namespace looplm {
 
-KvPolicy parse_kv_policy(const std::string& name) {
-  if (name == "per_step") return KvPolicy::per_step;
-  if (name == "mean") return KvPolicy::mean;
-  if (name == "last") return KvPolicy::last;
-  if (name == "first") return KvPolicy::first;
-  throw UsageError("unknown KV policy '" + io::brief(name) + "' (choose per_step, mean, last or first)");
-}
+namespace {
+const Choices<KvPolicy, 4> kKvPolicies{
+    "KV policy",
+    {{KvPolicy::per_step, "per_step", "a token that exited early runs its missing steps for their keys and values (exact)"},
+     {KvPolicy::mean, "mean", "one slot per block: the mean of the keys and values over the steps a token ran"},
+     {KvPolicy::last, "last", "later steps read the last step's keys and values of a token that exited early"},
+     {KvPolicy::first, "first", "later steps read the first step's keys and values of a token that exited early"}}};
+}  // namespace
 
-const char* kv_policy_name(KvPolicy p) {
-  switch (p) {
-    case KvPolicy::per_step: return "per_step";
-    case KvPolicy::mean: return "mean";
-    case KvPolicy::last: return "last";
-    case KvPolicy::first: return "first";
-  }
-  return "?";
-}
+KvPolicy parse_kv_policy(const std::string& name) { return kKvPolicies.parse(name); }
+const char* kv_policy_name(KvPolicy p) { return kKvPolicies.name(p); }
+std::vector<std::string> available_kv_policies() { return kKvPolicies.names(); }
 
 KVCache::KVCache(const Config& c, int rows, int capacity, int core_steps, int64_t width, int coda_steps, KvPolicy policy,
                  op::KvElem elem)

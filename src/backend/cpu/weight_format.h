@@ -60,6 +60,10 @@ struct WeightFormat {
   // FLOPs where a FLOP is cheaper: ~12–20 M for fp32 and bf16, ~70 M for the integer kernels
   // (bench/README.md, "Threads").
   double serial_decode_flops = 16e6;
+
+  // Integer codes on a grid (q8_0, q4_0, q4_k), as opposed to a float copy (fp32, bf16): what
+  // `looplm quantize` writes, and what GPTQ can fit.
+  bool quantized() const { return grid_cols > 0; }
 };
 
 // The table. find_weight_format: nullptr when `name` is not a format.
