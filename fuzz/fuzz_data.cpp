@@ -12,7 +12,7 @@
 #include "data/dataset.h"
 #include "data/examples.h"
 #include "data/listops.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/error.h"
 
 using namespace looplm;

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/error.h"
 #include "serve_request.h"
 #include "text/chat_template.h"

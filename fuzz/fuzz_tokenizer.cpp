@@ -1,9 +1,9 @@
-// Hugging Face tokenizers (data/hf_tokenizer.h, docs/data.md): the input as a tokenizer.json
+// Hugging Face tokenizers (tokenizer/hf_tokenizer.h, docs/data.md): the input as a tokenizer.json
 // (HfTokenizer::from_json; one that loads then encodes and decodes a fixed text and the input), as
 // text encoded and decoded by three built-in tokenizers that reach every part (byte-level BPE with
 // added tokens that lstrip / rstrip / need a single word; SentencePiece-style BPE with normalizers,
 // byte fallback and fused unk; a Split / Digits / Metaspace / Punctuation pre-tokenizer chain), as
-// ids to decode (and to stream: data/text_stream.h must give decode's text), as an Oniguruma pattern (onig_to_pcre2 and PCRE2), and as a corpus for the BPE
+// ids to decode (and to stream: tokenizer/text_stream.h must give decode's text), as an Oniguruma pattern (onig_to_pcre2 and PCRE2), and as a corpus for the BPE
 // trainer. Only looplm::Error may come out; an id outside the vocabulary aborts.
 #include "fuzz_common.h"
 
@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_trainer.h"
-#include "data/hf_pretokenizer.h"
-#include "data/hf_regex.h"
-#include "data/hf_tokenizer.h"
-#include "data/hf_unicode.h"
-#include "data/text_stream.h"
-#include "data/tokenizer.h"
+#include "tokenizer/hf_pretokenizer.h"
+#include "tokenizer/hf_regex.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/hf_unicode.h"
+#include "tokenizer/text_stream.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/error.h"
 
 using namespace looplm;
@@ -142,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       t->decode(ids);
     } catch (const Error&) {
     }
-    // The same ids in the vocabulary streamed (data/text_stream.h): the text is decode's, and a
+    // The same ids in the vocabulary streamed (tokenizer/text_stream.h): the text is decode's, and a
     // stop string made of the input's first bytes cuts it where decode's text first holds it.
     std::vector<int32_t> known;
     for (int32_t id : ids)

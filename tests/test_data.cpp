@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/error.h"
 
 namespace fs = std::filesystem;

@@ -20,8 +20,8 @@
 
 #include "core/rng.h"
 #include "data/bpe_trainer.h"
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "interchange/gguf_model.h"
 #include "io/atomic_file.h"
 #include "io/gguf.h"

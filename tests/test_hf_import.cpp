@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "infer/decoder.h"
 #include "infer/early_exit.h"
 #include "interchange/hf_model.h"

@@ -1,4 +1,4 @@
-// TextStream (include/looplm/looplm.h, src/data/text_stream.h): token ids to text as they arrive.
+// TextStream (include/looplm/looplm.h, src/tokenizer/text_stream.h): token ids to text as they arrive.
 // The property every test checks: the text given out, all told, is decode(ids) (cut before a stop
 // string), and every piece given out is whole UTF-8 characters. Real tokenizers (Llama 3, Qwen 3,
 // GPT-2, Llama 2 and Gemma 3's SentencePiece files) on text their vocabularies split inside
@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_trainer.h"
-#include "data/hf_tokenizer.h"
-#include "data/hf_unicode.h"
-#include "data/text_stream.h"
-#include "data/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/hf_unicode.h"
+#include "tokenizer/text_stream.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace looplm {

@@ -539,7 +539,7 @@ class TextTokenizer {
   std::string decode_as_transformers(const std::vector<int32_t>& ids) const;
   TextStream text_stream(const TextStreamOptions& o = {}) const;  // the tokenizer must outlive it
 
-  struct Impl;  // the library's tokenizer (src/data/tokenizer.h)
+  struct Impl;  // the library's tokenizer (src/tokenizer/tokenizer.h)
   const Impl& impl() const { return *impl_; }
 
  private:

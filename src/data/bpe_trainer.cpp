@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_pretokenizer.h"
-#include "data/hf_regex.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_pretokenizer.h"
+#include "tokenizer/hf_regex.h"
+#include "tokenizer/hf_unicode.h"
 #include "looplm/error.h"
 
 namespace looplm {

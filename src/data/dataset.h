@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace looplm {
 

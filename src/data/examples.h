@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace looplm {
 

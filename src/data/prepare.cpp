@@ -6,8 +6,8 @@
 #include "data/bpe_trainer.h"
 #include "data/dataset.h"
 #include "data/listops.h"
-#include "data/text_tokenizer_impl.h"
-#include "data/tokenizer.h"
+#include "tokenizer/text_tokenizer_impl.h"
+#include "tokenizer/tokenizer.h"
 #include "io/json_input.h"
 #include "looplm/data.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/looplm.h"
 #include "model/model.h"
 

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "core/threads.h"
-#include "data/text_stream.h"
+#include "tokenizer/text_stream.h"
 #include "infer/decoder.h"
 #include "infer/sampler.h"
 #include "io/mapped_file.h"

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "interchange/gguf_model.h"
 #include "interchange/hf_model.h"
 #include "io/atomic_file.h"

@@ -4,7 +4,7 @@
 
 #include "backend/cpu/quant.h"
 #include "core/choices.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "interchange/gguf_layout.h"
 #include "interchange/gguf_model.h"
 #include "interchange/gguf_vocab.h"

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "backend/cpu/quant.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "interchange/gguf_layout.h"
 #include "interchange/gguf_vocab.h"
 #include "interchange/gguf_model.h"

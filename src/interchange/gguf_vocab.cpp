@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "interchange/gguf_layout.h"
 #include "io/gguf.h"
 #include "io/json_input.h"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "interchange/hf_model.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"

@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "interchange/hf_model.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"

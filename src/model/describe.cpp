@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "backend/cpu/weight_format.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
 #include "model/model.h"

@@ -9,7 +9,7 @@
 
 #include "backend/cpu/weight_format.h"
 #include "core/arena.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/types.h"

@@ -5,7 +5,7 @@
 #include "backend/cpu/weight_format.h"
 #include "core/threads.h"
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "io/json_input.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm::jinja {
 

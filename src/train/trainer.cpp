@@ -26,7 +26,7 @@
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "data/examples.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "infer/eval.h"
 #include "io/atomic_file.h"
 #include "io/json_input.h"

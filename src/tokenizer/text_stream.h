@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace looplm {
 

@@ -1,4 +1,4 @@
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_unicode.h"
 
 #include <unicode/uchar.h>
 

@@ -1,4 +1,4 @@
-#include "data/hf_regex.h"
+#include "tokenizer/hf_regex.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -1,7 +1,7 @@
-#include "data/hf_replace.h"
+#include "tokenizer/hf_replace.h"
 
-#include "data/hf_json.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm::hf {
 

@@ -1,10 +1,10 @@
-#include "data/hf_pretokenizer.h"
+#include "tokenizer/hf_pretokenizer.h"
 
 #include <array>
 
-#include "data/hf_json.h"
-#include "data/hf_regex.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/hf_regex.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm::hf {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_string_map.h"
+#include "tokenizer/hf_string_map.h"
 
 namespace looplm::hf {
 

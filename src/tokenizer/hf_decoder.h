@@ -27,7 +27,7 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void run(std::vector<std::string>& tokens) const = 0;
-  // Streaming (data/text_stream.h): this step applied to one token's string `s` as the chain
+  // Streaming (tokenizer/text_stream.h): this step applied to one token's string `s` as the chain
   // applies it to that token amid others, its bytes left raw (the stream repairs UTF-8 over the
   // whole text). False when the step reads the tokens around it in a way one token cannot say
   // (BPEDecoder's rule for the last token, a pattern replaced across tokens): the stream then

@@ -2,9 +2,9 @@
 // tokenizer.json or a checkpoint.
 #include <sys/stat.h>
 
-#include "data/text_stream.h"
-#include "data/text_tokenizer_impl.h"
-#include "data/tokenizer.h"
+#include "tokenizer/text_stream.h"
+#include "tokenizer/text_tokenizer_impl.h"
+#include "tokenizer/tokenizer.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
 #include "looplm/looplm.h"

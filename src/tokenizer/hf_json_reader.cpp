@@ -1,6 +1,6 @@
-#include "data/hf_json_reader.h"
+#include "tokenizer/hf_json_reader.h"
 
-#include "data/hf_json.h"
+#include "tokenizer/hf_json.h"
 #include "io/json_input.h"
 
 namespace looplm::hf {

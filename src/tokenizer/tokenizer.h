@@ -3,7 +3,7 @@
 //  * char: id = index of a Unicode code point in an alphabet (UTF-8 string, no duplicates).
 //    Built from a corpus the alphabet is its sorted unique code points; the alphabet is stored in
 //    Config::tokenizer_chars so a checkpoint alone reconstructs the tokenizer.
-//  * hf: a Hugging Face tokenizer.json (data/hf_tokenizer.h). The text lives in
+//  * hf: a Hugging Face tokenizer.json (tokenizer/hf_tokenizer.h). The text lives in
 //    Config::tokenizer_json, read from Config::tokenizer_file when a run starts and stored in the
 //    checkpoint's metadata (docs/format.md).
 #pragma once

@@ -1,4 +1,4 @@
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 
 #include <sys/stat.h>
 
@@ -9,15 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_added_tokens.h"
-#include "data/hf_bpe.h"
-#include "data/hf_decoder.h"
-#include "data/hf_json.h"
-#include "data/hf_json_reader.h"
-#include "data/hf_normalizer.h"
-#include "data/hf_pretokenizer.h"
-#include "data/hf_regex.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_added_tokens.h"
+#include "tokenizer/hf_bpe.h"
+#include "tokenizer/hf_decoder.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/hf_json_reader.h"
+#include "tokenizer/hf_normalizer.h"
+#include "tokenizer/hf_pretokenizer.h"
+#include "tokenizer/hf_regex.h"
+#include "tokenizer/hf_unicode.h"
 #include "io/atomic_file.h"
 
 namespace looplm {

@@ -1,4 +1,4 @@
-#include "data/hf_normalizer.h"
+#include "tokenizer/hf_normalizer.h"
 
 #include <unicode/bytestream.h>
 #include <unicode/casemap.h>
@@ -7,10 +7,10 @@
 
 #include <vector>
 
-#include "data/hf_json.h"
-#include "data/hf_regex.h"
-#include "data/hf_replace.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/hf_regex.h"
+#include "tokenizer/hf_replace.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm::hf {
 

@@ -1,6 +1,6 @@
 // What a TextTokenizer (include/looplm/looplm.h) holds: the library's tokenizer.
 #pragma once
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "looplm/looplm.h"
 
 namespace looplm {
@@ -10,7 +10,7 @@ struct TextTokenizer::Impl {
   bool clean_up = false;  // clean_up_tokenization_spaces (TextTokenizer::open reads it)
 };
 
-// A public TextStream over `tok` (which must outlive it): data/text_stream.h does the work.
+// A public TextStream over `tok` (which must outlive it): tokenizer/text_stream.h does the work.
 TextStream make_text_stream(const Tokenizer& tok, const TextStreamOptions& o);
 
 }  // namespace looplm

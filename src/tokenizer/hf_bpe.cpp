@@ -1,14 +1,14 @@
-#include "data/hf_bpe.h"
+#include "tokenizer/hf_bpe.h"
 
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
 #include <functional>
 
-#include "data/hf_json.h"
-#include "data/hf_json_reader.h"
-#include "data/hf_pretokenizer.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/hf_json_reader.h"
+#include "tokenizer/hf_pretokenizer.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm::hf {
 

@@ -1,8 +1,8 @@
-#include "data/hf_added_tokens.h"
+#include "tokenizer/hf_added_tokens.h"
 
 #include <algorithm>
 
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm::hf {
 

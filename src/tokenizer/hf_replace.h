@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/hf_regex.h"
+#include "tokenizer/hf_regex.h"
 
 namespace looplm::hf {
 

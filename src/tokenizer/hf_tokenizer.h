@@ -42,7 +42,7 @@ class HfTokenizer {
   // Error for an id outside the vocabulary. Invalid UTF-8 from byte tokens becomes U+FFFD.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
-  // Streaming (data/text_stream.h): decode's text as per-token pieces. `piecewise` is false when
+  // Streaming (tokenizer/text_stream.h): decode's text as per-token pieces. `piecewise` is false when
   // the decoder chain reads tokens together in a way a piece cannot say (then a stream decodes its
   // whole text each token); `byte_fallback`: a run of <0xXX> tokens that is not UTF-8 becomes one
   // U+FFFD per byte; a Strip after the tokens are fused cuts up to strip_start copies of `strip`

@@ -19,11 +19,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "data/hf_string_map.h"
+#include "tokenizer/hf_string_map.h"
 
 namespace looplm::hf {
 
-struct TokenizerJson;  // data/hf_json_reader.h
+struct TokenizerJson;  // tokenizer/hf_json_reader.h
 
 using TokenMap = StringMap<int32_t>;
 

@@ -1,9 +1,9 @@
-#include "data/text_stream.h"
+#include "tokenizer/text_stream.h"
 
 #include <algorithm>
 
-#include "data/hf_tokenizer.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/hf_unicode.h"
 
 namespace looplm {
 

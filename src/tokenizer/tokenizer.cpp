@@ -1,4 +1,4 @@
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,8 +6,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "data/hf_tokenizer.h"
-#include "data/hf_unicode.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/hf_unicode.h"
 #include "io/json_input.h"
 #include "looplm/error.h"
 
