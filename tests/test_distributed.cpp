@@ -144,3 +144,22 @@ TEST(GradientSum, RanksMustDivideTheGlobalBatch) {
 
 }  // namespace
 }  // namespace looplm
+
+// The library on its own (these tests, the Python module, a program of yours) has no MPI: under a
+// launcher of several ranks start_distributed refuses (each rank would train alone); one rank, or
+// no launcher, goes on as one process; end_distributed gives the code back. (The looplm binary's
+// MPI communicator replaces both: tests/mpi_train.sh.)
+TEST(Distributed, LibraryAloneRefusesSeveralRanks) {
+  using namespace looplm;
+  const char* before = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const std::string saved = before ? before : "";
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_THROW(start_distributed(), UsageError);
+  setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+  EXPECT_NO_THROW(start_distributed());
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_NO_THROW(start_distributed());
+  EXPECT_EQ(end_distributed(3), 3);
+  EXPECT_EQ(world().size(), 1);
+  if (before) setenv("OMPI_COMM_WORLD_SIZE", saved.c_str(), 1);
+}

@@ -6,8 +6,10 @@ namespace looplm {
 
 // When a launcher started this process (mpirun: OMPI_COMM_WORLD_SIZE; PMIx or PMI: PMIX_RANK,
 // PMI_RANK), MPI_Init, and train() runs as one rank of the job; a plain `looplm train` never
-// starts MPI. A binary built without MPI under a launcher of several ranks: UsageError (each rank
-// would train alone). Only the `looplm` binary defines this (src/train/distributed_mpi.cpp).
+// starts MPI. The communicator is the `looplm` binary's (built with MPI when CMake finds it,
+// src/train/distributed_mpi.cpp); the library alone (a program of yours, the Python module) and a
+// binary built without MPI refuse a launch of several ranks with a UsageError (each rank would
+// train alone) and otherwise do nothing.
 void start_distributed();
 // The process's exit code after MPI: MPI_Finalize when the command returned (whatever its code:
 // e.g. 130 after a stop every rank agreed on) or failed with an error every rank found

@@ -1,6 +1,7 @@
 #include "train/distributed.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
@@ -86,6 +87,24 @@ void note_error_here() {
   if (!agreed_error) failed_here = true;
 }
 bool failed_alone() { return failed_here; }
+
+int launcher_ranks() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return std::getenv("PMIX_RANK") || std::getenv("PMI_RANK") ? 0 : -1;  // 0: launched, size unknown
+}
+
+// Without MPI (the library on its own: a program of yours, the Python module, the tests; or a
+// looplm binary built without it): a launch of several ranks is refused, since each would train
+// alone. Weak, so that the binary's MPI communicator (distributed_mpi.cpp) replaces both.
+__attribute__((weak)) void start_distributed() {
+  const int n = launcher_ranks();
+  if (n >= 0 && n != 1)
+    throw UsageError("this program runs looplm without MPI (the communicator is the looplm binary's, built when CMake "
+                     "finds MPI: install libopenmpi-dev, scripts/install_deps.sh, and rebuild), so under mpirun each "
+                     "rank would train alone; run one process");
+}
+__attribute__((weak)) int end_distributed(int code) { return code; }
 
 bool any_rank(Communicator& comm, bool flag) {
   if (comm.size() == 1) return flag;

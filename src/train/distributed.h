@@ -35,6 +35,10 @@ void set_world(std::unique_ptr<Communicator> c);
 // One rank of one, whatever world() is (e.g. a benchmark's steps inside a job).
 Communicator& world_of_one();
 
+// The ranks a launcher started (mpirun: OMPI_COMM_WORLD_SIZE; PMI_SIZE), 0 when launched with the
+// count unknown (PMIx or PMI ranks only), -1 when no launcher started this process.
+int launcher_ranks();
+
 // True on every rank when `flag` is true on any (a stop request seen by one rank ends the step on all).
 bool any_rank(Communicator& comm, bool flag);
 

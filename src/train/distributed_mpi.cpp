@@ -1,6 +1,7 @@
 // The MPI communicator (docs/training.md, "Data parallel (MPI)"). Only the `looplm` binary
-// compiles this file, with LOOPLM_HAVE_MPI when CMake found MPI, so the library, its tests and the
-// Python module never link MPI.
+// compiles this file, and only with LOOPLM_HAVE_MPI (CMake found MPI) does it define anything: its
+// start_distributed / end_distributed replace the library's weak ones (distributed.cpp: a launch
+// of several ranks refused), so the library, its tests and the Python module never link MPI.
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -17,17 +18,11 @@
 #include <mpi.h>
 #endif
 
+#if LOOPLM_HAVE_MPI
 namespace looplm {
 
 namespace {
 
-int launcher_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return std::getenv("PMIX_RANK") || std::getenv("PMI_RANK") ? 0 : -1;  // 0: launched, size unknown
-}
-
-#if LOOPLM_HAVE_MPI
 bool started = false;
 
 int count_of(size_t bytes) {
@@ -62,36 +57,25 @@ class MpiWorld final : public Communicator {
  private:
   int rank_ = 0, size_ = 1;
 };
-#endif
 
 }  // namespace
 
 void start_distributed() {
-  const int n = launcher_size();
-  if (n < 0) return;
-#if LOOPLM_HAVE_MPI
-  if (started) return;
+  if (launcher_ranks() < 0 || started) return;
   // Funneled: only the main thread calls MPI; the OpenMP pool never does.
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   started = true;
   set_world(std::make_unique<MpiWorld>());
-#else
-  if (n != 1)
-    throw UsageError("this looplm was built without MPI (CMake did not find it, or -DLOOPLM_MPI=OFF), so under mpirun "
-                     "each rank would train alone; install libopenmpi-dev (scripts/install_deps.sh) and rebuild, or run "
-                     "one process");
-#endif
 }
 
 int end_distributed(int code) {
-#if LOOPLM_HAVE_MPI
   if (!started) return code;
   started = false;
   if (failed_alone() && world().size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();
-#endif
   return code;
 }
 
 }  // namespace looplm
+#endif
