@@ -273,3 +273,36 @@ class Experiment:
         full = f"set terminal pngcairo size 1000,620 noenhanced font ',11'\nset output '{os.path.join(self.out, png)}'\n" + script
         subprocess.run(["gnuplot"], input=full, text=True, check=True)
         self.log(f"wrote {self.out}/{png}")
+
+
+# ---------------------------------------------------------------- larger-scale runs (scale.py, scale_systems.py)
+def mpi_launcher(ranks, log):
+    """The command prefix and looplm --threads for a run of `ranks` MPI ranks (one thread each); one
+    process with the same micro-batches (the same bits, docs/training.md) for 1 rank or without mpirun."""
+    if ranks == 1:
+        return [], 2
+    if not shutil.which("mpirun"):
+        log("mpirun not found: one process with the same micro-batches (the same bits, docs/training.md)")
+        return [], 2
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)], 1
+
+
+def training_seconds(train_rows):
+    """A run's training time from its metrics' train rows: elapsed_s counts from each start of the
+    process, so a resumed run's restart adds from 0 again."""
+    total, prev = 0.0, 0.0
+    for r in train_rows:
+        e = r.get("elapsed_s", 0.0)
+        total += e - prev if e >= prev else e
+        prev = e
+    return total
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"

@@ -32,13 +32,13 @@ tiny models and a few steps; its numbers mean nothing.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, ROOT, Experiment, better, depth_check, fmt, mean_std, verdict  # noqa: E402
+from common import (BIN, ROOT, Experiment, better, cpu_name, depth_check, fmt, mean_std, mpi_launcher,  # noqa: E402
+                    training_seconds, verdict)
 
 # Steps for every arm: about an hour for the slowest arms (8 block applications) at 2 ranks x 1
 # thread in bf16 on the 2-core Zen 5 VM where it was chosen (bench/README.md, "A larger scale").
@@ -89,15 +89,6 @@ def bf16_supported():
     return p.returncode == 0
 
 
-def launcher(ranks):
-    if ranks == 1:
-        return [], 2
-    if not shutil.which("mpirun"):
-        ex.log("mpirun not found: one process with the same micro-batches (the same bits, docs/training.md)")
-        return [], 2
-    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)], 1
-
-
 def sets_of(arm, seed):
     return dict(ARMS[arm][0], **DATA, **TRAIN, seed=seed)
 
@@ -109,7 +100,7 @@ def set_args(sets):
 def train(arm, seed):
     """Train or resume one run; its summary (the numbers the tables need) is written last."""
     d = os.path.join(ex.runs, f"{arm}_s{seed}")
-    mpi, threads = launcher(A.ranks)
+    mpi, threads = mpi_launcher(A.ranks, ex.log)
     cmd = mpi + [BIN, "train", "--config", BASE, "--out", d, "--quiet", "--sample-len", "0", "--threads", str(threads)]
     cmd += set_args(sets_of(arm, seed))
     ex.run_training(d, cmd, f"{arm} seed {seed}")  # a second copy of the script waits for it, then finds its summary
@@ -117,27 +108,12 @@ def train(arm, seed):
     rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
     steps_rows = [r for r in rows if r.get("split") == "train"]
     curve = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
-    # elapsed_s counts from each start of the process (a resumed run starts again from 0)
-    train_s, prev = 0.0, 0.0
-    for r in steps_rows:
-        e = r.get("elapsed_s", 0.0)
-        train_s += e - prev if e >= prev else e
-        prev = e
+    train_s = training_seconds(steps_rows)
     return dict(arm=arm, seed=seed, steps=steps, ranks=A.ranks, loss=ev["loss"], eval=ev, val_curve=curve,
                 train_loss_last=[(r["step"], r["loss"]) for r in steps_rows[-20:]], train_seconds=train_s,
                 sets={k: v for k, v in sets_of(arm, seed).items() if k not in DATA},
                 corpus=manifest["summary"],
                 cpu=cpu_name(), finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 # ---------------------------------------------------------------- the runs, in parts

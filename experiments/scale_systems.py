@@ -101,7 +101,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -109,7 +108,8 @@ from array import array
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, ROOT, Experiment, better, depth_check, fmt, mean_std, pooled, verdict  # noqa: E402
+from common import (BIN, ROOT, Experiment, better, cpu_name, depth_check, fmt, mean_std, mpi_launcher,  # noqa: E402
+                    pooled, training_seconds, verdict)
 
 # Steps for every arm: scale.py's (about an hour for 8 block applications at 2 ranks in bf16 on the
 # 2-core VM where it was chosen), so every arm here also compares with the Hyperloop runs.
@@ -459,25 +459,6 @@ DC = S["depth_check"]
 
 
 # ---------------------------------------------------------------- training, reuse
-def launcher(ranks):
-    if ranks == 1:
-        return [], 2
-    if not shutil.which("mpirun"):
-        ex.log("mpirun not found: one process with the same micro-batches (the same bits, docs/training.md)")
-        return [], 2
-    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)], 1
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def norm(sets):
     """sets as compared: numbers as floats, booleans as 'true'/'false', the rest as strings."""
     def one(v):
@@ -496,7 +477,7 @@ def train(arm, seed):
     """Train or resume one run; its summary (the numbers the tables need) is written last."""
     a = ARMS[arm]
     d = os.path.join(ex.runs, f"{arm}_s{seed}")
-    mpi, threads = launcher(A.ranks)
+    mpi, threads = mpi_launcher(A.ranks, ex.log)
     cmd = mpi + [BIN, "train", "--config", a.config, "--out", d, "--quiet", "--sample-len", "0", "--threads", str(threads)]
     cmd += set_args(dict(a.sets(seed), **DATA))
     ex.run_training(d, cmd, f"{arm} seed {seed}")  # a second copy of the script waits for it, then finds its summary
@@ -504,11 +485,7 @@ def train(arm, seed):
     rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
     steps_rows = [r for r in rows if r.get("split") == "train"]
     curve = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
-    train_s, prev = 0.0, 0.0  # elapsed_s counts from each start of the process (a resumed run starts again from 0)
-    for r in steps_rows:
-        e = r.get("elapsed_s", 0.0)
-        train_s += e - prev if e >= prev else e
-        prev = e
+    train_s = training_seconds(steps_rows)
     return dict(arm=arm, seed=seed, steps=steps, ranks=A.ranks, config=a.config, R=a.R, depth=a.depth,
                 loss=ev["loss_by_depth"][a.R - 1], eval=ev, val_curve=curve,
                 train_loss_last=[(r["step"], r["loss"]) for r in steps_rows[-20:]], train_seconds=train_s,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/prepare_corpus.sh end to end in its --small mode (docs/data.md, "A larger corpus"): the
 # files and the manifest's hashes, a rerun that does nothing, two training steps of
-# configs/corpus/looped.json (shrunk) on the shards, and experiments/scale.py --quick on them.
+# configs/corpus/looped.json (shrunk) on the shards, and experiments/scale.py and
+# experiments/scale_systems.py --quick on them.
 # Skipped (exit 77) when Debian's package registry is unreachable. Usage: tests/corpus_small.sh LOOPLM_BINARY
 set -euo pipefail
 BIN="$1"
@@ -51,4 +52,14 @@ rm -rf "$work/scale_runs"
 LOOPLM_BIN="$BIN" python3 experiments/scale.py --quick --corpus "$out" --ranks 1 --runs "$work/scale_runs" \
   --out "$work/scale" > "$work/scale2.log"
 ! grep -q "trained" "$work/scale2.log" || { echo "FAIL: scale.py trained again runs it had finished"; exit 1; }
+# experiments/scale_systems.py likewise for one system (NRGPT: three arms, two seeds, and a third
+# seed where two arms come out close), then its tables again from the kept summaries alone.
+LOOPLM_BIN="$BIN" python3 experiments/scale_systems.py --system nrgpt --quick --corpus "$out" --ranks 1 \
+  --runs "$work/sys_runs" --out "$work/sys" | tail -1
+grep -q "^Depth check: GPT_Rec" "$work/sys/results.md" || { echo "FAIL: no depth check in scale_systems.py's results.md"; exit 1; }
+grep -q "Claim: NRGPT's loss is comparable" "$work/sys/results.md" || { echo "FAIL: no NRGPT claim in results.md"; exit 1; }
+cp "$work/sys/results.md" "$work/sys_first.md"
+LOOPLM_BIN="$BIN" python3 experiments/scale_systems.py --system nrgpt --quick --corpus "$out" --ranks 1 \
+  --runs "$work/sys_runs" --out "$work/sys" --tables-only > /dev/null
+cmp -s "$work/sys/results.md" "$work/sys_first.md" || { echo "FAIL: --tables-only changed results.md"; exit 1; }
 echo "PASS"

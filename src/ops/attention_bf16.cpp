@@ -50,20 +50,25 @@ Work& thread_work() {
   return w;
 }
 
+// One call's sizes: the fused qkv rows (query heads per key/value head G, row stride ld) and the
+// padded widths of the bf16 operands.
 struct Shape {
-  int T, hd, T2, hd2, ldk;  // T2, hd2: rounded up to even; ldk: pair-packed width over the keys
-  Shape(int T_, int hd_) : T(T_), hd(hd_), T2(round_even(T_)), hd2(round_even(hd_)), ldk(pairs_width(T_)) {}
+  int Hkv, G, dq, dkv, ld, shift;
+  float scale;
+  int T2, hd2, ldk, ldh;  // T and hd rounded up to even; pair-packed widths over the keys and over hd
+  Shape(int T, int H, int hd, int Hkv_, double scale_, bool strict)
+      : Hkv(Hkv_ > 0 ? Hkv_ : H), G(H / Hkv), dq(H * hd), dkv(Hkv * hd), ld(dq + 2 * dkv), shift(strict ? 1 : 0),
+        scale(scale_ > 0 ? (float)scale_ : 1.0f / std::sqrt((float)hd)), T2(round_even(T)), hd2(round_even(hd)),
+        ldk(pairs_width(T)), ldh(pairs_width(hd)) {}
 };
 
 }  // namespace
 
 void attention_fwd_bf16(const float* qkv, float* y, float* lse, int B, int T, int H, int hd, const float* cos_t,
                         const float* sin_t, double scale_, bool strict, int Hkv) {
-  if (Hkv <= 0) Hkv = H;
-  const int G = H / Hkv, dq = H * hd, dkv = Hkv * hd, ld = dq + 2 * dkv, shift = strict ? 1 : 0;
-  const float scale = scale_ > 0 ? (float)scale_ : 1.0f / std::sqrt((float)hd);
-  const Shape s(T, hd);
-  const int ldv = pairs_width(hd);
+  const Shape s(T, H, hd, Hkv, scale_, strict);
+  const int G = s.G, dq = s.dq, dkv = s.dkv, ld = s.ld, shift = s.shift, ldv = s.ldh;
+  const float scale = s.scale;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
@@ -117,11 +122,10 @@ void attention_fwd_bf16(const float* qkv, float* y, float* lse, int B, int T, in
 // group's query heads and transposed once at the end.
 void attention_bwd_bf16(const float* qkv, const float* lse, const float* dy, float* dqkv, bool acc, int B, int T,
                         int H, int hd, const float* cos_t, const float* sin_t, double scale_, bool strict, int Hkv) {
-  if (Hkv <= 0) Hkv = H;
-  const int G = H / Hkv, dq = H * hd, dkv = Hkv * hd, ld = dq + 2 * dkv, shift = strict ? 1 : 0;
-  const float scale = scale_ > 0 ? (float)scale_ : 1.0f / std::sqrt((float)hd);
-  const Shape s(T, hd);
-  const int ldh = pairs_width(hd);
+  const Shape s(T, H, hd, Hkv, scale_, strict);
+  const int G = s.G, dq = s.dq, dkv = s.dkv, ld = s.ld, shift = s.shift, ldh = s.ldh;
+  const float scale = s.scale;
+  Hkv = s.Hkv;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int bk = 0; bk < B * Hkv; ++bk) {
     const int b = bk / Hkv, kvh = bk % Hkv;
