@@ -438,11 +438,49 @@ TrainStep train_step_of(const StepReport& r, const EvalResult* val) {
 
 }  // namespace
 
-TrainResult train(const Config& config_in, const TrainOptions& opt) {
+namespace {
+
+void check_train_options(const TrainOptions& opt) {
   if (opt.out_dir.empty()) throw UsageError("train: --out DIR is required");
   if (opt.resume && opt.overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
   if (opt.resume && !opt.init_from.empty())
     throw UsageError("train: --resume continues DIR's own weights; --init-from starts a new run from other weights; give one");
+}
+
+// Rank 0's config (a resumed run's own, its tokenizer completed) on every rank, each keeping its
+// own data paths. On one rank, nothing to do: the broadcast is a no-op.
+void share_lead_config(Communicator& comm, Config& c, const Config& config_abs) {
+  std::string text = c.to_json_text();
+  broadcast_string(comm, text);
+  if (comm.rank() == 0) return;
+  c = Config::from_json_text(text, "rank 0's config");
+  c.data_train = config_abs.data_train;
+  c.data_val = config_abs.data_val;
+}
+
+// Rank 0's weights, AdamW moments and training state on every rank: all start from the same.
+void share_lead_state(Communicator& comm, Model& m, AdamW& adam, TrainState& st) {
+  broadcast_floats(comm, m.params().values());
+  broadcast_floats(comm, adam.m);
+  broadcast_floats(comm, adam.v);
+  comm.broadcast(&adam.t, sizeof adam.t);
+  static_assert(std::is_trivially_copyable_v<TrainState>, "TrainState travels between ranks as bytes");
+  comm.broadcast(&st, sizeof st);
+}
+
+// DIR/config.json: the run's id first (Config::from_json_text reads past it), then its config.
+void write_run_config(const std::string& dir, const std::string& run_id, const Config& c) {
+  nlohmann::ordered_json j = {{"run_id", run_id}};
+  const nlohmann::ordered_json keys = nlohmann::ordered_json::parse(c.to_json_text());
+  for (auto it = keys.begin(); it != keys.end(); ++it) j[it.key()] = it.value();
+  const std::string text = j.dump(2) + "\n";
+  io::write_file_atomic(dir + "/config.json", text.data(), text.size());
+}
+
+}  // namespace
+
+TrainResult train(const Config& config_in, const TrainOptions& opt) {
+  check_train_options(opt);
   // Data parallel under mpirun (docs/training.md, "Data parallel (MPI)"): every rank runs this
   // function; rank 0 ("lead") alone owns the run directory and prints, the others follow it.
   Communicator& comm = world();
@@ -463,22 +501,14 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     complete_tokenizer(c);
     c.validate();
   }
-  if (comm.size() > 1) {  // rank 0's config (a resumed run's own, its tokenizer completed); each rank's data paths
-    std::string text = c.to_json_text();
-    broadcast_string(comm, text);
-    if (!lead) {
-      c = Config::from_json_text(text, "rank 0's config");
-      c.data_train = config_abs.data_train;
-      c.data_val = config_abs.data_val;
-    }
-  }
+  share_lead_config(comm, c, config_abs);
   // This rank's block of each step's micro-batches. A grad_accum the ranks cannot share stops every
   // rank here (they all hold rank 0's config): an agreed error, printed once.
   GradientSum gradient_sum = [&] {
     try {
       return GradientSum(comm, c.grad_accum, opt.allreduce_bucket_bytes);
     } catch (const UsageError&) {
-      if (comm.size() > 1) note_agreed_error();
+      note_agreed_error();  // every rank holds rank 0's config (on one rank: nothing to agree on)
       throw;
     }
   }();
@@ -509,25 +539,13 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                                  " (a larger --steps extends it)"
                            : "resumed " + dir + " at step " + std::to_string(st.step));
   }
-  if (comm.size() > 1) {  // rank 0's weights and training state: every rank starts from the same
-    broadcast_floats(comm, m.params().values());
-    broadcast_floats(comm, adam.m);
-    broadcast_floats(comm, adam.v);
-    comm.broadcast(&adam.t, sizeof adam.t);
-    static_assert(std::is_trivially_copyable_v<TrainState>, "TrainState travels between ranks as bytes");
-    comm.broadcast(&st, sizeof st);
-  }
+  share_lead_state(comm, m, adam, st);
   stream.set_cursor(st.data_cursor);
   last_checkpoint = found || st.step > 0 ? st.step : -1;
   std::optional<MetricsFile> metrics;
   if (lead) {
     metrics.emplace(dir + "/metrics.jsonl", found.has_value(), st.step);
-    // The run's config, and first the run's id (Config::from_json_text reads past it).
-    nlohmann::ordered_json j = {{"run_id", run_dir->run_id}};
-    const nlohmann::ordered_json keys = nlohmann::ordered_json::parse(c.to_json_text());
-    for (auto it = keys.begin(); it != keys.end(); ++it) j[it.key()] = it.value();
-    std::string cfg = j.dump(2) + "\n";
-    io::write_file_atomic(dir + "/config.json", cfg.data(), cfg.size());
+    write_run_config(dir, run_dir->run_id, c);
   }
   const int B = c.batch_size, T = c.context;
   if (info) {
@@ -599,7 +617,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
                                      &gradient_sum);
     stream.set_cursor(cursor + (uint64_t)c.grad_accum);
     if (!o.taken) {
-      if (comm.size() > 1) note_agreed_error();  // every rank summed the same loss and norm
+      note_agreed_error();  // every rank summed the same loss and norm
       diverged(step, o, r.lr, c, last_checkpoint, dir);
     }
     st.step = step + 1;
