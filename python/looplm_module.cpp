@@ -225,45 +225,11 @@ py::dict trace_dict(LanguageModel::Trace&& t) {
 
 }  // namespace
 
-PYBIND11_MODULE(looplm, m) {
-  m.doc() = "looplm: looped (recurrent-depth) transformer language models (docs/python.md)";
-  m.attr("__version__") = kVersion;
+namespace {
 
-  g_error = PyErr_NewExceptionWithDoc("looplm.Error", "A bad file or a runtime failure, with looplm's message.",
-                                      PyExc_RuntimeError, nullptr);
-  py::tuple usage_bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
-  g_usage_error = PyErr_NewExceptionWithDoc("looplm.UsageError", "A bad option or value (the CLI's exit 2).",
-                                            usage_bases.ptr(), nullptr);
-  m.attr("Error") = py::handle(g_error);
-  m.attr("UsageError") = py::handle(g_usage_error);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const UsageError& e) {
-      PyErr_SetString(g_usage_error, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(g_error, e.what());
-    }
-  });
-
-  m.def("set_threads", [](int n) {
-        if (n < 0) throw UsageError("set_threads: n must be >= 0 (0 adapts to the machine)");
-        library_call([&] { set_threads(n); });
-      },
-      py::arg("n"), "Compute threads: n exactly, or 0 (the default) to adapt to the cores this process may use.");
-  m.def("presets", &preset_names, "The named configs (configs/*.json) a train() call may start from.");
-  m.def("preset", [](const std::string& name) { return json_loads(load_preset(name).to_json_text()); }, py::arg("name"),
-        "A named config as a dict.");
-
-  py::class_<PyModel>(m, "Model", "A checkpoint loaded for evaluation and generation (looplm.load).")
-      .def_property_readonly("config", [](const PyModel& s) { return json_loads(s.config().to_json_text()); },
-                             "The model's config as a dict (docs/config.md).")
-      .def_property_readonly("n_params", [](const PyModel& s) { return s.lm->n_params(); })
-      .def_property_readonly("vocab_size", [](const PyModel& s) { return s.config().vocab_size; })
-      .def_property_readonly("d_model", [](const PyModel& s) { return s.config().d_model; })
-      .def_property_readonly("context", [](const PyModel& s) { return s.config().context; })
-      .def_property_readonly("R", [](const PyModel& s) { return s.config().R; }, "The trained number of loop steps.")
-      .def("tokenize",
+// Model: tokens and text (tokenize, detokenize, chat templates, end tokens, text streams).
+void bind_model_text(py::class_<PyModel>& c) {
+  c.def("tokenize",
            [](const PyModel& s, const py::object& text) {
              const std::string t = utf8_of(text);
              std::vector<int32_t> ids;
@@ -357,8 +323,12 @@ PYBIND11_MODULE(looplm, m) {
            py::arg("stop") = py::none(), py::arg("at_start") = false,
            "Text as token ids arrive (e.g. a Session's): push(id) gives the text ready after it, finish() the rest. "
            "Whole UTF-8 characters only; held back while it may begin a stop string, and ended before the first "
-           "one. The ids continue a prompt (at_start=True: they open the text).")
-      .def("logits",
+           "one. The ids continue a prompt (at_start=True: they open the text).");
+}
+
+// Model: one forward pass read out (logits, logits by depth, states, trace).
+void bind_model_passes(py::class_<PyModel>& c) {
+  c.def("logits",
            [](const PyModel& s, const py::object& ids, std::optional<int> depth) {
              LanguageModel::TraceOptions o;
              o.depth = s.depth_of(depth);
@@ -415,8 +385,13 @@ PYBIND11_MODULE(looplm, m) {
            },
            py::arg("ids"), py::arg("depth") = py::none(), py::arg("exits") = py::none(), py::arg("states") = true,
            "One forward pass, every exit: a dict of states [depth + 1, T, d], logits [len(exits), T, vocab] at `exits`, "
-           "diagnostics (name -> mean per loop step, as evaluate) and token_diagnostics (name -> [depth, T]).")
-      .def("generate",
+           "diagnostics (name -> mean per loop step, as evaluate) and token_diagnostics (name -> [depth, T]).");
+}
+
+// Model.generate: text or ids in, text or ids out, every sampling and decoding option the CLI has
+// (~130 lines: one binding whose keyword arguments are the CLI's options, each checked as the CLI does).
+void bind_model_generate(py::class_<PyModel>& c) {
+  c.def("generate",
            [](const PyModel& s, const py::object& prompt, int max_tokens, std::optional<double> temperature, int top_k,
               double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
               const std::string& kv_policy, const std::string& kv_cache, int speculative, int draft_depth,
@@ -541,8 +516,12 @@ PYBIND11_MODULE(looplm, m) {
            "on_token(id) (a batch: on_token(i, id)) sees each new token, on_text(text) (on_text(i, text)) each piece "
            "of text as it is ready (whole characters). The model's end tokens end a sample (ignore_eos: they do not); "
            "stop: strings the text ends before; logit_bias: {token id: bias from -100 to 100}. temperature None: 1, "
-           "or 0 with speculative.")
-      .def("evaluate",
+           "or 0 with speculative.");
+}
+
+// Model: evaluation, and the decode session serve runs on.
+void bind_model_evaluate(py::class_<PyModel>& c) {
+  c.def("evaluate",
            [](const PyModel& s, const py::object& data, std::optional<int> depth, const std::string& exit_rule,
               std::optional<double> exit_threshold, std::optional<bool> incremental, std::optional<std::string> kv_policy,
               std::optional<std::string> kv_cache, int batch, std::optional<int64_t> max_windows, int window,
@@ -599,7 +578,10 @@ PYBIND11_MODULE(looplm, m) {
            py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            "A decode session: up to `slots` sequences decoding together, joining and leaving between tokens "
            "(what looplm serve runs on).");
+}
 
+// TextStream and Session: incremental text and continuous batching.
+void bind_streams(py::module_& m) {
   py::class_<PyTextStream>(m, "TextStream", "Token ids to text as they arrive (Model.text_stream).")
       .def("push",
            [](PyTextStream& t, int64_t id) {
@@ -674,7 +656,11 @@ PYBIND11_MODULE(looplm, m) {
       .def_property_readonly("slots", [](const PySession& s) { return s.session->slots(); })
       .def_property_readonly("mean_steps", [](const PySession& s) { return s.session->mean_steps(); })
       .def_property_readonly("kv_bytes_per_token", [](const PySession& s) { return s.session->kv_bytes_per_token(); });
+}
 
+// Files in and out: load, from_config, describe, convert, export, the stand-alone tokenizer, quantize
+// (~150 lines: a list of short bindings, one per library call).
+void bind_files(py::module_& m) {
   m.def("load",
         [](const std::string& path, const std::string& weights, bool allow_nonfinite) {
           LoadOptions o;
@@ -826,7 +812,10 @@ PYBIND11_MODULE(looplm, m) {
         py::arg("calib_tokens") = 16384, py::arg("calib_first_step_only") = false,
         "Quantize a fp32 checkpoint into the file `out` (the CLI's quantize): format q8_0, q4_0 or q4_k; method rtn or "
         "gptq (calibration text `calib`, default the checkpoint's data_train).");
+}
 
+// train(): the CLI's train, with a per-step callback.
+void bind_train(py::module_& m) {
   m.def("train",
         [](const py::object& config, const std::string& out, std::optional<std::string> preset, bool resume, bool overwrite,
            const std::string& init_from, std::optional<int> stop_after, const py::object& callback, const py::object& log,
@@ -902,4 +891,53 @@ PYBIND11_MODULE(looplm, m) {
         "Train into run directory `out` (the CLI's train): config is a dict of keys over a preset (default looped) "
         "or a JSON file. callback(step: dict) after every step; returning False stops the run with a checkpoint "
         "(resume=True continues it). log(line) gets the progress lines (default: stderr).");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(looplm, m) {
+  m.doc() = "looplm: looped (recurrent-depth) transformer language models (docs/python.md)";
+  m.attr("__version__") = kVersion;
+
+  g_error = PyErr_NewExceptionWithDoc("looplm.Error", "A bad file or a runtime failure, with looplm's message.",
+                                      PyExc_RuntimeError, nullptr);
+  py::tuple usage_bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
+  g_usage_error = PyErr_NewExceptionWithDoc("looplm.UsageError", "A bad option or value (the CLI's exit 2).",
+                                            usage_bases.ptr(), nullptr);
+  m.attr("Error") = py::handle(g_error);
+  m.attr("UsageError") = py::handle(g_usage_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const UsageError& e) {
+      PyErr_SetString(g_usage_error, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+
+  m.def("set_threads", [](int n) {
+        if (n < 0) throw UsageError("set_threads: n must be >= 0 (0 adapts to the machine)");
+        library_call([&] { set_threads(n); });
+      },
+      py::arg("n"), "Compute threads: n exactly, or 0 (the default) to adapt to the cores this process may use.");
+  m.def("presets", &preset_names, "The named configs (configs/*.json) a train() call may start from.");
+  m.def("preset", [](const std::string& name) { return json_loads(load_preset(name).to_json_text()); }, py::arg("name"),
+        "A named config as a dict.");
+
+  py::class_<PyModel> model(m, "Model", "A checkpoint loaded for evaluation and generation (looplm.load).");
+  model.def_property_readonly("config", [](const PyModel& s) { return json_loads(s.config().to_json_text()); },
+                             "The model's config as a dict (docs/config.md).")
+      .def_property_readonly("n_params", [](const PyModel& s) { return s.lm->n_params(); })
+      .def_property_readonly("vocab_size", [](const PyModel& s) { return s.config().vocab_size; })
+      .def_property_readonly("d_model", [](const PyModel& s) { return s.config().d_model; })
+      .def_property_readonly("context", [](const PyModel& s) { return s.config().context; })
+      .def_property_readonly("R", [](const PyModel& s) { return s.config().R; }, "The trained number of loop steps.");
+  bind_model_text(model);
+  bind_model_passes(model);
+  bind_model_generate(model);
+  bind_model_evaluate(model);
+  bind_streams(m);
+  bind_files(m);
+  bind_train(m);
 }
