@@ -12,6 +12,69 @@
 
 namespace looplm::cli {
 
+namespace {
+
+// The end-of-training report: loss at every exit on (a bounded part of) the validation data,
+// computed by train() from the data it holds, and a sample. Ctrl-C here ends the process at once:
+// the run is saved.
+void print_report(const TrainResult& r, const std::string& out, int sample_len, std::string prompt) {
+  set_interrupt_note("looplm train: interrupted during the end-of-training report; the run in " + out +
+                     " is complete and saved (step " + std::to_string(r.steps_done) +
+                     "); 'looplm eval --checkpoint " + out + "' prints the table again");
+  LanguageModel lm = LanguageModel::load(out);
+  const Config& mc = lm.config();
+  const EvalResult& e = r.report;
+  if (e.examples > 0)  // data_mode = examples: the answer's loss and exact-match accuracy
+    std::printf("\nearly-exit table (validation: the first %lld examples = eval_batches x batch_size; all of it: "
+                "looplm eval): loss and accuracy on the answers at every depth r\n",
+                (long long)e.examples);
+  else
+    std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
+                "all of it: looplm eval): loss at every depth r\n",
+                (long long)e.tokens, (long long)e.windows);
+  print_exit_table(e, mc.R);
+  if (sample_len > 0 && e.examples > 0) {  // examples: greedy answers to the first validation prompts
+    std::printf("\nsamples (greedy, the first validation examples: prompt -> answer [label]):\n");
+    for (const auto& [prompt_ids, answer_ids] : r.report_examples) {
+      GenerateOptions g;
+      g.temperature = 0;
+      g.max_new = (int)answer_ids.size();
+      const std::string got = lm.decode_continuation(prompt_ids, lm.generate(prompt_ids, g));
+      std::printf("  %s -> %s [%s]\n", lm.decode(prompt_ids).c_str(), got.c_str(), lm.decode(answer_ids).c_str());
+    }
+  } else if (sample_len > 0) {
+    GenerateOptions g;
+    g.max_new = sample_len;
+    g.temperature = 0.8;
+    g.top_k = 40;
+    g.seed = mc.seed;
+    std::vector<int32_t> ids;
+    std::string from = "the start of the validation text";
+    if (!prompt.empty()) {
+      ids = encode_prompt(lm, prompt, "the prompt");
+      from = "--prompt";
+    } else {  // the validation text's first line, or its first words
+      prompt = lm.decode(r.sample_prompt);
+      if (const size_t nl = prompt.find('\n'); nl != std::string::npos && nl > 0) prompt.resize(nl);
+      else if (const size_t sp = prompt.find_last_of(' '); sp != std::string::npos && sp >= 8) prompt.resize(sp);
+      ids = encode_prompt(lm, prompt, "the prompt");
+    }
+    std::printf("\nsample (temperature 0.8, top-k 40, %d tokens; the prompt is %s):\n%s", sample_len, from.c_str(),
+                prompt.c_str());
+    std::fflush(stdout);
+    TextStream text = lm.text_stream();  // streamed as it is made, in whole characters
+    auto print = [](const std::string& s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    };
+    lm.generate(ids, g, [&](int32_t t) { print(text.push(t)); });
+    print(text.finish());
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
 int cmd_train(int argc, char** argv) {
   CLI::App app{"Train a looplm model.", "looplm train"};
   ConfigArgs cfg;
@@ -140,61 +203,7 @@ int cmd_train(int argc, char** argv) {
   if (r.interrupted) return 130;         // 128 + SIGINT, as if killed, but with a checkpoint
   if (!r.complete || !lead) return 0;    // --stop-after: no report yet; the report is rank 0's
 
-  // The report: loss at every exit on (a bounded part of) the validation data, computed by train()
-  // from the data it holds, and a sample. Ctrl-C here ends the process at once: the run is saved.
-  set_interrupt_note("looplm train: interrupted during the end-of-training report; the run in " + out +
-                     " is complete and saved (step " + std::to_string(r.steps_done) +
-                     "); 'looplm eval --checkpoint " + out + "' prints the table again");
-  LanguageModel lm = LanguageModel::load(out);
-  const Config& mc = lm.config();
-  const EvalResult& e = r.report;
-  if (e.examples > 0)  // data_mode = examples: the answer's loss and exact-match accuracy
-    std::printf("\nearly-exit table (validation: the first %lld examples = eval_batches x batch_size; all of it: "
-                "looplm eval): loss and accuracy on the answers at every depth r\n",
-                (long long)e.examples);
-  else
-    std::printf("\nearly-exit table (validation: %lld tokens, the first %lld windows = eval_batches x batch_size; "
-                "all of it: looplm eval): loss at every depth r\n",
-                (long long)e.tokens, (long long)e.windows);
-  print_exit_table(e, mc.R);
-  if (sample_len > 0 && e.examples > 0) {  // examples: greedy answers to the first validation prompts
-    std::printf("\nsamples (greedy, the first validation examples: prompt -> answer [label]):\n");
-    for (const auto& [prompt_ids, answer_ids] : r.report_examples) {
-      GenerateOptions g;
-      g.temperature = 0;
-      g.max_new = (int)answer_ids.size();
-      const std::string got = lm.decode_continuation(prompt_ids, lm.generate(prompt_ids, g));
-      std::printf("  %s -> %s [%s]\n", lm.decode(prompt_ids).c_str(), got.c_str(), lm.decode(answer_ids).c_str());
-    }
-  } else if (sample_len > 0) {
-    GenerateOptions g;
-    g.max_new = sample_len;
-    g.temperature = 0.8;
-    g.top_k = 40;
-    g.seed = mc.seed;
-    std::vector<int32_t> ids;
-    std::string from = "the start of the validation text";
-    if (!prompt.empty()) {
-      ids = encode_prompt(lm, prompt, "the prompt");
-      from = "--prompt";
-    } else {  // the validation text's first line, or its first words
-      prompt = lm.decode(r.sample_prompt);
-      if (const size_t nl = prompt.find('\n'); nl != std::string::npos && nl > 0) prompt.resize(nl);
-      else if (const size_t sp = prompt.find_last_of(' '); sp != std::string::npos && sp >= 8) prompt.resize(sp);
-      ids = encode_prompt(lm, prompt, "the prompt");
-    }
-    std::printf("\nsample (temperature 0.8, top-k 40, %d tokens; the prompt is %s):\n%s", sample_len, from.c_str(),
-                prompt.c_str());
-    std::fflush(stdout);
-    TextStream text = lm.text_stream();  // streamed as it is made, in whole characters
-    auto print = [](const std::string& s) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    };
-    lm.generate(ids, g, [&](int32_t t) { print(text.push(t)); });
-    print(text.finish());
-    std::printf("\n");
-  }
+  print_report(r, out, sample_len, prompt);
   return 0;
 }
 
