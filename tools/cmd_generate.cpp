@@ -1,6 +1,7 @@
 // `looplm generate`: sample from a checkpoint, streaming tokens as they are made, with a timing
 // summary on stderr (as llama.cpp prints one).
 #include <cstdio>
+#include <functional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,71 @@ std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
     throw UsageError("generate: --logit-bias '" + brief(s) + "' is not ID=BIAS (e.g. --logit-bias 50256=-100)");
   return {(int32_t)id, (float)bias};
 }
+void add_stats(GenerateStats& total, const GenerateStats& st) {
+  total.prompt_tokens += st.prompt_tokens;
+  total.prompt_seconds += st.prompt_seconds;
+  total.new_tokens += st.new_tokens;
+  total.gen_seconds += st.gen_seconds;
+  total.mean_steps += st.mean_steps * st.new_tokens;  // summed per token; print_stats divides
+  total.kv_bytes_per_token = st.kv_bytes_per_token;
+  total.draft_tokens += st.draft_tokens;
+  total.accepted_tokens += st.accepted_tokens;
+}
+
+// Every (prompt, sample) sequence in batches of `batch` (sequence i samples with seed + i), each
+// printed whole after its prompt (or as a JSONL line), text in whole characters.
+void generate_in_batches(const LanguageModel& lm, const std::vector<std::vector<int32_t>>& ids,
+                         const std::vector<std::string>& texts, const std::vector<int>& text_of, GenerateOptions g, int batch,
+                         bool jsonl, const std::function<void(const GenerateStats&)>& add) {
+  const uint64_t seed0 = g.seed;
+  for (size_t i0 = 0; i0 < ids.size(); i0 += batch) {
+    const size_t n = std::min(ids.size() - i0, (size_t)batch);
+    std::vector<std::vector<int32_t>> chunk(ids.begin() + i0, ids.begin() + i0 + n);
+    GenerateStats st;
+    g.stats = &st;
+    g.seed = seed0 + i0;
+    const auto outs = lm.generate_batch(chunk, g);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = i0 + k;
+      const std::string& text = texts[text_of[i]];
+      TextStream ts = lm.text_stream({g.stop, false});
+      std::string completion;
+      for (int32_t t : outs[k]) completion += ts.push(t);
+      completion += ts.finish();
+      if (jsonl) {
+        // completion: the bytes as text (invalid UTF-8 becomes U+FFFD); tokens: the ids, lossless
+        nlohmann::json j = {{"prompt", text}, {"completion", completion}, {"tokens", outs[k]}, {"seed", seed0 + i}};
+        std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        continue;
+      }
+      if (i > 0) std::fputs("---------------\n", stdout);  // between samples, as nanoGPT's sample.py
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fwrite(completion.data(), 1, completion.size(), stdout);
+      std::fputs("\n", stdout);
+    }
+    std::fflush(stdout);
+    add(st);
+  }
+}
+
+// The summary line(s) on stderr: prompt and generation rates, early exit's steps and KV bytes per
+// token, speculative decoding's acceptance.
+void print_stats(const GenerateStats& total, const GenerateOptions& g, const ExitArgs& ex, size_t sequences, int batch) {
+  std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tokens/s) | generation: %d tokens in %.1f ms (%.1f tokens/s)",
+               total.prompt_tokens, 1e3 * total.prompt_seconds, total.prompt_tokens / std::max(total.prompt_seconds, 1e-9),
+               total.new_tokens, 1e3 * total.gen_seconds, total.new_tokens / std::max(total.gen_seconds, 1e-9));
+  if (sequences > 1) std::fprintf(stderr, " | %zu sequences, batches of %d", sequences, std::min<int>(batch, (int)sequences));
+  if (g.exit.rule != ExitRule::fixed)
+    std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
+                 ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
+  if (g.speculative > 0)
+    std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per full pass",
+                 (long long)total.draft_tokens, g.draft_depth, (long long)total.accepted_tokens,
+                 100.0 * total.accepted_tokens / std::max<int64_t>(total.draft_tokens, 1),
+                 (double)total.new_tokens / std::max<double>(1.0, (double)total.draft_tokens / g.speculative));
+  std::fprintf(stderr, "\n");
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -133,16 +199,7 @@ int cmd_generate(int argc, char** argv) {
     }
   }
   GenerateStats total;
-  auto add = [&](const GenerateStats& st) {
-    total.prompt_tokens += st.prompt_tokens;
-    total.prompt_seconds += st.prompt_seconds;
-    total.new_tokens += st.new_tokens;
-    total.gen_seconds += st.gen_seconds;
-    total.mean_steps += st.mean_steps * st.new_tokens;
-    total.kv_bytes_per_token = st.kv_bytes_per_token;
-    total.draft_tokens += st.draft_tokens;
-    total.accepted_tokens += st.accepted_tokens;
-  };
+  auto add = [&](const GenerateStats& st) { add_stats(total, st); };
   // One sequence from -p / --prompt-file: stream each token's bytes as it is made. --prompts always
   // takes the batch path, however many prompts the file holds (the prompt echoed, JSONL kept).
   if (ids.size() == 1 && ps_opt->count() == 0) {
@@ -161,51 +218,9 @@ int cmd_generate(int argc, char** argv) {
     std::fputs("\n", stdout);
     add(st);
   } else {
-    const uint64_t seed0 = g.seed;
-    for (size_t i0 = 0; i0 < ids.size(); i0 += batch) {
-      const size_t n = std::min(ids.size() - i0, (size_t)batch);
-      std::vector<std::vector<int32_t>> chunk(ids.begin() + i0, ids.begin() + i0 + n);
-      GenerateStats st;
-      g.stats = &st;
-      g.seed = seed0 + i0;
-      const auto outs = lm.generate_batch(chunk, g);
-      for (size_t k = 0; k < n; ++k) {
-        const size_t i = i0 + k;
-        const std::string& text = texts[text_of[i]];
-        TextStream ts = lm.text_stream({g.stop, false});
-        std::string completion;
-        for (int32_t t : outs[k]) completion += ts.push(t);
-        completion += ts.finish();
-        if (jsonl) {
-          // completion: the bytes as text (invalid UTF-8 becomes U+FFFD); tokens: the ids, lossless
-          nlohmann::json j = {{"prompt", text}, {"completion", completion}, {"tokens", outs[k]}, {"seed", seed0 + i}};
-          std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-          continue;
-        }
-        if (i > 0) std::fputs("---------------\n", stdout);  // between samples, as nanoGPT's sample.py
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fwrite(completion.data(), 1, completion.size(), stdout);
-        std::fputs("\n", stdout);
-      }
-      std::fflush(stdout);
-      add(st);
-    }
+    generate_in_batches(lm, ids, texts, text_of, g, batch, jsonl, add);
   }
-  if (!quiet) {
-    std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tokens/s) | generation: %d tokens in %.1f ms (%.1f tokens/s)",
-                 total.prompt_tokens, 1e3 * total.prompt_seconds, total.prompt_tokens / std::max(total.prompt_seconds, 1e-9),
-                 total.new_tokens, 1e3 * total.gen_seconds, total.new_tokens / std::max(total.gen_seconds, 1e-9));
-    if (ids.size() > 1) std::fprintf(stderr, " | %zu sequences, batches of %d", ids.size(), std::min<int>(batch, (int)ids.size()));
-    if (g.exit.rule != ExitRule::fixed)
-      std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
-                   ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
-    if (g.speculative > 0)
-      std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per full pass",
-                   (long long)total.draft_tokens, g.draft_depth, (long long)total.accepted_tokens,
-                   100.0 * total.accepted_tokens / std::max<int64_t>(total.draft_tokens, 1),
-                   (double)total.new_tokens / std::max<double>(1.0, (double)total.draft_tokens / g.speculative));
-    std::fprintf(stderr, "\n");
-  }
+  if (!quiet) print_stats(total, g, ex, ids.size(), batch);
   return 0;
 }
 
