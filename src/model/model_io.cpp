@@ -149,50 +149,78 @@ TextConventions text_conventions_of(const Config& c, const std::map<std::string,
   return t;
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o) {
-  auto f = io::SafetensorsFile::open(path);
+namespace {
+
+// The checkpoint's config (with its tokenizer and text conventions) from the safetensors metadata;
+// a bad one is a runtime error (a damaged file), not a usage error.
+Config checkpoint_config(const io::SafetensorsFile& f, const std::string& path) {
   auto it = f.metadata().find("config");
   if (it == f.metadata().end()) throw Error(path + ": no 'config' in the safetensors metadata (not a looplm checkpoint?)");
-  Config c;
-  std::vector<ParamInfo> layout;
   try {
-    c = Config::from_json_text(it->second, path + " (metadata 'config')");
-    layout = Model::layout(c);  // validates; allocates no parameters
+    Config c = Config::from_json_text(it->second, path + " (metadata 'config')");
+    (void)Model::layout(c);  // validates; allocates no parameters
     c.tokenizer_json = Tokenizer::from_checkpoint(c, f.metadata(), path).hf() ? f.metadata().at(kTokenizerMetadataKey) : "";
     c.text = text_conventions_of(c, f.metadata(), path);
-  } catch (const UsageError& e) {  // a bad file is a runtime error, not a usage error
+    return c;
+  } catch (const UsageError& e) {
     throw Error(e.what());
   }
+}
+
+// A quantized checkpoint's format (metadata 'weights', its matrices packed: save_model_packed), or
+// null for fp32. Only the formats with a byte layout are ever written to a checkpoint (bf16 is a
+// load-time copy), in this looplm's layout; training needs the fp32 one.
+const WeightFormat* packed_format(const io::SafetensorsFile& f, const std::string& path, const LoadModelOptions& o) {
+  auto w = f.metadata().find("weights");
+  if (w == f.metadata().end() || w->second == "fp32") return nullptr;
+  const WeightFormat* wf = find_weight_format(w->second);
+  if (!wf || !wf->pack || !wf->layout) {
+    std::string saved;
+    for (const WeightFormat* x : weight_formats())
+      if (x->pack && x->layout) saved += (saved.empty() ? "" : ", ") + std::string(x->name);
+    throw Error(path + ": metadata 'weights' is '" + io::brief(w->second) + "', not a format a checkpoint holds (fp32, " +
+                saved + ")");
+  }
+  if (o.for_training) throw Error(path + ": a " + w->second + " checkpoint is for inference; training needs the fp32 one");
+  auto lay = f.metadata().find("layout");
+  const std::string layout_name = lay == f.metadata().end() ? "rows4" : lay->second;  // files before the key: rows4
+  if (layout_name != wf->layout)
+    throw Error(path + ": its " + w->second + " matrices are packed in the '" + io::brief(layout_name) + "' layout, this looplm reads '" +
+                wf->layout + "'; quantize the fp32 checkpoint again (looplm quantize)");
+  return wf;
+}
+
+// Every value loaded is finite (those left unset were checked one packed matrix at a time).
+void check_finite(const ParamStore& ps, const std::vector<bool>& unset, const std::string& path) {
+  for (size_t i = 0; i < ps.infos().size(); ++i) {
+    if (unset[i]) continue;
+    const float* v = ps.value((int)i);
+    for (size_t j = 0; j < ps.infos()[i].numel; ++j)
+      if (!std::isfinite(v[j]))
+        throw Error(path + ": tensor '" + ps.infos()[i].name + "' holds " + (std::isnan(v[j]) ? "NaN" : "Inf") +
+                    " (element " + std::to_string(j) +
+                    "): a diverged or corrupted checkpoint (--allow-nonfinite loads it anyway)");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o) {
+  auto f = io::SafetensorsFile::open(path);
+  const Config c = checkpoint_config(f, path);
+  const std::vector<ParamInfo> layout = Model::layout(c);
 
   // Every declared tensor is there with its shape and a float dtype, nothing else is; the
   // safetensors reader has already checked each tensor's bytes against the file.
   // A quantized checkpoint: its matrices come packed (save_model_packed).
-  const WeightFormat* wf = nullptr;
-  std::vector<PackedEntry> packed;
+  const WeightFormat* wf = packed_format(f, path, o);
+  const std::vector<PackedEntry> packed = wf ? packed_entries(path, f, layout, *wf) : std::vector<PackedEntry>{};
   std::vector<bool> covered(layout.size(), false);
-  if (auto w = f.metadata().find("weights"); w != f.metadata().end() && w->second != "fp32") {
-    wf = find_weight_format(w->second);
-    // Only the formats with a byte layout are ever written to a checkpoint (bf16 is a load-time copy).
-    if (!wf || !wf->pack || !wf->layout) {
-      std::string saved;
-      for (const WeightFormat* x : weight_formats())
-        if (x->pack && x->layout) saved += (saved.empty() ? "" : ", ") + std::string(x->name);
-      throw Error(path + ": metadata 'weights' is '" + io::brief(w->second) + "', not a format a checkpoint holds (fp32, " +
-                  saved + ")");
+  for (const PackedEntry& p : packed)
+    for (int i = p.first; i <= p.last; ++i) {
+      if (covered[i]) throw Error(path + ": param '" + layout[i].name + "' is in two packed matrices");
+      covered[i] = true;
     }
-    if (o.for_training) throw Error(path + ": a " + w->second + " checkpoint is for inference; training needs the fp32 one");
-    auto lay = f.metadata().find("layout");
-    const std::string layout_name = lay == f.metadata().end() ? "rows4" : lay->second;  // files before the key: rows4
-    if (layout_name != wf->layout)
-      throw Error(path + ": its " + w->second + " matrices are packed in the '" + io::brief(layout_name) + "' layout, this looplm reads '" +
-                  wf->layout + "'; quantize the fp32 checkpoint again (looplm quantize)");
-    packed = packed_entries(path, f, layout, *wf);
-    for (const PackedEntry& p : packed)
-      for (int i = p.first; i <= p.last; ++i) {
-        if (covered[i]) throw Error(path + ": param '" + layout[i].name + "' is in two packed matrices");
-        covered[i] = true;
-      }
-  }
   std::set<std::string> expected;
   for (const PackedEntry& p : packed) expected.insert(p.tensor);
   bool in_place = !o.for_training && !wf;  // fp32, in the model's order, back to back
@@ -296,18 +324,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
     }
     if (wf) m->params().set_prepacked(*wf, std::move(data), std::move(owner), o.lean);
   }
-  if (!o.allow_nonfinite) {
-    const ParamStore& ps = m->params();
-    for (size_t i = 0; i < ps.infos().size(); ++i) {
-      if (unset[i]) continue;  // checked above, one packed matrix at a time
-      const float* v = ps.value((int)i);
-      for (size_t j = 0; j < ps.infos()[i].numel; ++j)
-        if (!std::isfinite(v[j]))
-          throw Error(path + ": tensor '" + ps.infos()[i].name + "' holds " + (std::isnan(v[j]) ? "NaN" : "Inf") +
-                      " (element " + std::to_string(j) +
-                      "): a diverged or corrupted checkpoint (--allow-nonfinite loads it anyway)");
-    }
-  }
+  if (!o.allow_nonfinite) check_finite(m->params(), unset, path);
   // Every page has been read by now: a file overwritten in place while it was loaded is refused
   // here rather than used half old, half new.
   io::check_mapped_files();
