@@ -42,13 +42,10 @@ struct Source {
   bool rope;
 };
 
-}  // namespace
 
-GgufImportReport import_gguf(const std::string& path, const std::string& out_file) {
-  const io::GgufFile f = io::GgufFile::open(path);
-  const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama" && arch != "nanbeige")
-    throw Error(path + ": architecture '" + arch + "': looplm reads GGUF files of arch llama and nanbeige (a looped Llama stack)");
+// The model's shape from the file's metadata (a looped Llama stack: llama, or nanbeige with its
+// loops): dimensions checked against bounds, the features looplm does not have refused by name.
+Config gguf_model_shape(const io::GgufFile& f, const std::string& path, const std::string& arch) {
   const std::string k = arch + ".";
   auto need_int = [&](const std::string& key, uint64_t lo, uint64_t hi) {
     if (f.has(key) && f.get(key).type == io::kGgufArray)
@@ -91,6 +88,56 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
     // loop_norm (docs/systems.md).
     if (c.R > 1 && !f.get_bool("nanbeige.skip_loop_final_norm", false)) c.set("loop_norm", "true");
   }
+  return c;
+}
+
+// The packed matrices, row by row from the GGUF blocks, kept code for code (q, k and v are one
+// [3d, d] matrix in looplm: rows of three tensors; RoPE rows reordered to rotate-half).
+void read_packed(const std::string& path, const WeightFormat& fmt, uint32_t type, const std::map<std::string, Source>& source,
+                 int64_t hd, ParamStore& ps) {
+  size_t total = 0;
+  std::vector<size_t> offsets;
+  for (const WeightMatrix& w : ps.matrices()) {
+    offsets.push_back(total);
+    total += (fmt.packed_bytes(w.node->rows, w.node->cols) + 63) / 64 * 64;
+  }
+  auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(total, 1)]());
+  std::map<int, const void*> data;
+  size_t mi = 0;
+  for (const WeightMatrix& w : ps.matrices()) {
+    uint8_t* dst = buf.get() + offsets[mi++];
+    int64_t row = 0;
+    for (int p = w.first; p <= w.last; ++p) {
+      const ParamInfo& info = ps.infos()[p];
+      const Source& s = source.at(info.name);
+      const int64_t rows = info.shape[0], cols = info.shape[1];
+      if (s.tensor->shape() != info.shape)
+        throw Error(path + ": tensor '" + s.tensor->name + "' has shape " + io::shape_str(s.tensor->shape()) + ", expected " + io::shape_str(info.shape));
+      const uint64_t rb = io::ggml_row_bytes(type, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* src = s.tensor->data + (s.rope ? gguf_layout::rope_target_row(r, hd) : r) * rb;
+        for (int64_t b = 0; b < cols / kQBlock; ++b) {  // a scale of NaN / Inf is a broken file
+          uint16_t h;
+          std::memcpy(&h, src + b * (type == io::kGgmlQ8_0 ? 34 : 18), 2);
+          if (!std::isfinite(fp16_to_fp32(h))) throw Error(path + ": tensor '" + s.tensor->name + "' holds a NaN or Inf scale");
+        }
+        ggml_row_to_packed(type, src, cols, row + r, dst);
+      }
+      row += rows;
+    }
+    data[w.first] = dst;
+  }
+  ps.set_prepacked(fmt, std::move(data), std::shared_ptr<const void>(buf, buf.get()), /*values_unset=*/true);
+}
+
+}  // namespace
+
+GgufImportReport import_gguf(const std::string& path, const std::string& out_file) {
+  const io::GgufFile f = io::GgufFile::open(path);
+  const std::string arch = f.get_string("general.architecture");
+  if (arch != "llama" && arch != "nanbeige")
+    throw Error(path + ": architecture '" + arch + "': looplm reads GGUF files of arch llama and nanbeige (a looped Llama stack)");
+  Config c = gguf_model_shape(f, path, arch);
 
   // The vocabulary: looplm's byte tokenizer, a byte-level BPE or a SentencePiece BPE (gguf_vocab.h), carried in the checkpoint.
   const ImportedVocab vocab = read_gguf_vocab(f, path);
@@ -184,42 +231,7 @@ GgufImportReport import_gguf(const std::string& path, const std::string& out_fil
   }
 
   if (fmt) {
-    // The packed matrices, row by row from the GGUF blocks (q, k and v are one [3d, d] matrix in
-    // looplm: rows of three tensors).
-    const uint32_t type = *matrix_types.begin();
-    size_t total = 0;
-    std::vector<size_t> offsets;
-    for (const WeightMatrix& w : ps.matrices()) {
-      offsets.push_back(total);
-      total += (fmt->packed_bytes(w.node->rows, w.node->cols) + 63) / 64 * 64;
-    }
-    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(total, 1)]());
-    std::map<int, const void*> data;
-    size_t mi = 0;
-    for (const WeightMatrix& w : ps.matrices()) {
-      uint8_t* dst = buf.get() + offsets[mi++];
-      int64_t row = 0;
-      for (int p = w.first; p <= w.last; ++p) {
-        const ParamInfo& info = ps.infos()[p];
-        const Source& s = source.at(info.name);
-        const int64_t rows = info.shape[0], cols = info.shape[1];
-        if (s.tensor->shape() != info.shape)
-          throw Error(path + ": tensor '" + s.tensor->name + "' has shape " + io::shape_str(s.tensor->shape()) + ", expected " + io::shape_str(info.shape));
-        const uint64_t rb = io::ggml_row_bytes(type, cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          const uint8_t* src = s.tensor->data + (s.rope ? gguf_layout::rope_target_row(r, hd) : r) * rb;
-          for (int64_t b = 0; b < cols / kQBlock; ++b) {  // a scale of NaN / Inf is a broken file
-            uint16_t h;
-            std::memcpy(&h, src + b * (type == io::kGgmlQ8_0 ? 34 : 18), 2);
-            if (!std::isfinite(fp16_to_fp32(h))) throw Error(path + ": tensor '" + s.tensor->name + "' holds a NaN or Inf scale");
-          }
-          ggml_row_to_packed(type, src, cols, row + r, dst);
-        }
-        row += rows;
-      }
-      data[w.first] = dst;
-    }
-    ps.set_prepacked(*fmt, std::move(data), std::shared_ptr<const void>(buf, buf.get()), /*values_unset=*/true);
+    read_packed(path, *fmt, *matrix_types.begin(), source, hd, ps);
     m.prepare_inference(*fmt);
     save_model_packed(out_file, m, {{"converted_from", path}});
   } else {
