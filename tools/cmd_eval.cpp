@@ -16,6 +16,77 @@
 
 namespace looplm::cli {
 
+namespace {
+
+// An incremental evaluation (every token fed one at a time through the KV cache): one loss at each
+// token's exit, the loop steps run and the KV policy's memory.
+void print_incremental(const EvalResult& e, const EvalOptions& eo, const ExitArgs& ex, bool as_json, int R, int depth_run,
+                       int window_len) {
+  if (as_json) {
+    nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"tokens", e.tokens}, {"windows", e.windows},
+                        {"R", R}, {"depth", depth_run}, {"mean_steps", e.mean_steps}, {"exit_fraction", e.exit_fraction},
+                        {"exit_rule", ex.rule}, {"kv_policy", ex.policy}, {"kv_bytes_per_token", e.kv_bytes_per_token},
+                        {"kv_cache_bytes", e.kv_cache_bytes}, {"kv_cache", eo.kv_cache}, {"incremental", true}};
+    if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s, kv cache %s)\n", (long long)e.tokens,
+              (long long)e.windows, window_len, ex.policy.c_str(), eo.kv_cache.c_str());
+  std::printf("loss %.4f, accuracy %.4f (at each token's exit: %s", e.loss, e.accuracy, ex.rule.c_str());
+  if (eo.exit.rule != ExitRule::fixed) std::printf(eo.exit.rule == ExitRule::gate ? " >= %g" : " < %g", ex.threshold);
+  std::printf(", %.3f loop steps per token of %d)\nkv cache: %.0f bytes per token kept by the policy, %.1f KiB allocated\n",
+              e.mean_steps, depth_run, e.kv_bytes_per_token, e.kv_cache_bytes / 1024.0);
+}
+
+// The full pass: the headline loss, then the loss at every exit (the early-exit table) and its
+// diagnostics, the gate's expected depth, the loss by token difficulty.
+void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& ex, bool as_json, int R, int window_len) {
+  const int ran = (int)e.loss_by_depth.size();
+  if (as_json) {
+    nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"loss_by_depth", e.loss_by_depth},
+                        {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
+                        {"tokens", e.tokens}, {"windows", e.windows}, {"R", R}, {"depth", ran}};
+    if (e.examples > 0) j["examples"] = e.examples;
+    if (ran > 0) {
+      j["mean_steps"] = e.mean_steps;
+      j["exit_fraction"] = e.exit_fraction;
+      j["exit_rule"] = ex.rule;
+      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
+      if (e.gate_expected_depth > 0) j["gate_expected_depth"] = e.gate_expected_depth;
+    }
+    if (!e.difficulty_first.empty())
+      j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  char at[160];  // where the headline loss is taken
+  if (eo.exit.rule != ExitRule::fixed && ran > 0)
+    std::snprintf(at, sizeof at, "at each token's exit: %s %s %g, %.3f loop steps per token of %d", ex.rule.c_str(),
+                  eo.exit.rule == ExitRule::gate ? ">=" : "<", ex.threshold, e.mean_steps, ran);
+  else
+    std::snprintf(at, sizeof at, "depth %d", ran == 0 ? 0 : std::min(R, ran));
+  if (e.examples > 0)
+    std::printf("%lld examples (%lld answer tokens)\nloss %.4f, accuracy %.4f (%s)\n", (long long)e.examples,
+                (long long)e.tokens, e.loss, e.accuracy, at);
+  else
+    std::printf("%lld tokens in %lld windows of %d\nloss %.4f (%s)\n", (long long)e.tokens, (long long)e.windows,
+                window_len, e.loss, at);
+  if (ran == 0) return;
+  print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
+  if (e.gate_expected_depth > 0)
+    std::printf("the exit gate's expected depth: %.3f loop steps per token (of %d; its distribution over the steps, "
+                "the last one taking what remains)\n", e.gate_expected_depth, ran);
+  if (!e.difficulty_first.empty()) {
+    std::printf("\nloss by token difficulty (deciles of the exit-1 loss; 1 = easiest):\n| decile | exit 1 | exit %d | gain |\n|---|---|---|---|\n", ran);
+    for (size_t q = 0; q < e.difficulty_first.size(); ++q)
+      std::printf("| %zu | %.4f | %.4f | %+.4f |\n", q + 1, e.difficulty_first[q], e.difficulty_last[q],
+                  e.difficulty_first[q] - e.difficulty_last[q]);
+  }
+}
+
+}  // namespace
+
 int cmd_eval(int argc, char** argv) {
   CLI::App app{"Evaluate a checkpoint: mean token loss at every exit r = 1..depth over consecutive windows.", "looplm eval"};
   std::string ckpt, data;
@@ -91,66 +162,11 @@ int cmd_eval(int argc, char** argv) {
       throw Error("the loss is not finite (" + std::to_string(l) + (i < e.loss_by_depth.size() ? " at exit " + std::to_string(i + 1) : "") +
                   "): the model's outputs overflow or are NaN on this data");
   }
-  const int R = lm.config().R, ran = (int)e.loss_by_depth.size();
-  if (eo.incremental) {  // one loss (at each token's exit), the steps and the policy's memory
-    const int depth_run = lm.config().depth_or_R(depth);
-    if (as_json) {
-      nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"tokens", e.tokens}, {"windows", e.windows},
-                          {"R", R}, {"depth", depth_run}, {"mean_steps", e.mean_steps}, {"exit_fraction", e.exit_fraction},
-                          {"exit_rule", ex.rule}, {"kv_policy", ex.policy}, {"kv_bytes_per_token", e.kv_bytes_per_token},
-                          {"kv_cache_bytes", e.kv_cache_bytes}, {"kv_cache", eo.kv_cache}, {"incremental", true}};
-      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
-      std::printf("%s\n", j.dump().c_str());
-      return 0;
-    }
-    std::printf("%lld tokens in %lld windows of %d, decoded one at a time (kv policy %s, kv cache %s)\n", (long long)e.tokens,
-                (long long)e.windows, window > 0 ? window : lm.config().context, ex.policy.c_str(), eo.kv_cache.c_str());
-    std::printf("loss %.4f, accuracy %.4f (at each token's exit: %s", e.loss, e.accuracy, ex.rule.c_str());
-    if (eo.exit.rule != ExitRule::fixed) std::printf(eo.exit.rule == ExitRule::gate ? " >= %g" : " < %g", ex.threshold);
-    std::printf(", %.3f loop steps per token of %d)\nkv cache: %.0f bytes per token kept by the policy, %.1f KiB allocated\n",
-                e.mean_steps, depth_run, e.kv_bytes_per_token, e.kv_cache_bytes / 1024.0);
-    return 0;
-  }
-  if (as_json) {
-    nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"loss_by_depth", e.loss_by_depth},
-                        {"accuracy_by_depth", e.accuracy_by_depth}, {"diagnostics", e.diagnostics},
-                        {"tokens", e.tokens}, {"windows", e.windows}, {"R", R}, {"depth", ran}};
-    if (e.examples > 0) j["examples"] = e.examples;
-    if (ran > 0) {
-      j["mean_steps"] = e.mean_steps;
-      j["exit_fraction"] = e.exit_fraction;
-      j["exit_rule"] = ex.rule;
-      if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
-      if (e.gate_expected_depth > 0) j["gate_expected_depth"] = e.gate_expected_depth;
-    }
-    if (!e.difficulty_first.empty())
-      j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
-    std::printf("%s\n", j.dump().c_str());
-    return 0;
-  }
-  char at[160];  // where the headline loss is taken
-  if (eo.exit.rule != ExitRule::fixed && ran > 0)
-    std::snprintf(at, sizeof at, "at each token's exit: %s %s %g, %.3f loop steps per token of %d", ex.rule.c_str(),
-                  eo.exit.rule == ExitRule::gate ? ">=" : "<", ex.threshold, e.mean_steps, ran);
+  const int R = lm.config().R, window_len = window > 0 ? window : lm.config().context;
+  if (eo.incremental)
+    print_incremental(e, eo, ex, as_json, R, lm.config().depth_or_R(depth), window_len);
   else
-    std::snprintf(at, sizeof at, "depth %d", ran == 0 ? 0 : std::min(R, ran));
-  if (e.examples > 0)
-    std::printf("%lld examples (%lld answer tokens)\nloss %.4f, accuracy %.4f (%s)\n", (long long)e.examples,
-                (long long)e.tokens, e.loss, e.accuracy, at);
-  else
-    std::printf("%lld tokens in %lld windows of %d\nloss %.4f (%s)\n", (long long)e.tokens, (long long)e.windows,
-                window > 0 ? window : lm.config().context, e.loss, at);
-  if (ran == 0) return 0;
-  print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
-  if (e.gate_expected_depth > 0)
-    std::printf("the exit gate's expected depth: %.3f loop steps per token (of %d; its distribution over the steps, "
-                "the last one taking what remains)\n", e.gate_expected_depth, ran);
-  if (!e.difficulty_first.empty()) {
-    std::printf("\nloss by token difficulty (deciles of the exit-1 loss; 1 = easiest):\n| decile | exit 1 | exit %d | gain |\n|---|---|---|---|\n", ran);
-    for (size_t q = 0; q < e.difficulty_first.size(); ++q)
-      std::printf("| %zu | %.4f | %.4f | %+.4f |\n", q + 1, e.difficulty_first[q], e.difficulty_last[q],
-                  e.difficulty_first[q] - e.difficulty_last[q]);
-  }
+    print_by_exit(e, eo, ex, as_json, R, window_len);
   return 0;
 }
 
