@@ -477,6 +477,32 @@ void write_run_config(const std::string& dir, const std::string& run_id, const C
   io::write_file_atomic(dir + "/config.json", text.data(), text.size());
 }
 
+// The console's line about the model and the MFU meter's reference.
+std::string model_line(const Model& m, const Config& c) {
+  char line[512];
+  std::snprintf(line, sizeof line, "model: %lld parameters, layout %d + %dx%d + %d (%s blocks, %s loop rule), d %d, context %d, vocab %d",
+                (long long)m.n_params(), c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(), c.d_model,
+                c.context, c.vocab_size);
+  return line;
+}
+std::string mfu_line(MfuMeter& mfu) {
+  char line[256];
+  std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes (%d thread%s)",
+                mfu.gemm_gflops(current_threads()), current_threads(), current_threads() == 1 ? "" : "s");
+  return line;
+}
+
+// What the end-of-run report samples from: the first validation examples' prompts and answers,
+// and the start of the validation text.
+void add_report_samples(const TrainData& data, TrainResult& res) {
+  for (int64_t i = 0; data.examples && i < std::min<int64_t>(3, data.val_examples.size()); ++i) {
+    const auto* t = data.val_examples.tokens.data() + data.val_examples.offset[i];
+    const int64_t pl = data.val_examples.prompt_len[i];
+    res.report_examples.push_back({std::vector<int32_t>(t, t + pl), std::vector<int32_t>(t + pl, t + data.val_examples.length(i))});
+  }
+  res.sample_prompt.assign(data.val_tokens.begin(), data.val_tokens.begin() + std::min<size_t>(data.val_tokens.size(), 48));
+}
+
 }  // namespace
 
 TrainResult train(const Config& config_in, const TrainOptions& opt) {
@@ -548,24 +574,13 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     write_run_config(dir, run_dir->run_id, c);
   }
   const int B = c.batch_size, T = c.context;
-  if (info) {
-    char line[512];
-    std::snprintf(line, sizeof line, "model: %lld parameters, layout %d + %dx%d + %d (%s blocks, %s loop rule), d %d, context %d, vocab %d",
-                  (long long)m.n_params(), c.n_prelude, c.n_core, c.R, c.n_coda, c.block.c_str(), c.loop_rule.c_str(), c.d_model, T,
-                  c.vocab_size);
-    info(line);
-  }
+  if (info) info(model_line(m, c));
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   Graph g;
   res.activation_bytes_peak = plan_memory(m, c, comm.size(), g, x, y, info);
   adapt_threads();
   MfuMeter mfu(c);
-  if (info) {
-    char line[256];
-    std::snprintf(line, sizeof line, "MFU reference: fp32 GEMM %.0f GFLOP/s measured on this model's shapes (%d thread%s)",
-                  mfu.gemm_gflops(current_threads()), current_threads(), current_threads() == 1 ? "" : "s");
-    info(line);
-  }
+  if (info) info(mfu_line(mfu));
 
   // Never write a model that is not finite: the checkpoint on disk stays the last good one. Each
   // checkpoint is the weights and the training state committed as one (train/checkpoint.h); the
@@ -663,13 +678,8 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     // The end-of-run report, from the validation data already in memory (never read again: it may
     // be a pipe, or gone): every metric of evaluate(), by rank 0 alone.
     if (lead) res.report = data.evaluate(m, c);
-    for (int64_t i = 0; data.examples && i < std::min<int64_t>(3, data.val_examples.size()); ++i) {
-      const auto* t = data.val_examples.tokens.data() + data.val_examples.offset[i];
-      const int64_t pl = data.val_examples.prompt_len[i];
-      res.report_examples.push_back({std::vector<int32_t>(t, t + pl), std::vector<int32_t>(t + pl, t + data.val_examples.length(i))});
-    }
+    add_report_samples(data, res);
     res.complete = true;
-    res.sample_prompt.assign(data.val_tokens.begin(), data.val_tokens.begin() + std::min<size_t>(data.val_tokens.size(), 48));
   }
   return res;
 }
