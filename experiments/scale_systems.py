@@ -4,7 +4,8 @@ comparison): the small-scale claims (experiments/{recurrent_gpt,deeploop,nrgpt,c
 depth clearly matters, resumable run by run.
 
     experiments/scale_systems.py --system {recurrent_gpt,deeploop,nrgpt,cem} [--seeds 2] [--max-runs K]
-                                 [--tables-only] [--ranks 2] [--corpus DIR] [--p-sweep] [--quick]
+                                 [--tables-only] [--ranks 2] [--corpus DIR] [--p-sweep] [--despite-depth-check]
+                                 [--quick]
 
 Why: at d 128 on bytes the depth checks were weak (RecurrentGPT's dense 6 beat dense 2 by 1.4x the
 seed spread, DeepLoop's by 3.6x; GPT_Rec looped 6 times lost to the same block once), so the claims
@@ -20,6 +21,11 @@ for every arm (9.8 M tokens), eval_every STEPS/8, eval_batches 16. Loss: nats pe
 is a config file plus --set overrides, all recorded in its summary ("sets"): the configs/*.json presets
 are d 128 byte-level, so they get d_model, n_heads, context, tokenizer hf (tokenizer_file and
 vocab_size from the corpus), lr, warmup and the training settings above.
+
+The depth check gates the rest: once both its arms have every seed, the comparisons' arms are
+trained only when the deeper model wins by more than 3x the larger seed spread (--despite-depth-check
+overrides; added after RecurrentGPT's first GPT-2 seed, where dense 2 came out 0.006 nats *better*
+than dense 6, before any comparison arm was trained).
 
 Systems, arms and the verdict rules (fixed before any run; the small-scale scripts' rules):
 
@@ -128,6 +134,8 @@ def options(ap):
     ap.add_argument("--ranks", type=int, default=2, help="MPI ranks per run (1: one process; default 2)")
     ap.add_argument("--corpus", default=None, help="the prepared corpus (default data/corpus; prepared when missing)")
     ap.add_argument("--p-sweep", action="store_true", help="deeploop: also the p-sweep stage (after every other run)")
+    ap.add_argument("--despite-depth-check", action="store_true",
+                    help="train the comparisons' arms even where the depth check failed (depth does not pay there)")
 
 
 _pre = argparse.ArgumentParser(add_help=False)
@@ -547,10 +555,23 @@ def obtain(arm, seed, may_train=True):
     return s
 
 
-# Stage 1: the depth check (every seed), then the other arms seed-major.
-main = [(a, s) for s in ex.seeds for a in DC] + [(a, s) for s in ex.seeds for a in ARMS if a not in DC]
-for arm, seed in main:
+# Stage 1: the depth check (every seed), then the other arms seed-major — only where depth matters:
+# when the check is complete and the deeper model is not better by more than 3x the larger seed
+# spread, the comparisons would be tested where depth does not pay, so their arms are not trained
+# (--despite-depth-check trains them anyway; --quick always does, its numbers mean nothing).
+checks = [(a, s) for s in ex.seeds for a in DC]
+for arm, seed in checks:
     obtain(arm, seed)
+depth_fails = False
+if all(k in done for k in checks) and not ex.quick and not A.despite_depth_check:
+    d_deep, d_shallow = (mean_std([done[(a, s)]["loss"] for s in ex.seeds]) for a in DC)
+    depth_fails = not (d_shallow[0] - d_deep[0] > 3 * max(d_shallow[1], d_deep[1], 1e-9))
+    if depth_fails:
+        ex.log(f"depth check: {DC[0]} does not beat {DC[1]} by 3x the seed spread; the comparisons' arms are not trained "
+               "(--despite-depth-check trains them)")
+main = checks + [(a, s) for s in ex.seeds for a in ARMS if a not in DC]
+for arm, seed in main[len(checks):]:
+    obtain(arm, seed, not depth_fails)
 missing = [f"{a}_s{s}" for a, s in main if (a, s) not in done]
 
 # Stage 2, the third seed: a claim whose arms are within 3 pooled spreads after seeds 1..N gets seed N + 1.
@@ -677,6 +698,9 @@ if deep and shallow:
     depth_json = dict(deep=DC[0], shallow=DC[1], margin=margin, x_spread=margin / spread,
                       depth_matters=margin > 3 * spread, text=text)
     md += [text, at_d128("depth"), ""]
+    if depth_fails:
+        md += ["**Depth does not pay here with these blocks, so the comparisons below were not trained** (the "
+               "depth-check gate; `--despite-depth-check` trains them anyway).", ""]
 md += ["| model | unique non-embedding params | FLOPs/token (fwd) | val loss | per seed | training time per run |",
        "|---|---|---|---|---|---|"]
 for a in TABLE:
