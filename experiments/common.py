@@ -306,3 +306,10 @@ def cpu_name():
     except OSError:
         pass
     return "unknown"
+
+
+def write_json_atomic(path, obj):
+    """obj as JSON at path, whole or not at all (a second process may read it)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)

@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BIN, ROOT, Experiment, better, cpu_name, depth_check, fmt, mean_std, mpi_launcher,  # noqa: E402
-                    training_seconds, verdict)
+                    training_seconds, verdict, write_json_atomic)
 
 # Steps for every arm: about an hour for the slowest arms (8 block applications) at 2 ranks x 1
 # thread in bf16 on the 2-core Zen 5 VM where it was chosen (bench/README.md, "A larger scale").
@@ -138,9 +138,7 @@ for arm, seed in order:
         if os.path.exists(path):  # another copy of the script finished it while this one waited
             done[(arm, seed)] = json.load(open(path))
             continue
-        with open(path + ".tmp", "w") as f:
-            json.dump(s, f, indent=1)
-        os.replace(path + ".tmp", path)
+        write_json_atomic(path, s)
         done[(arm, seed)] = s
         new += 1
         ex.new_training = True

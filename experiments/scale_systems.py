@@ -115,7 +115,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BIN, ROOT, Experiment, better, cpu_name, depth_check, fmt, mean_std, mpi_launcher,  # noqa: E402
-                    pooled, training_seconds, verdict)
+                    pooled, training_seconds, verdict, write_json_atomic)
 
 # Steps for every arm: scale.py's (about an hour for 8 block applications at 2 ranks in bf16 on the
 # 2-core VM where it was chosen), so every arm here also compares with the Hyperloop runs.
@@ -546,9 +546,7 @@ def obtain(arm, seed, may_train=True):
     s = train(arm, seed)
     if os.path.exists(path):  # another copy of the script finished it while this one waited
         return obtain(arm, seed, False)
-    with open(path + ".tmp", "w") as f:
-        json.dump(s, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json_atomic(path, s)
     done[(arm, seed)] = s
     new += 1
     ex.new_training = True
