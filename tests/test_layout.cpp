@@ -1,6 +1,7 @@
 // The shape of the code that a test can hold: the CLI and the server stand on the public API
 // (include/looplm/*.h); no tool file includes one of the library's internal headers; the folders
-// of src/ are layers, each including only those below it.
+// of src/ are layers, each including only those below it; no function runs past ~120 lines
+// without a reason on the list.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,4 +120,63 @@ TEST(Layout, SrcLayersIncludeOnlyDownward) {
     at = here;
   }
   EXPECT_EQ(folders.size(), kLayers.size());
+}
+
+// Functions that read: none in src/, tools/ or python/ longer than kLongFunction lines (from the
+// line that starts its signature at column 0 to its closing brace at column 0), except the ones
+// listed here, each with its reason; the list may only shrink.
+namespace {
+constexpr int kLongFunction = 120;
+// "file: the first words of the signature" -> why it is long (or what is left to split)
+const std::map<std::string, std::string> kLongFunctions = {
+    {"src/train/trainer.cpp: TrainResult train(", "the training loop; its step would read best as a Run object's methods (llm.c's main), not split yet"},
+    {"src/text/jinja.cpp: std::string Interp::percent_format(", "Python's %-formatting: one switch over conversion types"},
+    {"src/text/jinja.cpp: Value str_method(", "Python's str methods: one dispatch over their names"},
+    {"src/data/bpe_trainer.cpp: BpeTrainResult train_byte_level_bpe(", "the BPE merge loop with its incremental pair counts, not split yet"},
+    {"tools/cmd_serve.cpp: int cmd_serve(", "the server's options and HTTP setup, not split yet (the Server split is open)"},
+    {"src/interchange/gguf_vocab.cpp: GgufVocab vocab_of_spm_json(", "a SentencePiece vocabulary's cases, not split yet"},
+    {"python/looplm_module.cpp: void bind_files(", "a list of short bindings, one per library call"},
+    {"python/looplm_module.cpp: void bind_model_generate(", "one binding whose keyword arguments are the CLI's options"},
+    {"tools/cmd_train.cpp: int cmd_train(", "the command's options and config resolution, not split yet"},
+    {"tools/cmd_generate.cpp: int cmd_generate(", "the command's options, not split yet"},
+    {"src/model/model_io.cpp: std::unique_ptr<Model> load_model(", "the packed matrices' placement, not split yet"},
+    {"src/infer/language_model.cpp: std::vector<std::vector<int32_t>> LanguageModel::generate_batch(",
+     "the batched decode loop, to become a DecodeSession with B slots (one decode loop), not done yet"},
+};
+}  // namespace
+
+TEST(Layout, FunctionsReadTopToBottom) {
+  namespace fs = std::filesystem;
+  static const std::regex starts_function(R"re(^[A-Za-z_][\w:<>,\* &]*[\w>\*&]\s+[\w:~]+\()re");
+  static const std::regex not_function(R"re(^(namespace|struct|class|using|template|typedef|enum|extern|static_assert|return|if|for|while|else|const\s+char|constexpr)\b)re");
+  std::set<std::string> seen;
+  for (const std::string root : {"src", "tools", "python"}) {
+    for (const auto& e : fs::recursive_directory_iterator(kSrc + "/" + root)) {
+      if (e.path().extension() != ".cpp") continue;
+      const std::string rel = fs::relative(e.path(), kSrc).string();
+      std::ifstream f(e.path());
+      std::vector<std::string> lines;
+      for (std::string l; std::getline(f, l);) lines.push_back(l);
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (!std::regex_search(lines[i], starts_function) || std::regex_search(lines[i], not_function) ||
+            lines[i].find(';') != std::string::npos)
+          continue;
+        size_t open = i;  // the signature may go on: its body opens where a line ends with '{'
+        while (open < lines.size() && open < i + 8 && (lines[open].empty() || lines[open].back() != '{')) ++open;
+        if (open >= lines.size() || open >= i + 8) continue;
+        size_t close = open + 1;
+        while (close < lines.size() && lines[close] != "}") ++close;
+        const int n = (int)(close - i + 1);
+        const std::string key = rel + ": " + lines[i].substr(0, lines[i].find('(') + 1);
+        if (n > kLongFunction) {
+          seen.insert(key);
+          EXPECT_TRUE(kLongFunctions.count(key)) << key << " is " << n << " lines: split it, or list it in "
+                                                 << "kLongFunctions with the reason it is long";
+        }
+        i = close;
+      }
+    }
+  }
+  for (const auto& [key, why] : kLongFunctions)
+    EXPECT_TRUE(seen.count(key)) << key << " is no longer over " << kLongFunction << " lines: take it off the list";
 }
