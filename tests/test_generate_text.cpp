@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "data/bpe_trainer.h"
@@ -14,7 +16,9 @@
 #include "looplm/util.h"
 #include "model/model.h"
 #include "model/model_io.h"
+#include "parity_fixtures.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace looplm {
 namespace {
@@ -329,6 +333,70 @@ TEST(GenerateText, CleanUpTokenizationAsTransformers) {
   EXPECT_FALSE(valid_utf8("\xE4\xB8"));
   EXPECT_FALSE(valid_utf8("\xC0\x80"));      // overlong
   EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // a surrogate
+}
+
+// `looplm generate` with a real Hugging Face tokenizer (Qwen3's byte-level BPE, the frozen parity
+// fixture) on CJK and emoji whose characters split across tokens, the split ids favoured by
+// --logit-bias so the samples cut characters often: the one streamed sequence (-p) prints the
+// prompt and then the text of its ids in whole characters, and the batched path (--prompts, plain
+// and JSONL) prints each completion whole; every text is the decode of the sampled ids.
+TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
+  test::TempDir d("gen_real_tok");
+  const std::string tok_file = d / "tokenizer.json";
+  const std::string why = test::unxz(std::string(LOOPLM_SOURCE_DIR) + "/tests/fixtures/tokenizer_parity/qwen3.tokenizer.json.xz", tok_file);
+  ASSERT_TRUE(why.empty()) << why;
+  const Tokenizer tok = Tokenizer::hf_from_file(tok_file);
+  Config c = small(128);
+  c.tokenizer = "hf";
+  tok.to_config(c);
+  c.vocab_size = tok.vocab_size();
+  {
+    Model m(c);
+    save_model(d / "model.safetensors", m);
+  }
+  LanguageModel lm = LanguageModel::load(d / "model.safetensors");
+  const std::string prompt = "日本語のテキスト 😀🎉 中文字符 👩‍👩‍👧";
+  std::vector<int32_t> parts;  // ids whose own text is part of a character
+  for (int32_t id : lm.encode(prompt + prompt + "🦀🫠🪐𝄞"))
+    if (lm.decode({id}).find("\xEF\xBF\xBD") != std::string::npos && std::find(parts.begin(), parts.end(), id) == parts.end())
+      parts.push_back(id);  // its own text is U+FFFD: part of a character
+  ASSERT_GE(parts.size(), 3u);
+  std::string bias;
+  for (int32_t id : parts) bias += " --logit-bias " + std::to_string(id) + "=8";
+  const std::string gen = std::string(LOOPLM_BINARY) + " generate --checkpoint " + (d / "model.safetensors") +
+                          " -n 50 --temperature 1 --seed 4 -t 1" + bias;
+  // whole: a JSONL line per sample, its tokens and its completion
+  {
+    std::ofstream(d / "prompts.jsonl") << nlohmann::json({{"prompt", prompt}}).dump() << "\n"
+                                       << nlohmann::json({{"prompt", "中文"}}).dump() << "\n";
+  }
+  const test::CmdResult js = test::run_shell(gen + " --prompts " + (d / "prompts.jsonl") + " 2>/dev/null");
+  ASSERT_EQ(js.code, 0) << js.out;
+  std::istringstream lines(js.out);
+  std::vector<nlohmann::json> rows;
+  for (std::string l; std::getline(lines, l);) rows.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(rows.size(), 2u) << js.out;
+  int split = 0;
+  for (const auto& r : rows) {
+    const std::vector<int32_t> ids = r.at("tokens").get<std::vector<int32_t>>();
+    for (int32_t id : ids) split += std::find(parts.begin(), parts.end(), id) != parts.end();
+    const std::string completion = r.at("completion");
+    EXPECT_EQ(completion, lm.decode_continuation(lm.encode(r.at("prompt").get<std::string>()), ids));
+  }
+  EXPECT_GE(split, 5) << "the samples split few characters";
+  // whole, plain text: the prompt and its completion, samples apart
+  {
+    std::ofstream(d / "prompts.txt") << prompt << "\n中文\n";
+  }
+  const test::CmdResult plain = test::run_shell(gen + " --prompts " + (d / "prompts.txt") + " 2>/dev/null");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(plain.out, prompt + rows[0].at("completion").get<std::string>() + "\n---------------\n中文" +
+                           rows[1].at("completion").get<std::string>() + "\n");
+  // streamed: the one sequence of -p, token by token, is the batch's first sample (same seed)
+  const test::CmdResult one = test::run_shell(gen + " -p '" + prompt + "' 2>/dev/null");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(one.out, prompt + rows[0].at("completion").get<std::string>() + "\n");
+  EXPECT_TRUE(valid_utf8(one.out));
 }
 
 }  // namespace
