@@ -1,7 +1,6 @@
 // `looplm generate`: sample from a checkpoint, streaming tokens as they are made, with a timing
 // summary on stderr (as llama.cpp prints one).
 #include <cstdio>
-#include <functional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -47,7 +46,7 @@ void add_stats(GenerateStats& total, const GenerateStats& st) {
 // printed whole after its prompt (or as a JSONL line), text in whole characters.
 void generate_in_batches(const LanguageModel& lm, const std::vector<std::vector<int32_t>>& ids,
                          const std::vector<std::string>& texts, const std::vector<int>& text_of, GenerateOptions g, int batch,
-                         bool jsonl, const std::function<void(const GenerateStats&)>& add) {
+                         bool jsonl, GenerateStats& total) {
   const uint64_t seed0 = g.seed;
   for (size_t i0 = 0; i0 < ids.size(); i0 += batch) {
     const size_t n = std::min(ids.size() - i0, (size_t)batch);
@@ -75,7 +74,7 @@ void generate_in_batches(const LanguageModel& lm, const std::vector<std::vector<
       std::fputs("\n", stdout);
     }
     std::fflush(stdout);
-    add(st);
+    add_stats(total, st);
   }
 }
 
@@ -199,7 +198,6 @@ int cmd_generate(int argc, char** argv) {
     }
   }
   GenerateStats total;
-  auto add = [&](const GenerateStats& st) { add_stats(total, st); };
   // One sequence from -p / --prompt-file: stream each token's bytes as it is made. --prompts always
   // takes the batch path, however many prompts the file holds (the prompt echoed, JSONL kept).
   if (ids.size() == 1 && ps_opt->count() == 0) {
@@ -216,9 +214,9 @@ int cmd_generate(int argc, char** argv) {
     lm.generate(ids[0], g, [&](int32_t t) { print(text.push(t)); });
     print(text.finish());
     std::fputs("\n", stdout);
-    add(st);
+    add_stats(total, st);
   } else {
-    generate_in_batches(lm, ids, texts, text_of, g, batch, jsonl, add);
+    generate_in_batches(lm, ids, texts, text_of, g, batch, jsonl, total);
   }
   if (!quiet) print_stats(total, g, ex, ids.size(), batch);
   return 0;
