@@ -133,15 +133,12 @@ const std::map<std::string, std::string> kLongFunctions = {
     {"src/text/jinja.cpp: std::string Interp::percent_format(", "Python's %-formatting: one switch over conversion types"},
     {"src/text/jinja.cpp: Value str_method(", "Python's str methods: one dispatch over their names"},
     {"src/data/bpe_trainer.cpp: BpeTrainResult train_byte_level_bpe(", "the BPE merge loop with its incremental pair counts, not split yet"},
-    {"tools/cmd_serve.cpp: int cmd_serve(", "the server's options and HTTP setup, not split yet (the Server split is open)"},
     {"src/interchange/gguf_vocab.cpp: GgufVocab vocab_of_spm_json(", "a SentencePiece vocabulary's cases, not split yet"},
     {"python/looplm_module.cpp: void bind_files(", "a list of short bindings, one per library call"},
     {"python/looplm_module.cpp: void bind_model_generate(", "one binding whose keyword arguments are the CLI's options"},
     {"tools/cmd_train.cpp: int cmd_train(", "the command's options and config resolution, not split yet"},
     {"tools/cmd_generate.cpp: int cmd_generate(", "the command's options, not split yet"},
     {"src/model/model_io.cpp: std::unique_ptr<Model> load_model(", "the packed matrices' placement, not split yet"},
-    {"src/infer/language_model.cpp: std::vector<std::vector<int32_t>> LanguageModel::generate_batch(",
-     "the batched decode loop, to become a DecodeSession with B slots (one decode loop), not done yet"},
 };
 }  // namespace
 

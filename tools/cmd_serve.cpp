@@ -1,9 +1,11 @@
 // `looplm serve`: an OpenAI-compatible HTTP server (docs/serve.md) on cpp-httplib (Debian's
 // libcpp-httplib-dev: the library llama.cpp's server is built on; one header, a thread per
-// connection from a pool, server-sent events through chunked responses). Requests become Jobs for
-// the engine (serve_engine.h), which batches them continuously; this file is the HTTP side:
-// requests (checked by serve_request.h) into jobs, and OpenAI's response shapes. The HTTP limits
-// (body size, encodings, deadlines, connections per client) are serve_http.h's.
+// connection from a pool, server-sent events through chunked responses). The server by role, as
+// llama.cpp's: serve_request.h checks a request, serve_openai.h turns it into jobs and jobs into
+// OpenAI's shapes, serve_engine.h runs the jobs (continuous batching), serve_http.h holds the HTTP
+// limits (body size, encodings, deadlines, connections per client); the first three are the
+// library target looplm_serve, which the tests link. This file is the routes: a request to the
+// engine and back, streamed as server-sent events or whole, and the request log.
 #include <httplib.h>
 #include <sys/socket.h>
 
@@ -24,6 +26,7 @@
 #include "looplm/util.h"
 #include "serve_engine.h"
 #include "serve_http.h"
+#include "serve_openai.h"
 #include "serve_page.h"
 #include "serve_request.h"
 #include "signals.h"
@@ -33,21 +36,13 @@ namespace looplm::cli {
 namespace {
 using nlohmann::json;
 using serve::Job;
+namespace openai = serve::openai;
 
 using serve::bad;
 using serve::HttpError;
 using serve::send_error;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// Characters of UTF-8 text (what OpenAI's text_offset counts).
-size_t chars(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-struct Server;
 
 struct Server {
   const LanguageModel& lm;
@@ -104,29 +99,11 @@ struct Server {
   std::string new_id(const char* prefix) { return std::string(prefix) + std::to_string(next_id++); }
   int64_t created() const { return (int64_t)std::time(nullptr); }
 
-  // Jobs for every (prompt, sample): sample i of a prompt uses seed + i (as generate --num-samples).
-  std::vector<std::shared_ptr<Job>> submit(const std::vector<std::vector<int32_t>>& prompts, int n, const serve::RequestOptions& o) {
-    std::vector<std::shared_ptr<Job>> jobs;
-    for (const auto& p : prompts)
-      for (int i = 0; i < n; ++i) {
-        auto j = std::make_shared<Job>();
-        j->prompt = p;
-        j->opt = o.opt;
-        j->opt.seed = o.opt.seed + (uint64_t)i;
-        j->loop.depth = o.depth;
-        j->loop.exit = o.exit;
-        j->loop.kv_policy = o.kv_policy;
-        j->stop = o.stop;
-        j->stop_at_eos = o.stop_at_eos;
-        jobs.push_back(j);
-      }
-    for (auto& j : jobs)
-      if (j->opt.max_new == 0) {  // nothing to make (echo with logprobs scores the prompt only)
-        j->done = true;
-        j->finish_reason = "length";
-      }
+  // The request's jobs (openai::jobs_for) into the engine; HTTP 429 when its queue is full.
+  openai::Jobs submit(const std::vector<std::vector<int32_t>>& prompts, int n, const serve::RequestOptions& o, int score_prompt = -1) {
+    openai::Jobs jobs = openai::jobs_for(prompts, n, o, score_prompt);
     for (size_t k = 0; k < jobs.size(); ++k)
-      if (jobs[k]->opt.max_new > 0 && !engine.submit(jobs[k])) {
+      if (!jobs[k]->done && !engine.submit(jobs[k])) {
         for (size_t q = 0; q < k; ++q) jobs[q]->cancelled = true;
         engine.wake();
         throw HttpError{429, "the server is busy: its queue is full; try again shortly", "server_busy"};
@@ -152,110 +129,6 @@ struct Server {
         lk.lock();
       }
     }
-  }
-
-  // A prompt's text as decode writes it (echo), whole UTF-8.
-  std::string prompt_text(const std::vector<int32_t>& ids) const {
-    TextStream ts = lm.text_stream({{}, true});
-    std::string text;
-    for (int32_t id : ids) text += ts.push(id);
-    return text + ts.finish();
-  }
-
-  // A token as OpenAI's logprobs name it: its bytes as text, or "bytes:\\x.." for part of a character.
-  std::string label(int32_t id) const { return token_label(lm.token_piece(id)); }
-
-  // OpenAI's logprobs object for the echoed prompt (first entry null; the rest from one full pass
-  // at the request's depth) and the kept completion tokens. text_offset: where each token's text
-  // begins in the choice's text, in characters.
-  json logprobs_of(const Job& j, bool echo, int top, const std::string& prefix_text) const {
-    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-    auto add = [&](int32_t id, json lp, json alt, size_t offset) {
-      tokens.push_back(label(id));
-      lps.push_back(lp);
-      tops.push_back(alt);
-      offsets.push_back(offset);
-    };
-    // Characters of `text` before byte b, counted on from the last call (b only grows).
-    struct Counter {
-      const std::string& text;
-      size_t bytes = 0, chars = 0;
-      size_t to(size_t b) {
-        b = std::min(b, text.size());
-        for (; bytes < b; ++bytes) chars += ((unsigned char)text[bytes] & 0xC0) != 0x80;
-        return chars;
-      }
-    };
-    if (echo) {
-      std::vector<float> z = lm.forward_logits(j.prompt, j.loop.depth);
-      const int V = lm.config().vocab_size;
-      TextStream prompt_text = lm.text_stream({{}, true});  // the prompt's text as decode writes it (prefix_text)
-      Counter counted{prefix_text};
-      for (size_t t = 0; t < j.prompt.size(); ++t) {
-        const size_t offset = counted.to(prompt_text.text_bytes());
-        prompt_text.push(j.prompt[t]);
-        if (t == 0) {
-          add(j.prompt[0], json(), json(), offset);
-          continue;
-        }
-        const float* row = z.data() + (t - 1) * V;
-        double mx = row[0], sum = 0;
-        for (int v = 1; v < V; ++v) mx = std::max(mx, (double)row[v]);
-        for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
-        const double lse = mx + std::log(sum);
-        json alt = json::object();
-        if (top > 0) {
-          std::vector<int32_t> ids(V);
-          for (int v = 0; v < V; ++v) ids[v] = v;
-          std::partial_sort(ids.begin(), ids.begin() + std::min(top, V), ids.end(),
-                            [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-          for (int k = 0; k < std::min(top, V); ++k) alt[label(ids[k])] = row[ids[k]] - lse;
-        }
-        add(j.prompt[t], row[j.prompt[t]] - lse, alt, offset);
-      }
-    }
-    const size_t base = chars(prefix_text);
-    Counter counted{j.text};
-    for (size_t k = 0; k < j.kept; ++k) {
-      const auto& t = j.tokens[k];
-      json alt = json::object();
-      for (const auto& [id, lp] : t.top) alt[label(id)] = lp;
-      add(t.id, t.logprob, alt, base + counted.to(j.text_start[k]));
-    }
-    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-  }
-
-  static json steps_of(const Job& j, size_t from, size_t to) {
-    json s = json::array();
-    for (size_t k = from; k < to && k < j.tokens.size(); ++k) s.push_back(j.tokens[k].steps);
-    return s;
-  }
-  static double mean_steps(const Job& j, size_t kept) {
-    double s = 0;
-    for (size_t k = 0; k < kept; ++k) s += j.tokens[k].steps;
-    return kept ? s / kept : 0;
-  }
-
-  // The looped summary of finished jobs: loop steps per token and the KV policy's bytes per position.
-  static json loop_summary(const std::vector<std::shared_ptr<Job>>& jobs, int depth) {
-    double steps = 0, kv = 0;
-    size_t tokens = 0;
-    for (const auto& j : jobs) {
-      std::lock_guard<std::mutex> lk(j->mu);
-      for (const auto& t : j->tokens) steps += t.steps;
-      tokens += j->tokens.size();
-      kv = std::max(kv, j->kv_bytes_per_token);
-    }
-    return {{"depth", depth}, {"mean_steps", tokens ? steps / tokens : 0.0}, {"kv_bytes_per_token", kv}};
-  }
-
-  json usage(const std::vector<std::shared_ptr<Job>>& jobs, int n) const {
-    int64_t p = 0, c = 0;
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      if (k % n == 0) p += (int64_t)jobs[k]->prompt.size();  // a prompt counts once for its n samples
-      c += (int64_t)jobs[k]->tokens.size();
-    }
-    return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
   }
 
   // Streams server-sent events until every job is done, then `data: [DONE]`: one chunk per token
@@ -354,70 +227,26 @@ struct Server {
   void completions(const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     const serve::CompletionRequest r = serve::completion_request(view, req.body);
-    const bool echo = r.echo, streaming = r.stream;
-    const int64_t logprobs = r.logprobs;
-    const int n = r.n;
-    const auto& prompts = r.prompts;
-    serve::RequestOptions base = r.o;
-    if (echo)  // the prompt's text (and with logprobs its tokens' labels): ids the tokenizer cannot write are the request's fault
-      for (const auto& p : prompts) prompt_text(p);
-    auto jobs = submit(prompts, n, base);
-    const std::string id = new_id("cmpl-");
-    const int64_t t = created();
-    const std::string depth = std::to_string(lm.config().depth_or_R(base.depth));
-    if (streaming) {
-      std::vector<std::string> prompt_texts;
-      for (const auto& p : prompts) prompt_texts.push_back(prompt_text(p));
+    // The prompts' text (echo): ids the tokenizer cannot write are the request's fault (HTTP 400).
+    std::vector<std::string> prompt_texts;
+    if (r.echo)
+      for (const auto& p : r.prompts) prompt_texts.push_back(openai::prompt_text(lm, p));
+    auto jobs = submit(r.prompts, r.n, r.o, r.echo ? r.logprobs : -1);
+    const openai::Head h{new_id("cmpl-"), created(), model_id};
+    if (r.stream) {
       stream(
           res, jobs,
           [=, this](size_t k, const std::string& text, size_t from, size_t to, bool done) {
-            const Job& j = *jobs[k];
-            json c = {{"index", k}, {"text", (echo && from == 0 ? prompt_texts[k / n] : "") + text},
-                      {"logprobs", json()}, {"finish_reason", done ? json(j.finish_reason) : json()},
-                      {"looplm", {{"steps", steps_of(j, from, to)}}}};
-            const size_t shown = done ? std::min(to, j.kept) : to;  // not an end token, nor past a stop string
-            if (logprobs >= 0 && shown > from) {
-              c["logprobs"] = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
-              for (size_t q = from; q < shown; ++q) {
-                json alt = json::object();
-                for (const auto& [tid, lp] : j.tokens[q].top) alt[label(tid)] = lp;
-                c["logprobs"]["tokens"].push_back(label(j.tokens[q].id));
-                c["logprobs"]["token_logprobs"].push_back(j.tokens[q].logprob);
-                c["logprobs"]["top_logprobs"].push_back(alt);
-              }
-            }
-            json out = {{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id}, {"choices", {c}}};
-            return out;
+            const std::string echoed = r.echo && from == 0 ? prompt_texts[k / r.n] : "";
+            return openai::completion_chunk(h, lm, *jobs[k], k, echoed + text, from, to, done, r.logprobs);
           },
-          [=, this]() {
-            return json{{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id},
-                        {"choices", json::array()}, {"usage", usage(jobs, n)}, {"looplm", loop_summary(jobs, std::stoi(depth))}};
-          },
-          [=, this]() { const_cast<Server*>(this)->log_jobs(id, "/v1/completions", jobs, n, t0); });
+          [=, this]() { return openai::completion_last(h, lm, jobs, r); },
+          [=, this]() { const_cast<Server*>(this)->log_jobs(h.id, "/v1/completions", jobs, r.n, t0); });
       return;
     }
-    json choices = json::array();
-    double steps = 0, kv_bytes = 0;
-    int64_t counted = 0;
     wait_all(jobs);
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      Job& j = *jobs[k];
-      if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
-      const size_t kept = j.kept;
-      const std::string prefix = echo ? prompt_text(j.prompt) : "";
-      json c = {{"index", k}, {"text", prefix + j.text}, {"finish_reason", j.finish_reason},
-                {"logprobs", logprobs >= 0 ? logprobs_of(j, echo, (int)logprobs, prefix) : json()},
-                {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}};
-      choices.push_back(c);
-      for (size_t q = 0; q < kept; ++q) steps += j.tokens[q].steps;
-      counted += (int64_t)kept;
-      kv_bytes = std::max(kv_bytes, j.kv_bytes_per_token);
-    }
-    json out = {{"id", id}, {"object", "text_completion"}, {"created", t}, {"model", model_id}, {"choices", choices},
-                {"usage", usage(jobs, n)},
-                {"looplm", {{"depth", std::stoi(depth)}, {"mean_steps", counted ? steps / counted : 0.0}, {"kv_bytes_per_token", kv_bytes}}}};
-    res.set_content(dump(out), "application/json");
-    log_jobs(id, "/v1/completions", jobs, n, t0);
+    res.set_content(dump(openai::completion(h, lm, jobs, r)), "application/json");
+    log_jobs(h.id, "/v1/completions", jobs, r.n, t0);
   }
 
   // ---------------------------------------------------------------- chat
@@ -431,117 +260,36 @@ struct Server {
   void chat(const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     const serve::ChatRequest r = serve::chat_request(view, req.body);
-    const int n = r.n;
-    const serve::RequestOptions& base = r.o;
-    const std::vector<int32_t>& prompt = r.prompt;
-    auto jobs = submit({prompt}, n, base);
-    const std::string id = new_id("chatcmpl-");
-    const int64_t t = created();
+    auto jobs = submit({r.prompt}, r.n, r.o);
+    const openai::Head h{new_id("chatcmpl-"), created(), model_id};
     if (r.stream) {
       auto first = std::make_shared<std::vector<bool>>(jobs.size(), true);
       stream(
           res, jobs,
-          [=, this](size_t k, const std::string& delta, size_t from, size_t to, bool done) {
-            const Job& j = *jobs[k];
-            json d = json::object();
-            if ((*first)[k]) d["role"] = "assistant";
+          [=](size_t k, const std::string& delta, size_t from, size_t to, bool done) {
+            const bool is_first = (*first)[k];
             (*first)[k] = false;
-            if (!delta.empty()) d["content"] = delta;
-            json c = {{"index", k}, {"delta", d}, {"finish_reason", done ? json(j.finish_reason) : json()},
-                      {"looplm", {{"steps", steps_of(j, from, to)}}}};
-            return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", t}, {"model", model_id}, {"choices", {c}}};
+            return openai::chat_chunk(h, *jobs[k], k, delta, from, to, done, is_first);
           },
-          [=, this]() {
-            return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", t}, {"model", model_id},
-                        {"choices", json::array()}, {"usage", usage(jobs, n)}};
-          },
-          [=, this]() { const_cast<Server*>(this)->log_jobs(id, "/v1/chat/completions", jobs, n, t0); });
+          [=]() { return openai::chat_last(h, jobs, r.n); },
+          [=, this]() { const_cast<Server*>(this)->log_jobs(h.id, "/v1/chat/completions", jobs, r.n, t0); });
       return;
     }
     wait_all(jobs);
-    json choices = json::array();
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      Job& j = *jobs[k];
-      if (j.finish_reason == "error") throw HttpError{500, j.error, "server_error"};
-      const size_t kept = j.kept;
-      choices.push_back({{"index", k}, {"message", {{"role", "assistant"}, {"content", j.text}}}, {"finish_reason", j.finish_reason},
-                         {"logprobs", json()}, {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}});
-    }
-    res.set_content(dump({{"id", id}, {"object", "chat.completion"}, {"created", t}, {"model", model_id},
-                          {"choices", choices}, {"usage", usage(jobs, n)}}),
-                    "application/json");
-    log_jobs(id, "/v1/chat/completions", jobs, n, t0);
+    res.set_content(dump(openai::chat(h, jobs, r.n)), "application/json");
+    log_jobs(h.id, "/v1/chat/completions", jobs, r.n, t0);
   }
 
+  // ---------------------------------------------------------------- llama-server's routes
   void tokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = serve::parse_body(req.body);
-    const char* key = body.contains("prompt") ? "prompt" : "content";
-    if (!body.contains(key) || !body[key].is_string()) throw bad("give the text as 'prompt' (or 'content')", "prompt");
-    const std::vector<int32_t> ids = lm.encode(body[key].get<std::string>());
-    json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.context()}};
-    if (body.contains("with_pieces") && !body["with_pieces"].is_null() && !body["with_pieces"].is_boolean())
-      throw bad("'with_pieces' must be true or false", "with_pieces");
-    if (body.value("with_pieces", json(false)).is_boolean() && body.value("with_pieces", json(false)).get<bool>()) {
-      json pieces = json::array();
-      for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", label(id)}});
-      out["tokens"] = pieces;
-    }
-    res.set_content(dump(out), "application/json");
+    res.set_content(dump(openai::tokenize(lm, req.body, engine.context())), "application/json");
   }
-
   void detokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = serve::parse_body(req.body);
-    if (!body.contains("tokens") || !body["tokens"].is_array()) throw bad("give the ids as 'tokens'", "tokens");
-    std::vector<int32_t> ids;
-    const int V = lm.config().vocab_size;
-    for (const json& x : body["tokens"]) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= V)
-        throw bad("'tokens' holds ids 0.." + std::to_string(V - 1), "tokens");
-      ids.push_back((int32_t)x.get<int64_t>());
-    }
-    std::string text;
-    try {
-      text = lm.decode(ids);
-    } catch (const Error& e) {  // an id the tokenizer has no text for (a model's vocabulary padded past its tokenizer's)
-      throw bad(e.what(), "tokens");
-    }
-    res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
+    res.set_content(dump(openai::detokenize(lm, req.body)), "application/json");
   }
-
-  void tokenizer_info(httplib::Response& res) {
-    const auto sp = lm.special_tokens();
-    const Config& c = lm.config();
-    auto or_null = [](const std::string& s) { return s.empty() ? json() : json(s); };
-    auto id_or_null = [](int32_t id) { return id < 0 ? json() : json(id); };
-    res.set_content(dump({{"eos_token", or_null(sp.eos_text)}, {"eos_token_id", id_or_null(sp.eos)},
-                          {"eos_token_ids", sp.eos_ids}, {"bos_token", or_null(sp.bos_text)},
-                          {"bos_token_id", id_or_null(sp.bos)}, {"add_bos_token", sp.add_bos},
-                          {"pad_token", json()}, {"chat_template", or_null(lm.chat_template())}, {"chat_template_used", lm.chat_template_origin()},
-                          {"tokenizer_class", c.tokenizer},
-                          {"vocab_size", c.vocab_size}, {"model_max_length", engine.context()}}),
-                    "application/json");
-  }
-
-  void metrics(httplib::Response& res) {
-    const serve::EngineMetrics m = engine.metrics();
-    char buf[2048];
-    std::snprintf(buf, sizeof buf,
-                  "# HELP looplm_requests_total Sequences submitted (a request with n prompts x samples counts each).\n"
-                  "# TYPE looplm_requests_total counter\nlooplm_requests_total %lld\n"
-                  "# HELP looplm_prompt_tokens_total Prompt tokens run.\n# TYPE looplm_prompt_tokens_total counter\nlooplm_prompt_tokens_total %lld\n"
-                  "# HELP looplm_completion_tokens_total Tokens generated.\n# TYPE looplm_completion_tokens_total counter\nlooplm_completion_tokens_total %lld\n"
-                  "# HELP looplm_loop_steps_total Loop steps run for the generated tokens.\n# TYPE looplm_loop_steps_total counter\nlooplm_loop_steps_total %lld\n"
-                  "# HELP looplm_loop_steps_per_token Mean loop steps per generated token.\n# TYPE looplm_loop_steps_per_token gauge\nlooplm_loop_steps_per_token %.4f\n"
-                  "# HELP looplm_requests_cancelled_total Sequences ended because their client went away.\n# TYPE looplm_requests_cancelled_total counter\nlooplm_requests_cancelled_total %lld\n"
-                  "# HELP looplm_requests_running Sequences decoding now.\n# TYPE looplm_requests_running gauge\nlooplm_requests_running %d\n"
-                  "# HELP looplm_requests_waiting Sequences waiting for a slot.\n# TYPE looplm_requests_waiting gauge\nlooplm_requests_waiting %d\n",
-                  (long long)m.requests, (long long)m.prompt_tokens, (long long)m.completion_tokens, (long long)m.loop_steps,
-                  m.completion_tokens ? (double)m.loop_steps / (double)m.completion_tokens : 0.0, (long long)m.cancelled,
-                  m.running, m.waiting);
-    res.set_content(buf, "text/plain; version=0.0.4");
-  }
+  void tokenizer_info(httplib::Response& res) { res.set_content(dump(openai::tokenizer_info(lm, engine.context())), "application/json"); }
+  void metrics(httplib::Response& res) { res.set_content(openai::metrics_text(engine.metrics()), "text/plain; version=0.0.4"); }
 };
-
 // Runs a handler, turning a request error into its status and an OpenAI-style error body.
 template <class F>
 auto guarded(Server& s, F f) {
@@ -571,6 +319,51 @@ auto guarded(Server& s, F f) {
       refuse(HttpError{500, e.what(), "server_error"});
     }
   };
+}
+
+// What the request checks need of the model (serve_request.h).
+serve::ModelView view_of(const LanguageModel& lm, const std::string& name, int context, int max_sequences) {
+  serve::ModelView v;
+  v.id = name;
+  v.vocab_size = lm.config().vocab_size;
+  v.R = lm.config().R;
+  v.context = context;
+  v.max_sequences = max_sequences;
+  v.exit_gate = lm.has_exit_gate();
+  v.builtin_chatml = lm.chat_template_origin() == "builtin:chatml";
+  for (int32_t id = 0; id < lm.config().vocab_size; ++id)
+    if (!lm.has_text(id)) v.no_text.resize(lm.config().vocab_size, false), v.no_text[id] = true;
+  v.encode_prompt = [&lm](const std::string& text, bool add_bos) { return lm.encode_prompt(text, nullptr, add_bos); };
+  v.apply_chat_template = [&lm](const std::string& messages, const ChatOptions& o) { return lm.apply_chat_template(messages, o); };
+  return v;
+}
+
+// The routes: a stopping server's 503, the API key, then OpenAI's and llama-server's routes.
+void add_routes(serve::HardenedServer& http, Server& s, const std::string& api_key) {
+  http.set_pre_routing([&s, &api_key](const httplib::Request& req, httplib::Response& res) {
+    if (s.draining) {
+      serve::HardenedServer::close_after();
+      send_error(res, HttpError{503, "the server is stopping", "server_stopping"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (api_key.empty() || req.path == "/health" || req.path == "/" || req.path == "/index.html") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, HttpError{401, "a valid API key is needed: 'Authorization: Bearer KEY'", "invalid_api_key"});
+    serve::HardenedServer::close_after();  // (a body it sent is not read)
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(serve::kPage, "text/html; charset=utf-8"); });
+  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(serve::openai::models(s.lm, s.model_id, s.created())), "application/json");
+  });
+  http.post_with_body("/v1/completions", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
+  http.post_with_body("/v1/chat/completions", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));
+  http.post_with_body("/apply-template", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.apply_template(q, r); }));
+  http.post_with_body("/tokenize", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.tokenize(q, r); }));
+  http.post_with_body("/detokenize", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.detokenize(q, r); }));
+  http.Get("/tokenizer_info", [&s](const httplib::Request&, httplib::Response& r) { s.tokenizer_info(r); });
+  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& r) { s.metrics(r); });
 }
 
 }  // namespace
@@ -631,17 +424,7 @@ int cmd_serve(int argc, char** argv) {
   Server s{lm, engine, name, {}};
   s.log_json = log_format == "json";
 
-  s.view.id = name;
-  s.view.vocab_size = lm.config().vocab_size;
-  s.view.R = lm.config().R;
-  s.view.context = engine.context();
-  s.view.max_sequences = parallel + queue;
-  s.view.exit_gate = lm.has_exit_gate();
-  s.view.builtin_chatml = lm.chat_template_origin() == "builtin:chatml";
-  for (int32_t id = 0; id < lm.config().vocab_size; ++id)
-    if (!lm.has_text(id)) s.view.no_text.resize(lm.config().vocab_size, false), s.view.no_text[id] = true;
-  s.view.encode_prompt = [&lm](const std::string& text, bool add_bos) { return lm.encode_prompt(text, nullptr, add_bos); };
-  s.view.apply_chat_template = [&lm](const std::string& messages, const ChatOptions& o) { return lm.apply_chat_template(messages, o); };
+  s.view = view_of(lm, name, engine.context(), parallel + queue);
 
   // The thread budget (docs/serve.md, "Limits"): a connection holds one of these threads while it
   // is open (a request arriving, decoding, streaming, or idle up to the keep-alive time).
@@ -661,34 +444,7 @@ int cmd_serve(int argc, char** argv) {
   http.set_keep_alive_max_count(1000);
   http.set_read_timeout(std::min(30, limits.request_timeout_s), 0);
   http.set_write_timeout(30, 0);
-  http.set_pre_routing([&](const httplib::Request& req, httplib::Response& res) {
-    if (s.draining) {
-      serve::HardenedServer::close_after();
-      send_error(res, HttpError{503, "the server is stopping", "server_stopping"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (api_key.empty() || req.path == "/health" || req.path == "/" || req.path == "/index.html") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + api_key) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, HttpError{401, "a valid API key is needed: 'Authorization: Bearer KEY'", "invalid_api_key"});
-    serve::HardenedServer::close_after();  // (a body it sent is not read)
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(serve::kPage, "text/html; charset=utf-8"); });
-  http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
-    const Config& c = lm.config();
-    nlohmann::json m = {{"id", s.model_id}, {"object", "model"}, {"created", s.created()}, {"owned_by", "looplm"},
-                        {"looplm", {{"R", c.R}, {"context", c.context}, {"vocab_size", c.vocab_size}, {"n_params", lm.n_params()},
-                                    {"exit_gate", lm.has_exit_gate()}}}};
-    res.set_content(dump({{"object", "list"}, {"data", {m}}}), "application/json");
-  });
-  http.post_with_body("/v1/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
-  http.post_with_body("/v1/chat/completions", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));
-  http.post_with_body("/apply-template", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.apply_template(q, r); }));
-  http.post_with_body("/tokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.tokenize(q, r); }));
-  http.post_with_body("/detokenize", guarded(s, [&](const httplib::Request& q, httplib::Response& r) { s.detokenize(q, r); }));
-  http.Get("/tokenizer_info", [&](const httplib::Request&, httplib::Response& r) { s.tokenizer_info(r); });
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& r) { s.metrics(r); });
+  add_routes(http, s, api_key);
 
   const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (bound < 0) throw Error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");

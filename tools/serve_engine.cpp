@@ -110,6 +110,15 @@ void Engine::admit() {
       continue;
     }
     try {
+      if (j->score_prompt >= 0) {
+        std::vector<TokenLogprob> scores = lm_.prompt_logprobs(j->prompt, j->loop.depth, j->score_prompt);
+        std::lock_guard<std::mutex> lk(j->mu);
+        j->prompt_scores = std::move(scores);
+      }
+      if (j->opt.max_new == 0) {  // nothing to make
+        finish(*j, "length");
+        continue;
+      }
       const int slot = session_for(j->loop).start(j->prompt, j->opt);
       if (slot < 0) {  // (cannot happen: fewer than `parallel` run) back to the front
         std::lock_guard<std::mutex> lk(mu_);
@@ -128,7 +137,8 @@ void Engine::admit() {
   }
 }
 
-void Engine::emit(Job& j, const SessionToken& t) {
+// A token into its job's text; true when the job is over (its slot ends with this token).
+bool Engine::emit(Job& j, const SessionToken& t) {
   bool finished = false;
   std::string reason;
   {
@@ -168,13 +178,13 @@ void Engine::emit(Job& j, const SessionToken& t) {
     j.kv_bytes_per_token = sessions_[j.loop]->kv_bytes_per_token();
   }
   if (finished) {
-    if (!t.last) sessions_[j.loop]->cancel(t.slot);
     running_[j.loop][t.slot] = nullptr;
     finish(j, reason);
-  } else {
-    j.cv.notify_all();
-    if (t.last) running_[j.loop][t.slot] = nullptr;
+    return true;
   }
+  j.cv.notify_all();
+  if (t.last) running_[j.loop][t.slot] = nullptr;
+  return t.last;
 }
 
 void Engine::run() {
@@ -198,9 +208,21 @@ void Engine::run() {
     admit();
     for (auto& [loop, session] : sessions_) {
       if (session->active() == 0) continue;
-      std::vector<SessionToken> toks;
+      // Each token goes to its job before the pass (a client sees it a pass sooner), and a job that
+      // ends with it (an end token, a stop string) spends no pass on it.
+      auto to_job = [&](const SessionToken& t) {
+        auto j = running_[loop][t.slot];
+        if (!j) return true;
+        try {
+          return emit(*j, t);
+        } catch (const std::exception& e) {  // (a token the tokenizer cannot write): this job ends, the others go on
+          running_[loop][t.slot] = nullptr;
+          finish(*j, "error", e.what());
+          return true;
+        }
+      };
       try {
-        toks = session->step();
+        session->step(to_job);
       } catch (const std::exception& e) {  // e.g. the checkpoint changed on disk: every job of it ends
         for (auto& j : running_[loop])
           if (j) {
@@ -208,18 +230,6 @@ void Engine::run() {
             finish(*j, "error", e.what());
             j = nullptr;
           }
-        continue;
-      }
-      for (const auto& t : toks) {
-        auto j = running_[loop][t.slot];
-        if (!j) continue;
-        try {
-          emit(*j, t);
-        } catch (const std::exception& e) {  // (a token the tokenizer cannot write): this job ends, the others go on
-          if (!t.last) session->cancel(t.slot);
-          running_[loop][t.slot] = nullptr;
-          finish(*j, "error", e.what());
-        }
       }
     }
     count_running();

@@ -3,6 +3,8 @@
 // free slot at the next token boundary, steps every running sequence one token per pass, turns
 // tokens into text (a TextStream per job: whole characters, a possible stop string held back), and
 // finishes a job at max_tokens, a stop string, one of the model's end tokens, or when its client left.
+// A job may score its prompt first (one full pass, its turn between two token steps); a job with
+// nothing to make (max_new 0) only does that.
 // Built on the public API only (include/looplm/looplm.h).
 #pragma once
 #include <atomic>
@@ -38,10 +40,13 @@ struct Job {
   LoopSettings loop;
   std::vector<std::string> stop;  // the text ends before the first of these
   bool stop_at_eos = true;         // the model's end tokens end the text (not included)
+  int score_prompt = -1;           // >= 0: score the prompt first (echo with logprobs), with that many
+                                   // likely tokens each (LanguageModel::prompt_logprobs, at loop.depth)
 
   // what happened (read under `mu`, waited for on `cv`)
   std::mutex mu;
   std::condition_variable cv;
+  std::vector<TokenLogprob> prompt_scores;  // score_prompt's: the prompt's tokens after the first
   std::vector<SessionToken> tokens;  // every token made (also those cut by a stop string, and an end token)
   std::string text;                  // the completion's text so far, ready to send
   std::vector<size_t> text_end;      // per token: the size of `text` once it was made (a token's piece
@@ -88,7 +93,7 @@ class Engine {
  private:
   void run();
   void admit();
-  void emit(Job& j, const SessionToken& t);
+  bool emit(Job& j, const SessionToken& t);
   void finish(Job& j, const std::string& reason, const std::string& error = "");
   void count_running();  // metrics_.running from running_
   DecodeSession& session_for(const LoopSettings& loop);

@@ -279,6 +279,13 @@ struct LoadOptions {
   bool allow_nonfinite = false;  // load a checkpoint whose tensors hold NaN/Inf (an error otherwise)
 };
 
+// A token's log-probability under the model (the softmax of its raw logits) and the most likely tokens'.
+struct TokenLogprob {
+  int32_t id = 0;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // the most likely tokens', most likely first
+};
+
 class LanguageModel {
  public:
   // model.safetensors (or its run directory), mapped read-only: no gradient or optimizer memory.
@@ -367,6 +374,10 @@ class LanguageModel {
 
   // Logits [T, V] of a full forward pass (no cache) over `tokens` at `depth`; for tests/tools.
   std::vector<float> forward_logits(const std::vector<int32_t>& tokens, int depth = -1) const;
+  // Each token of `tokens` after the first, scored by one full pass at `depth`: its log-probability
+  // given those before it and the `top` most likely tokens' (0..20), as SessionToken reports them
+  // for a new token (OpenAI's logprobs of an echoed prompt). 1..context tokens.
+  std::vector<TokenLogprob> prompt_logprobs(const std::vector<int32_t>& tokens, int depth = -1, int top = 0) const;
   // Every exit of one full forward pass (no cache, noise off) over 1..context tokens: the logit
   // lens across loop steps. Memory: `states` (depth + 1) · T · d floats, `logits` one T · V block
   // per asked exit.
@@ -433,7 +444,7 @@ struct SessionToken {
   // The loop steps of the pass whose logits chose this token (the first token: the prompt's last
   // position, which runs the depth; later ones: the previous token's exit).
   int steps = 0;
-  bool last = false;  // the sequence's max_new-th token: its slot is free again
+  bool last = false;  // the sequence's last token (its max_new-th, or ended by step's ends_here): its slot is free again
   double logprob = 0;
   std::vector<std::pair<int32_t, double>> top;  // SequenceOptions::logprobs most likely, most likely first
 };
@@ -449,7 +460,11 @@ class DecodeSession {
   // UsageError for an empty prompt, an id outside the vocabulary or bad options.
   int start(const std::vector<int32_t>& prompt, const SequenceOptions& s);
   // Every running sequence one token further (one batched pass for those that go on).
-  std::vector<SessionToken> step();
+  // `ends_here`, when given, is asked of each new token, in slot order, before that pass: true ends
+  // its sequence there (an end token, a stop string: the caller's rules), its slot free and no pass
+  // spent on it; the token is still returned, with `last` set. If it throws, every sequence this step
+  // touched ends (their slots free) and the exception leaves step().
+  std::vector<SessionToken> step(const std::function<bool(const SessionToken&)>& ends_here = {});
   void cancel(int slot);  // the sequence stops now and its slot is free
   int active() const;     // sequences running
   int slots() const;
@@ -465,6 +480,7 @@ class DecodeSession {
 
  private:
   struct Impl;
+  friend class LanguageModel;  // generate_batch: its stats read the decoder's counts
   std::unique_ptr<Impl> impl_;
 };
 

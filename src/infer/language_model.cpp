@@ -17,6 +17,7 @@
 #include "infer/eval.h"
 #include "infer/language_model_impl.h"
 #include "infer/sampler.h"
+#include "infer/session_impl.h"
 #include "io/mapped_file.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
@@ -215,6 +216,20 @@ std::vector<float> LanguageModel::forward_logits(const std::vector<int32_t>& tok
   return std::vector<float>(z->v, z->v + z->numel());
 }
 
+std::vector<TokenLogprob> LanguageModel::prompt_logprobs(const std::vector<int32_t>& tokens, int depth, int top) const {
+  const int V = config().vocab_size;
+  if (top < 0 || top > 20) throw UsageError("prompt_logprobs: top is 0..20");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= V) throw UsageError("prompt_logprobs: token id " + std::to_string(t) + " is outside the vocabulary");
+  const std::vector<float> z = forward_logits(tokens, depth);
+  std::vector<TokenLogprob> out(tokens.size() > 0 ? tokens.size() - 1 : 0);
+  for (size_t t = 1; t < tokens.size(); ++t) {
+    out[t - 1].id = tokens[t];
+    out[t - 1].logprob = token_logprob(z.data() + (t - 1) * V, V, tokens[t], top, &out[t - 1].top);
+  }
+  return out;
+}
+
 LanguageModel::Trace LanguageModel::trace(const std::vector<int32_t>& tokens, const TraceOptions& opt) const {
   const Model& m = *impl_->model;
   const Config& c = m.config();
@@ -358,80 +373,45 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     }
     return outs;
   }
-  // The cache holds what the window can hold: the longest prompt (at most a context) and the new tokens.
-  const int capacity = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
-  Decoder dec(m, B, capacity, DecoderOptions{depth, opt.exit, opt.kv_policy, 0, kv_element(opt.kv_cache)});
-  SamplerOptions so{opt.temperature, opt.top_k, opt.top_p, &opt.logit_bias};
-  std::vector<Rng> rng;
-  for (int i = 0; i < B; ++i) rng.emplace_back(opt.seed + (uint64_t)i, kStreamSample);
-  std::vector<float> work, last((size_t)B * V), z((size_t)B * V);
-  std::vector<std::vector<int32_t>> seq(prompts), out(B);
-  std::vector<int> rows;
-  std::vector<int32_t> next(B), in;
-  std::vector<bool> ended(B, false);  // an end token came (it is not part of the output)
-  int running = B, made = 0;
-
-  // Sequence i restarts its cache on its last n tokens (positions from 0).
-  auto prefill = [&](int i, int n) {
-    adapt_threads();
-    dec.prefill(i, seq[i].data() + seq[i].size() - n, n, last.data() + (size_t)i * V);
-  };
-  int prompt_tokens = 0;
+  std::vector<std::vector<int32_t>> out(B);
+  if (opt.max_new == 0) {  // nothing to make: no prompt runs
+    if (opt.stats) *opt.stats = GenerateStats{};
+    return out;
+  }
+  // One sequence per slot of a decode session (the one decode loop: session.cpp), whose cache holds
+  // what the window can hold: the longest prompt (at most a context) and the new tokens. Sequence i
+  // samples with seed + i.
+  SessionOptions so;
+  so.slots = B;
+  so.context = (int)std::min<int64_t>(ctx, (int64_t)longest + opt.max_new);
+  so.depth = depth;
+  so.exit = opt.exit;
+  so.kv_policy = opt.kv_policy;
+  so.kv_cache = opt.kv_cache;
+  DecodeSession session(*this, so);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < B; ++i) {
-    const int n = (int)std::min<size_t>(seq[i].size(), ctx);
-    prefill(i, n);
-    prompt_tokens += n;
+    SequenceOptions s{opt.max_new, opt.temperature, opt.top_k, opt.top_p, opt.seed + (uint64_t)i, -1, opt.logit_bias};
+    if (session.start(prompts[i], s) != i) throw Error("generate: a decode session did not give sequence i slot i");
   }
   const auto t1 = std::chrono::steady_clock::now();
-  auto checked = t1;  // when the mapped checkpoint was last checked (io::check_mapped_files)
-  for (int step = 0; step < opt.max_new && running > 0; ++step) {
-    if (const auto now = std::chrono::steady_clock::now(); now - checked > std::chrono::milliseconds(500)) {
-      io::check_mapped_files();
-      checked = now;
-    }
-    for (int i = 0; i < B; ++i) {
-      if (ended[i]) continue;
-      mask_textless(last.data() + (size_t)i * V, impl_->textless);
-      next[i] = sample_token(last.data() + (size_t)i * V, V, so, rng[i], work);
-      if (is_end(next[i])) {
-        ended[i] = true;
-        --running;
-        continue;
-      }
-      seq[i].push_back(next[i]);
-      out[i].push_back(next[i]);
-      ++made;
-      if (on_token) on_token(i, next[i]);
-      if (!texts.empty() && (texts[i].push(next[i]), texts[i].stopped())) {
-        ended[i] = true;
-        --running;
-      }
-    }
-    if (step + 1 == opt.max_new) break;
-    rows.clear();
-    in.clear();
-    for (int i = 0; i < B; ++i) {
-      if (ended[i]) continue;
-      if (dec.length(i) == capacity) {
-        prefill(i, std::max(1, ctx / 2));  // window full: restart on the last half context
-      } else {
-        rows.push_back(i);
-        in.push_back(next[i]);
-      }
-    }
-    if (rows.empty()) continue;
-    adapt_threads();
-    dec.decode(rows.data(), in.data(), (int)rows.size(), z.data());
-    for (size_t a = 0; a < rows.size(); ++a)
-      std::copy(z.data() + a * V, z.data() + (a + 1) * V, last.data() + (size_t)rows[a] * V);
-  }
+  // An end token ends its sequence (not part of the output); a stop string ends it after the token
+  // that completed it: neither gets another pass.
+  auto ends_here = [&](const SessionToken& t) {
+    if (is_end(t.id)) return true;
+    out[t.slot].push_back(t.id);
+    if (on_token) on_token(t.slot, t.id);
+    return !texts.empty() && (texts[t.slot].push(t.id), texts[t.slot].stopped());
+  };
+  while (session.active() > 0) session.step(ends_here);
   if (opt.stats) {
     const auto t2 = std::chrono::steady_clock::now();
+    const Decoder& dec = session.impl_->dec;
     GenerateStats& st = *opt.stats;
-    st.prompt_tokens = prompt_tokens;
+    st = GenerateStats{};
+    st.prompt_tokens = (int)session.prompt_tokens();
     st.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-    st.new_tokens = made;
+    for (const auto& o : out) st.new_tokens += (int)o.size();  // (the session's count has the end tokens too)
     st.gen_seconds = std::chrono::duration<double>(t2 - t1).count();
     st.mean_steps = dec.decoded() ? (double)dec.steps() / (double)dec.decoded() : depth;
     st.kv_bytes_per_token = dec.kv_bytes_per_token();

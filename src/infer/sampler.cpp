@@ -83,4 +83,20 @@ int32_t sample_token(const float* z_in, int V, const SamplerOptions& o, Rng& rng
   return idx[k - 1];
 }
 
+double token_logprob(const float* z, int V, int32_t id, int k, std::vector<std::pair<int32_t, double>>* top) {
+  double mx = z[0];
+  for (int v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
+  double sum = 0;
+  for (int v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
+  const double lse = mx + std::log(sum);
+  if (k > 0 && top) {
+    std::vector<int32_t> ids(V);
+    for (int v = 0; v < V; ++v) ids[v] = v;
+    k = std::min(k, V);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+    for (int j = 0; j < k; ++j) top->push_back({ids[j], z[ids[j]] - lse});
+  }
+  return z[id] - lse;
+}
+
 }  // namespace looplm

@@ -29,5 +29,8 @@ const float* biased_logits(const float* z, int V, const LogitBias* bias, std::ve
 // the outputs of a model that overflowed (a diverged or damaged checkpoint).
 void require_finite_logits(const float* logits, int V);
 int32_t sample_token(const float* logits, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work);
+// log softmax(z)[id] (the raw logits': what OpenAI's logprobs report, not the sampling's) and,
+// into `top` when k > 0, the k most likely tokens' (most likely first, a tie to the lower id).
+double token_logprob(const float* z, int V, int32_t id, int k, std::vector<std::pair<int32_t, double>>* top);
 
 }  // namespace looplm

@@ -1,6 +1,6 @@
-// DecodeSession: continuous batching on the batched decoder (include/looplm/looplm.h). Each slot is
-// one of the decoder's sequences; a sequence goes through the same calls generate_batch makes for
-// its row — prefill of its last `context` tokens, then per token: sample from the last logits, and
+// DecodeSession: continuous batching on the batched decoder (include/looplm/looplm.h), the one
+// decode loop (generate_batch and the server's engine drive it). Each slot is one of the decoder's
+// sequences: prefill of its last `context` tokens, then per token: sample from the last logits, and
 // unless that was its last token decode it (restarting the window on the last half context when
 // the cache is full) — so its tokens are the ones generate() makes alone, whoever shares the pass.
 #include <algorithm>
@@ -9,56 +9,12 @@
 
 #include "core/rng.h"
 #include "core/threads.h"
-#include "infer/decoder.h"
-#include "infer/language_model_impl.h"
+#include "infer/session_impl.h"
 #include "infer/sampler.h"
 #include "io/mapped_file.h"
 #include "looplm/looplm.h"
 
 namespace looplm {
-
-namespace {
-struct Slot {
-  bool used = false;
-  SequenceOptions opt;
-  Rng rng{0, kStreamSample};
-  std::vector<int32_t> seq;  // prompt and new tokens: a window restart re-runs its tail
-  int made = 0;              // tokens made
-  int steps = 0;             // loop steps of the pass whose logits `last` holds
-};
-}  // namespace
-
-struct DecodeSession::Impl {
-  const LanguageModel::Impl* lm;  // the tokenizer's textless ids, for the prompt check and the mask
-  const Model& m;
-  SessionOptions o;
-  int depth;
-  Decoder dec;
-  std::vector<Slot> slots;
-  std::vector<float> last, z, work;
-  std::vector<int> rows, row_steps;
-  std::vector<int32_t> in;
-  int64_t prompt_tokens = 0, new_tokens = 0, new_steps = 0;
-  std::chrono::steady_clock::time_point checked = std::chrono::steady_clock::now();
-
-  Impl(const LanguageModel::Impl& model_impl, const Model& model, const SessionOptions& so)
-      : lm(&model_impl),
-        m(model),
-        o(so),
-        depth(model.config().depth_or_R(so.depth)),
-        dec(model, std::max(so.slots, 1), window(model, so), DecoderOptions{depth, so.exit, so.kv_policy, 0, kv_element(so.kv_cache)}) {}
-  static int window(const Model& model, const SessionOptions& so) {
-    return so.context > 0 ? std::min(so.context, model.config().context) : model.config().context;
-  }
-
-  int V() const { return m.config().vocab_size; }
-  void prefill(int slot, int n) {
-    adapt_threads();
-    Slot& s = slots[slot];
-    dec.prefill(slot, s.seq.data() + s.seq.size() - n, n, last.data() + (size_t)slot * V());
-    s.steps = depth;
-  }
-};
 
 DecodeSession::DecodeSession(const LanguageModel& lm, const SessionOptions& o) {
   if (o.slots < 1) throw UsageError("a decode session needs at least one slot");
@@ -90,7 +46,7 @@ int DecodeSession::start(const std::vector<int32_t>& prompt, const SequenceOptio
   for (int i = 0; i < (int)im.slots.size() && slot < 0; ++i)
     if (!im.slots[i].used) slot = i;
   if (slot < 0) return -1;
-  Slot& sl = im.slots[slot];
+  SessionSlot& sl = im.slots[slot];
   sl.used = true;
   sl.opt = s;
   sl.rng = Rng(s.seed, kStreamSample);
@@ -107,7 +63,7 @@ int DecodeSession::start(const std::vector<int32_t>& prompt, const SequenceOptio
   return slot;
 }
 
-std::vector<SessionToken> DecodeSession::step() {
+std::vector<SessionToken> DecodeSession::step(const std::function<bool(const SessionToken&)>& ends_here) {
   Impl& im = *impl_;
   const int V = im.V(), ctx = im.dec.capacity();
   if (const auto now = std::chrono::steady_clock::now(); now - im.checked > std::chrono::milliseconds(500)) {
@@ -118,7 +74,7 @@ std::vector<SessionToken> DecodeSession::step() {
   im.rows.clear();
   im.in.clear();
   for (int i = 0; i < (int)im.slots.size(); ++i) {
-    Slot& s = im.slots[i];
+    SessionSlot& s = im.slots[i];
     if (!s.used) continue;
     float* z = im.last.data() + (size_t)i * V;
     mask_textless(z, im.lm->textless);
@@ -126,29 +82,21 @@ std::vector<SessionToken> DecodeSession::step() {
     t.slot = i;
     t.id = sample_token(z, V, SamplerOptions{s.opt.temperature, s.opt.top_k, s.opt.top_p, &s.opt.logit_bias}, s.rng, im.work);
     t.steps = s.steps;
-    if (s.opt.logprobs >= 0) {
-      double mx = z[0];
-      for (int v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
-      const double lse = mx + std::log(sum);
-      t.logprob = z[t.id] - lse;
-      if (s.opt.logprobs > 0) {
-        std::vector<int32_t> ids(V);
-        for (int v = 0; v < V; ++v) ids[v] = v;
-        const int k = std::min(s.opt.logprobs, V);
-        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-          return z[a] > z[b] || (z[a] == z[b] && a < b);
-        });
-        for (int j = 0; j < k; ++j) t.top.push_back({ids[j], z[ids[j]] - lse});
-      }
-    }
+    if (s.opt.logprobs >= 0) t.logprob = token_logprob(z, V, t.id, s.opt.logprobs, &t.top);
     s.seq.push_back(t.id);
     ++s.made;
     ++im.new_tokens;
     im.new_steps += t.steps;
     t.last = s.made >= s.opt.max_new;
     out.push_back(std::move(t));
+    if (ends_here) {
+      try {
+        if (ends_here(out.back())) out.back().last = true;
+      } catch (...) {  // the sequences sampled in this step have no pass behind them: they end
+        for (const SessionToken& done : out) im.slots[done.slot].used = false;
+        throw;
+      }
+    }
     if (out.back().last) {
       s.used = false;
       continue;
@@ -177,7 +125,7 @@ void DecodeSession::cancel(int slot) {
   impl_->slots[slot].used = false;
 }
 int DecodeSession::active() const {
-  return (int)std::count_if(impl_->slots.begin(), impl_->slots.end(), [](const Slot& s) { return s.used; });
+  return (int)std::count_if(impl_->slots.begin(), impl_->slots.end(), [](const SessionSlot& s) { return s.used; });
 }
 int DecodeSession::slots() const { return (int)impl_->slots.size(); }
 int DecodeSession::depth() const { return impl_->depth; }
