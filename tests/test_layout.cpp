@@ -136,9 +136,8 @@ const std::map<std::string, std::string> kLongFunctions = {
     {"src/interchange/gguf_vocab.cpp: GgufVocab vocab_of_spm_json(", "a SentencePiece vocabulary's cases, not split yet"},
     {"python/looplm_module.cpp: void bind_files(", "a list of short bindings, one per library call"},
     {"python/looplm_module.cpp: void bind_model_generate(", "one binding whose keyword arguments are the CLI's options"},
-    {"tools/cmd_train.cpp: int cmd_train(", "the command's options and config resolution, not split yet"},
-    {"tools/cmd_generate.cpp: int cmd_generate(", "the command's options, not split yet"},
-    {"src/model/model_io.cpp: std::unique_ptr<Model> load_model(", "the packed matrices' placement, not split yet"},
+    {"tools/cmd_train.cpp: int cmd_train(", "the command's options (one add_option each) and their resolution into a config"},
+    {"tools/cmd_generate.cpp: int cmd_generate(", "the command's options (one add_option each), then one call"},
 };
 }  // namespace
 

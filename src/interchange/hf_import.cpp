@@ -150,15 +150,28 @@ void refuse_unsupported(const HfConfig& h, const Layout& l) {
 }
 
 
+// The architectures looplm converts: config.json's architectures[0], or its model_type.
+struct FamilyName {
+  const char* arch;
+  const char* model_type;  // "" when only the architecture names it
+  HfFamily family;
+};
+constexpr FamilyName kFamilies[] = {
+    {"LlamaForCausalLM", "", HfFamily::llama},
+    {"MistralForCausalLM", "", HfFamily::llama},
+    {"Qwen2ForCausalLM", "", HfFamily::llama},
+    {"NanbeigeForCausalLM", "nanbeige", HfFamily::nanbeige},
+    {"OuroForCausalLM", "ouro", HfFamily::ouro},
+    {"RavenForCausalLM", "huginn_raven", HfFamily::huginn},  // Huginn-0125
+};
+
 HfFamily family_of(const HfConfig& h, const std::string& arch) {
   const std::string model_type = h.text("model_type", "");
-  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM") return HfFamily::llama;
-  if (arch == "NanbeigeForCausalLM" || model_type == "nanbeige") return HfFamily::nanbeige;
-  if (arch == "OuroForCausalLM" || model_type == "ouro") return HfFamily::ouro;
-  if (arch == "RavenForCausalLM" || model_type == "huginn_raven") return HfFamily::huginn;
-  throw UsageError(h.path + ": architecture '" + (arch.empty() ? model_type : arch) +
-                   "' (looplm converts LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, NanbeigeForCausalLM, "
-                   "OuroForCausalLM and RavenForCausalLM, Huginn-0125)");
+  for (const FamilyName& f : kFamilies)
+    if (arch == f.arch || (*f.model_type && model_type == f.model_type)) return f.family;
+  std::string known;
+  for (const FamilyName& f : kFamilies) known += std::string(known.empty() ? "" : ", ") + f.arch;
+  throw UsageError(h.path + ": architecture '" + (arch.empty() ? model_type : arch) + "' (looplm converts " + known + ")");
 }
 
 // A number of Huginn's init_values object; `fallback` when the file has no init_values or no such key.

@@ -205,30 +205,33 @@ void check_finite(const ParamStore& ps, const std::vector<bool>& unset, const st
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o) {
-  auto f = io::SafetensorsFile::open(path);
-  const Config c = checkpoint_config(f, path);
-  const std::vector<ParamInfo> layout = Model::layout(c);
+// A checkpoint's tensors against the config's layout: every declared tensor is there with its shape
+// and a float dtype (or inside a packed matrix, once), nothing else is; the safetensors reader has
+// already checked each tensor's bytes against the file.
+struct TensorPlan {
+  std::vector<PackedEntry> packed;  // a quantized checkpoint's packed matrices (save_model_packed)
+  std::vector<bool> covered;        // per layout entry: inside a packed matrix
+  bool in_place = false;            // fp32, in the model's order, back to back from `base`
+  const uint8_t* base = nullptr;
+};
 
-  // Every declared tensor is there with its shape and a float dtype, nothing else is; the
-  // safetensors reader has already checked each tensor's bytes against the file.
-  // A quantized checkpoint: its matrices come packed (save_model_packed).
-  const WeightFormat* wf = packed_format(f, path, o);
-  const std::vector<PackedEntry> packed = wf ? packed_entries(path, f, layout, *wf) : std::vector<PackedEntry>{};
-  std::vector<bool> covered(layout.size(), false);
-  for (const PackedEntry& p : packed)
+TensorPlan plan_tensors(const io::SafetensorsFile& f, const std::string& path, const std::vector<ParamInfo>& layout,
+                        const WeightFormat* wf, bool for_training) {
+  TensorPlan plan;
+  if (wf) plan.packed = packed_entries(path, f, layout, *wf);
+  plan.covered.assign(layout.size(), false);
+  for (const PackedEntry& p : plan.packed)
     for (int i = p.first; i <= p.last; ++i) {
-      if (covered[i]) throw Error(path + ": param '" + layout[i].name + "' is in two packed matrices");
-      covered[i] = true;
+      if (plan.covered[i]) throw Error(path + ": param '" + layout[i].name + "' is in two packed matrices");
+      plan.covered[i] = true;
     }
   std::set<std::string> expected;
-  for (const PackedEntry& p : packed) expected.insert(p.tensor);
-  bool in_place = !o.for_training && !wf;  // fp32, in the model's order, back to back
-  const uint8_t* base = nullptr;
+  for (const PackedEntry& p : plan.packed) expected.insert(p.tensor);
+  plan.in_place = !for_training && !wf;
   size_t next = 0;
   for (size_t pi = 0; pi < layout.size(); ++pi) {
     const ParamInfo& p = layout[pi];
-    if (covered[pi]) continue;
+    if (plan.covered[pi]) continue;
     expected.insert(p.name);
     if (!f.has(p.name))
       throw Error(path + ": missing tensor '" + p.name + "' (shape " + io::shape_str(p.shape) + ") required by the config");
@@ -238,16 +241,28 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOption
                   io::shape_str(p.shape));
     if (t.dtype != io::DType::F32 && t.dtype != io::DType::F64 && t.dtype != io::DType::BF16 && t.dtype != io::DType::F16)
       throw Error(path + ": tensor '" + p.name + "': dtype " + io::dtype_name(t.dtype) + ", expected a float type");
-    if (!base) base = t.data;
-    in_place = in_place && t.dtype == io::DType::F32 && t.data == base + next;
+    if (!plan.base) plan.base = t.data;
+    plan.in_place = plan.in_place && t.dtype == io::DType::F32 && t.data == plan.base + next;
     next += t.nbytes;
   }
   for (auto& n : f.names())
     if (!expected.count(n)) throw Error(path + ": unexpected tensor '" + n + "' for this config");
+  return plan;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadModelOptions& o) {
+  auto f = io::SafetensorsFile::open(path);
+  const Config c = checkpoint_config(f, path);
+  const std::vector<ParamInfo> layout = Model::layout(c);
+  const WeightFormat* wf = packed_format(f, path, o);
+  const TensorPlan plan = plan_tensors(f, path, layout, wf, o.for_training);
+  const std::vector<PackedEntry>& packed = plan.packed;
+  const std::vector<bool>& covered = plan.covered;
+  const uint8_t* base = plan.base;
 
   std::unique_ptr<Model> m;
   std::vector<bool> unset(layout.size(), false);  // lean: values never written
-  if (in_place && base && reinterpret_cast<uintptr_t>(base) % alignof(float) == 0) {
+  if (plan.in_place && base && reinterpret_cast<uintptr_t>(base) % alignof(float) == 0) {
     ParamStorage s;
     s.grads = false;
     s.external = const_cast<float*>(reinterpret_cast<const float*>(base));  // read-only mapping: never written
