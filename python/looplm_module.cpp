@@ -156,6 +156,7 @@ py::dict stats_dict(const GenerateStats& s) {
   d["kv_cache_bytes"] = s.kv_cache_bytes;
   d["draft_tokens"] = s.draft_tokens;
   d["accepted_tokens"] = s.accepted_tokens;
+  d["weight_streams"] = s.weight_streams;
   return d;
 }
 

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/pointwise_f32.h"
 #include "infer/decoder.h"
 #include "infer/early_exit.h"
+#include "infer/sampler.h"
 #include "looplm/looplm.h"
 #include "ops/ops.h"
 
@@ -557,20 +559,25 @@ TEST(Decoder, MeanSlotAveragesTheSteps) {
   EXPECT_TRUE(std::isfinite(y->v[0]));
 }
 
-// Self-speculative decoding keeps plain greedy decoding's output for every draft depth and draft
-// length, through window restarts (60 new tokens in a 16-token context), for loop rules with one
-// stream and with four; a draft at depth R − 1 of a model whose steps barely move is mostly
-// accepted. Bad settings are usage errors.
+// Self-speculative decoding (loop-as-draft: the verification runs steps r+1..R from the drafts'
+// states) keeps plain greedy decoding's output for every draft depth and draft length, through
+// window restarts (60 new tokens in a 16-token context), for every loop rule: residual, gated with
+// the prelude's anchor (RecurrentGPT), hyper-connected streams (Hyperloop, mHC), sandwich blocks
+// (DeepLoop) and the energy block (NRGPT). The verification streams the loop's weights for R − r
+// steps once per round. Bad settings are usage errors.
 TEST(Decoder, SpeculativeIsGreedy) {
-  for (const char* preset : {"looped", "hyperloop"}) {
-    const Config c = small(preset);
-    LanguageModel lm = LanguageModel::from_config(c, 17);
+  for (const char* preset : {"looped", "hyperloop", "recurrent_gpt", "mhc", "deeploop", "nrgpt"}) {
+    Config c = small(preset);
+    // DeepLoop's post-norm blocks normalize what a small init leaves, and their tied head then gives
+    // one token whatever comes before: larger weights make a text that moves
+    if (c.block == "sandwich") c.init_std = 2.0;
     const auto prompt = some_tokens(6, 5);
     GenerateOptions g;
     g.max_new = 60;
     g.temperature = 0;
+    LanguageModel lm = LanguageModel::from_config(c, 17);
     const auto want = lm.generate(prompt, g);
-    EXPECT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 3u) << preset;
+    ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 3u) << preset;
     int64_t rejected = 0;
     for (int K : {1, 3, 5})
       for (int r = 1; r < c.R; ++r) {
@@ -583,6 +590,11 @@ TEST(Decoder, SpeculativeIsGreedy) {
         EXPECT_GT(st.draft_tokens, 0);
         EXPECT_LE(st.accepted_tokens, st.draft_tokens);
         EXPECT_EQ(st.new_tokens, 60);
+        // K drafts of r steps and one verification of R − r steps per round (rounds = drafts / K
+        // but for a window's end, where fewer are drafted), plus whatever the windows restarted
+        const double rounds_min = std::ceil((double)st.draft_tokens / K);
+        EXPECT_GE(st.weight_streams, ((double)st.draft_tokens * r + rounds_min * (c.R - r)) / c.R - 1e-9) << preset;
+        EXPECT_LE(st.weight_streams, ((double)st.draft_tokens * r + (double)st.draft_tokens * (c.R - r)) / c.R + 1e-9) << preset;
         rejected += st.draft_tokens - st.accepted_tokens;
       }
     EXPECT_GT(rejected, 0) << preset;  // the rejection path ran
@@ -591,12 +603,92 @@ TEST(Decoder, SpeculativeIsGreedy) {
   GenerateOptions s;
   s.speculative = 2;
   s.draft_depth = 2;
-  s.temperature = 1;
-  EXPECT_THROW(lm.generate({5, 6}, s), UsageError);  // greedy only
-  s.temperature = 0;
   s.draft_depth = 4;  // = R
   EXPECT_THROW(lm.generate({5, 6}, s), UsageError);
   s.draft_depth = 2;
   s.exit = {ExitRule::kl, 0.1};
   EXPECT_THROW(lm.generate({5, 6}, s), UsageError);
+}
+
+// Speculative sampling: a draft is kept with probability min(1, p/q) and a rejected one replaced
+// by a draw from max(0, p − q), so every token is distributed as plain sampling's. Three tokens
+// (the first chosen plainly, two through a round of K = 2 drafts at depth 1 of 4) under top-k 4,
+// sampled with 12,000 seeds, against the exact joint distribution from full passes: a χ² test at
+// p = 0.001 (the seeds are fixed, so it passes or fails the same every run). Keeping every draft,
+// or drawing a rejected one from p instead of p − q, fails it (checked by breaking each).
+TEST(Decoder, SpeculativeSamplingKeepsTheDistribution) {
+  Config c = small("looped");
+  c.init_std = 0.5;  // a draft at depth 1 far from the full model: many rejections
+  LanguageModel lm = LanguageModel::from_config(c, 21);
+  const std::vector<int32_t> prompt = some_tokens(4, 2);
+  GenerateOptions g;
+  g.max_new = 3;
+  g.temperature = 1.0;
+  g.top_k = 4;
+  g.ignore_eos = true;
+  const SamplerOptions so{g.temperature, g.top_k, g.top_p, nullptr};
+  const int V = c.vocab_size;
+  // the exact distribution of (t1, t2, t3)
+  auto dist = [&](const std::vector<int32_t>& x) {
+    const std::vector<float> z = lm.forward_logits(x);
+    std::vector<double> p;
+    sampling_distribution(z.data() + (x.size() - 1) * V, V, so, p);
+    return p;
+  };
+  std::map<std::vector<int32_t>, double> exact;
+  const std::vector<double> p1 = dist(prompt);
+  for (int a = 0; a < V; ++a) {
+    if (p1[a] == 0) continue;
+    std::vector<int32_t> x1 = prompt;
+    x1.push_back(a);
+    const std::vector<double> p2 = dist(x1);
+    for (int b = 0; b < V; ++b) {
+      if (p2[b] == 0) continue;
+      std::vector<int32_t> x2 = x1;
+      x2.push_back(b);
+      const std::vector<double> p3 = dist(x2);
+      for (int e = 0; e < V; ++e)
+        if (p3[e] > 0) exact[{a, b, e}] = p1[a] * p2[b] * p3[e];
+    }
+  }
+  const int N = 12000;
+  std::map<std::vector<int32_t>, int> seen;
+  int64_t drafted = 0, accepted = 0;
+  GenerateOptions s = g;
+  s.speculative = 2;
+  s.draft_depth = 1;
+  for (int i = 0; i < N; ++i) {
+    GenerateStats st;
+    s.seed = 1000 + (uint64_t)i;
+    s.stats = &st;
+    const std::vector<int32_t> out = lm.generate(prompt, s);
+    ASSERT_EQ(out.size(), 3u);
+    ++seen[out];
+    drafted += st.draft_tokens;
+    accepted += st.accepted_tokens;
+  }
+  EXPECT_GT(accepted, drafted / 10) << "drafts were rarely kept: the acceptance path is barely tested";
+  EXPECT_LT(accepted, drafted * 9 / 10) << "drafts were rarely rejected: the residual draw is barely tested";
+  // χ² over cells expected ≥ 5 times, the rest pooled
+  double chi2 = 0, rest_expected = 0, rest_seen = 0;
+  int cells = 0;
+  for (const auto& [seq, p] : exact) {
+    const double e = p * N;
+    const double o = seen.count(seq) ? seen.at(seq) : 0;
+    if (e < 5) {
+      rest_expected += e;
+      rest_seen += o;
+      continue;
+    }
+    chi2 += (o - e) * (o - e) / e;
+    ++cells;
+  }
+  for (const auto& [seq, n] : seen) EXPECT_TRUE(exact.count(seq)) << "a sequence the sampling cannot make";
+  if (rest_expected > 0) {
+    chi2 += (rest_seen - rest_expected) * (rest_seen - rest_expected) / rest_expected;
+    ++cells;
+  }
+  const double dof = cells - 1, z = 3.09;  // Wilson–Hilferty: the χ² quantile at 1 − 0.001
+  const double critical = dof * std::pow(1 - 2 / (9 * dof) + z * std::sqrt(2 / (9 * dof)), 3);
+  EXPECT_LT(chi2, critical) << cells << " cells";
 }

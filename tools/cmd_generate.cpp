@@ -40,6 +40,7 @@ void add_stats(GenerateStats& total, const GenerateStats& st) {
   total.kv_bytes_per_token = st.kv_bytes_per_token;
   total.draft_tokens += st.draft_tokens;
   total.accepted_tokens += st.accepted_tokens;
+  total.weight_streams += st.weight_streams;
 }
 
 // Every (prompt, sample) sequence in batches of `batch` (sequence i samples with seed + i), each
@@ -89,10 +90,10 @@ void print_stats(const GenerateStats& total, const GenerateOptions& g, const Exi
     std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
                  ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
   if (g.speculative > 0)
-    std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per full pass",
+    std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per weight stream",
                  (long long)total.draft_tokens, g.draft_depth, (long long)total.accepted_tokens,
                  100.0 * total.accepted_tokens / std::max<int64_t>(total.draft_tokens, 1),
-                 (double)total.new_tokens / std::max<double>(1.0, (double)total.draft_tokens / g.speculative));
+                 (double)total.new_tokens / std::max(total.weight_streams, 1e-9));
   std::fprintf(stderr, "\n");
 }
 
@@ -127,7 +128,7 @@ int cmd_generate(int argc, char** argv) {
   ex.add(app, " (default per_step)");
   app.add_option("--speculative", g.speculative,
                  "self-speculative decoding: draft K tokens with the first --draft-depth loop steps, verify them with "
-                 "all in one pass (greedy; the output is plain greedy decoding's)")
+                 "the remaining steps in one pass (greedy: plain greedy decoding's output; sampling: its distribution)")
       ->check(at_least(1));
   app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,

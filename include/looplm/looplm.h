@@ -196,6 +196,10 @@ struct GenerateStats {
   double kv_bytes_per_token = 0;  // what the KV policy keeps per position (EvalResult's)
   double kv_cache_bytes = 0;      // what the cache allocated
   int64_t draft_tokens = 0, accepted_tokens = 0;  // speculative decoding: drafted, and kept by the verification
+  // Passes over the loop's weights after the prompt, in tokens' worth at the full depth: a pass of
+  // r loop steps counts r / depth whatever rows it carries (plain decoding of one sequence: one per
+  // token; a draft of r steps: r / depth; a verification of K drafts: (depth − r) / depth once).
+  double weight_streams = 0;
 };
 struct GenerateOptions {
   int max_new = 200;

@@ -116,27 +116,65 @@ void Decoder::prefill(int seq, const int32_t* ids, int n, float* logits) {
   run_full(seq, 0, ids, n, logits, false);
 }
 
-void Decoder::verify(int seq, int from, const int32_t* tokens, int n, float* logits) {
-  LOOPLM_ASSERT(o_.draft_depth > 0 && seq >= 0 && seq < (int)len_.size() && from >= 0 && n >= 1 && from + n <= capacity(),
-                "Decoder::verify: bad sequence, position or length");
-  run_full(seq, from, tokens, n, logits, true);
-}
-
 void Decoder::draft(int seq, int32_t token, float* logits) {
   LOOPLM_ASSERT(o_.draft_depth > 0 && len_[seq] < capacity(), "Decoder::draft: no draft depth, or the cache is full");
   ThreadCap cap(thread_cap(1, draft_flops_));
+  const int d = m_.config().d_model, pos = len_[seq];
   g_.reset();
   Graph::NoGrad ng(g_);
   RunOptions o;
   o.depth = o_.draft_depth;  // the first draft_depth steps: their cache slots are the full model's
   o.cache = &cache_;
-  o.place.pos0 = len_[seq];
+  o.place.pos0 = pos;
   o.place.rows = &seq;
   o.coda_step = o_.draft_depth - 1;
-  Node* z = m_.logits(g_, &token, 1, 1, o);
+  // Model::logits at draft_depth, step by step so that the state after the last step is kept
+  Node* h_pre = m_.embed(g_, &token, 1, 1, o);
+  Node* state = m_.init_state(g_, h_pre, 1, o);
+  for (int r = 1; r <= o_.draft_depth; ++r) state = m_.loop_step(g_, state, h_pre, r, 1, 1, o);
+  loop_passes_ += o_.draft_depth;
+  Node* z = m_.lm_head(g_, m_.final_hidden(g_, m_.readout(g_, state), 1, 1, o));
   std::memcpy(logits, z->v, sizeof(float) * m_.config().vocab_size);
+  if (drafted_ == 0 || pos != draft_from_ + drafted_) {  // the first draft of a round
+    draft_from_ = pos;
+    drafted_ = 0;
+  }
+  const int64_t S = state->cols;
+  draft_state_.resize((size_t)(drafted_ + 1) * S);
+  draft_h_pre_.resize((size_t)(drafted_ + 1) * d);
+  std::memcpy(draft_state_.data() + drafted_ * S, state->v, sizeof(float) * S);
+  std::memcpy(draft_h_pre_.data() + (int64_t)drafted_ * d, h_pre->v, sizeof(float) * d);
+  ++drafted_;
   g_.reset();
   ++len_[seq];
+}
+
+void Decoder::verify_drafts(int seq, int from, int n, float* logits) {
+  LOOPLM_ASSERT(o_.draft_depth > 0 && seq >= 0 && seq < (int)len_.size() && n >= 1 && from == draft_from_ && n <= drafted_,
+                "Decoder::verify_drafts: these positions were not drafted");
+  const int d = m_.config().d_model, V = m_.config().vocab_size;
+  const int64_t S = (int64_t)draft_state_.size() / drafted_;
+  g_.reset();
+  Graph::NoGrad ng(g_);
+  RunOptions o;
+  o.depth = o_.depth;
+  o.cache = &cache_;
+  o.place.pos0 = from;
+  o.place.rows = &seq;
+  o.coda_step = o_.depth - 1;
+  // The n drafted positions as one sequence of n tokens (Model::trunk's layout from this step on)
+  Node* state = g_.node(n, S, false);
+  Node* h_pre = g_.node(n, d, false);
+  std::memcpy(state->v, draft_state_.data(), sizeof(float) * n * S);
+  std::memcpy(h_pre->v, draft_h_pre_.data(), sizeof(float) * n * d);
+  for (int r = o_.draft_depth + 1; r <= o_.depth; ++r) state = m_.loop_step(g_, state, h_pre, r, 1, n, o);
+  loop_passes_ += o_.depth - o_.draft_depth;
+  Node* z = m_.lm_head(g_, m_.final_hidden(g_, m_.readout(g_, state), 1, n, o));
+  std::memcpy(logits, z->v, sizeof(float) * n * V);
+  g_.reset();
+  len_[seq] = from + n;
+  drafted_ = 0;
+  keep(o_.depth, n);
 }
 
 void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logits, int* steps) {
@@ -164,6 +202,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     for (int i = 0; i < n; ++i) ++len_[seqs[i]];
     if (steps) std::fill(steps, steps + n, o_.depth);
     decoded_ += n;
+    loop_passes_ += o_.depth;
     steps_ += (int64_t)n * o_.depth;
     exits_[o_.depth] += n;
     keep(o_.depth, n);
@@ -210,6 +249,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     oa.place.rows = act_seq_.data();
     oa.coda_step = r - 1;
     Node* next = m_.loop_step(g_, st, hpa, r, na, 1, oa);
+    ++loop_passes_;
     Node* h = m_.readout(g_, next);
     // The coda runs at every step (its cache slots for this step are what later tokens exiting
     // here attend to); the lm_head only where the rule reads logits (kl, entropy) or, for the

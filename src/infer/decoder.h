@@ -42,17 +42,26 @@ class Decoder {
   // One new token for each of n distinct sequences seqs[i], each at its next position; the
   // logits [n, V] of each at its exit, and (`steps`, when given) the loop steps each ran to it.
   void decode(const int* seqs, const int32_t* tokens, int n, float* logits, int* steps = nullptr);
-  // Speculative decoding, one sequence: draft() feeds one token at draft_depth (logits [V] at that
-  // exit); verify() feeds n tokens at once at the full depth (logits [n, V], one per token) from
-  // position `from`, overwriting what the drafts wrote there; truncate() drops positions ≥ len.
+  // Speculative decoding, one sequence (loop-as-draft): draft() feeds one token through the first
+  // draft_depth loop steps (logits [V] at that exit) and keeps its state there; verify_drafts()
+  // takes the n tokens drafted from position `from` on through the remaining steps draft_depth+1
+  // .. depth in one pass from those states (logits [n, V], one per token): steps 1..draft_depth are
+  // not run again, since a draft's states and keys there are the full model's. truncate() drops
+  // positions ≥ len (and the drafts kept there).
   void draft(int seq, int32_t token, float* logits);
-  void verify(int seq, int from, const int32_t* tokens, int n, float* logits);
-  void truncate(int seq, int len) { len_[seq] = std::min(len_[seq], len); }
+  void verify_drafts(int seq, int from, int n, float* logits);
+  void truncate(int seq, int len) {
+    len_[seq] = std::min(len_[seq], len);
+    drafted_ = std::min(drafted_, std::max(0, len - draft_from_));
+  }
   int length(int seq) const { return len_[seq]; }
   int capacity() const { return cache_.capacity(); }
   const KVCache& cache() const { return cache_; }
   // Decoded tokens, the loop steps they ran to their exits, and their exits by step (1..depth).
   int64_t decoded() const { return decoded_; }
+  // Loop steps run as passes over the loop's weights since the prompt (a pass of n rows through
+  // r steps counts r): what decoding streams from memory (GenerateStats::weight_streams).
+  int64_t loop_passes() const { return loop_passes_; }
   int64_t steps() const { return steps_; }
   const std::vector<int64_t>& exits() const { return exits_; }
   // Bytes of keys and values the policy needs per position, over every position written.
@@ -76,7 +85,11 @@ class Decoder {
   std::vector<int> len_, pos_, act_seq_, act_pos_, active_;
   std::vector<int> active_row_;  // a running row's place in the current step's batch
   std::vector<float> state_, h_pre_, z_, h_, gate_;  // gate_: the exit gate's λ per row (the gate rule)
-  int64_t decoded_ = 0, steps_ = 0;
+  // The drafts since the last verification: positions draft_from_ .. draft_from_ + drafted_ − 1,
+  // their loop state after draft_depth steps and their h_pre (rows of draft_state_, draft_h_pre_).
+  int draft_from_ = 0, drafted_ = 0;
+  std::vector<float> draft_state_, draft_h_pre_;
+  int64_t decoded_ = 0, steps_ = 0, loop_passes_ = 0;
   std::vector<int64_t> exits_;
   double kept_floats_ = 0;
   int64_t kept_positions_ = 0;

@@ -83,6 +83,48 @@ int32_t sample_token(const float* z_in, int V, const SamplerOptions& o, Rng& rng
   return idx[k - 1];
 }
 
+void sampling_distribution(const float* z_in, int V, const SamplerOptions& o, std::vector<double>& p) {
+  require_finite_logits(z_in, V);
+  thread_local std::vector<float> biased;
+  const float* z = biased_logits(z_in, V, o.logit_bias, biased);
+  // As sample_token: candidates by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  int k = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return z[a] > z[b]; });
+  p.assign(V, 0.0);
+  const double m = z[idx[0]];
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += p[idx[i]] = std::exp((z[idx[i]] - m) / o.temperature);
+  if (o.top_p < 1.0) {
+    double cum = 0;
+    int keep = 0;
+    while (keep < k) {
+      cum += p[idx[keep++]] / sum;
+      if (cum >= o.top_p) break;
+    }
+    for (int i = keep; i < k; ++i) p[idx[i]] = 0;
+    sum = 0;
+    for (int i = 0; i < keep; ++i) sum += p[idx[i]];
+  }
+  for (double& x : p) x /= sum;
+}
+
+int32_t sample_from(const std::vector<double>& p, Rng& rng) {
+  double sum = 0;
+  for (double x : p) sum += x;
+  const double u = rng.uniform() * sum;
+  double acc = 0;
+  int32_t last = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    acc += p[i];
+    last = (int32_t)i;
+    if (u < acc) return last;
+  }
+  return last;
+}
+
 double token_logprob(const float* z, int V, int32_t id, int k, std::vector<std::pair<int32_t, double>>* top) {
   double mx = z[0];
   for (int v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);

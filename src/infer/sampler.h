@@ -29,6 +29,11 @@ const float* biased_logits(const float* z, int V, const LogitBias* bias, std::ve
 // the outputs of a model that overflowed (a diverged or damaged checkpoint).
 void require_finite_logits(const float* logits, int V);
 int32_t sample_token(const float* logits, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work);
+// The distribution sample_token draws from, dense (p[V], zero outside the top-k / top-p cut):
+// speculative sampling compares the draft's with the target's. Temperature > 0.
+void sampling_distribution(const float* z, int V, const SamplerOptions& o, std::vector<double>& p);
+// A draw from p (weights summing to > 0; they need not be normalized).
+int32_t sample_from(const std::vector<double>& p, Rng& rng);
 // log softmax(z)[id] (the raw logits': what OpenAI's logprobs report, not the sampling's) and,
 // into `top` when k > 0, the k most likely tokens' (most likely first, a tie to the lower id).
 double token_logprob(const float* z, int V, int32_t id, int k, std::vector<std::pair<int32_t, double>>* top);
