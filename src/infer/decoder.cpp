@@ -63,6 +63,15 @@ Decoder::Decoder(const Model& m, int sequences, int capacity, const DecoderOptio
                 "Decoder: a draft depth needs 1 <= draft_depth < depth and no early exit");
 }
 
+RunOptions Decoder::at(const int& seq, int from, int depth) {
+  RunOptions o;
+  o.depth = depth;
+  o.cache = &cache_;
+  o.place.pos0 = from;
+  o.place.rows = &seq;
+  return o;
+}
+
 void Decoder::keep(int steps_run, int64_t positions) {
   kept_floats_ += (double)positions * cache_.slots_per_position(steps_run, o_.depth, exiting()) * 2 * m_.kv_width();
   kept_positions_ += positions;
@@ -72,11 +81,7 @@ void Decoder::run_full(int seq, int from, const int32_t* ids, int n, float* logi
   const int V = m_.config().vocab_size;
   g_.reset();
   Graph::NoGrad ng(g_);
-  RunOptions o;
-  o.depth = o_.depth;
-  o.cache = &cache_;
-  o.place.pos0 = from;
-  o.place.rows = &seq;
+  RunOptions o = at(seq, from, o_.depth);
   const int64_t first = all ? 0 : n - 1;
   const int d = m_.config().d_model;
   // The lm_head runs only on the rows whose logits are read: a prompt's last token (a large
@@ -122,11 +127,7 @@ void Decoder::draft(int seq, int32_t token, float* logits) {
   const int d = m_.config().d_model, pos = len_[seq];
   g_.reset();
   Graph::NoGrad ng(g_);
-  RunOptions o;
-  o.depth = o_.draft_depth;  // the first draft_depth steps: their cache slots are the full model's
-  o.cache = &cache_;
-  o.place.pos0 = pos;
-  o.place.rows = &seq;
+  RunOptions o = at(seq, pos, o_.draft_depth);  // the first draft_depth steps: their cache slots are the full model's
   o.coda_step = o_.draft_depth - 1;
   // Model::logits at draft_depth, step by step so that the state after the last step is kept
   Node* h_pre = m_.embed(g_, &token, 1, 1, o);
@@ -156,11 +157,7 @@ void Decoder::verify_drafts(int seq, int from, int n, float* logits) {
   const int64_t S = (int64_t)draft_state_.size() / drafted_;
   g_.reset();
   Graph::NoGrad ng(g_);
-  RunOptions o;
-  o.depth = o_.depth;
-  o.cache = &cache_;
-  o.place.pos0 = from;
-  o.place.rows = &seq;
+  RunOptions o = at(seq, from, o_.depth);
   o.coda_step = o_.depth - 1;
   // The n drafted positions as one sequence of n tokens (Model::trunk's layout from this step on)
   Node* state = g_.node(n, S, false);

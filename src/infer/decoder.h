@@ -72,6 +72,9 @@ class Decoder {
   // A full-depth pass over n tokens of `seq` from `from`, writing the coda at every exit tokens can
   // read it from; the last token's logits (or all n, `all`) at its exit into `logits`.
   void run_full(int seq, int from, const int32_t* ids, int n, float* logits, bool all);
+  // One sequence's tokens from position `from` through `depth` steps, on this decoder's cache
+  // (`seq` is read through its address: it must outlive the pass).
+  RunOptions at(const int& seq, int from, int depth);
   void keep(int steps_run, int64_t positions);  // the policy's bytes for positions that ran steps_run steps
   // 1 (one thread, core/threads.h ThreadCap) for a step of `rows` tokens of `token_flops` each
   // below the packed weights' WeightFormat::serial_decode_flops (fp32's when unpacked), else 0 (no cap).

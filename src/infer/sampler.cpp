@@ -50,16 +50,25 @@ const float* biased_logits(const float* z, int V, const LogitBias* bias, std::ve
   return biased.data();
 }
 
+namespace {
+// The ids by logit, the first k of them sorted (k = top_k, or V when it is off); returns k.
+int top_candidates(const float* z, int V, int top_k, std::vector<int32_t>& idx) {
+  idx.resize(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  const int k = (top_k > 0 && top_k < V) ? top_k : V;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return z[a] > z[b]; });
+  return k;
+}
+}  // namespace
+
 int32_t sample_token(const float* z_in, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work) {
   require_finite_logits(z_in, V);
   thread_local std::vector<float> biased;
   const float* z = biased_logits(z_in, V, o.logit_bias, biased);
   if (o.temperature <= 0) return (int32_t)(std::max_element(z, z + V) - z);
   // Candidates sorted by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
-  std::vector<int32_t> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  int k = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return z[a] > z[b]; });
+  std::vector<int32_t> idx;
+  int k = top_candidates(z, V, o.top_k, idx);
   work.assign(k, 0.0f);
   const double m = z[idx[0]];
   double sum = 0;
@@ -88,10 +97,8 @@ void sampling_distribution(const float* z_in, int V, const SamplerOptions& o, st
   thread_local std::vector<float> biased;
   const float* z = biased_logits(z_in, V, o.logit_bias, biased);
   // As sample_token: candidates by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
-  std::vector<int32_t> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  int k = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return z[a] > z[b]; });
+  std::vector<int32_t> idx;
+  const int k = top_candidates(z, V, o.top_k, idx);
   p.assign(V, 0.0);
   const double m = z[idx[0]];
   double sum = 0;
