@@ -157,6 +157,9 @@ py::dict stats_dict(const GenerateStats& s) {
   d["draft_tokens"] = s.draft_tokens;
   d["accepted_tokens"] = s.accepted_tokens;
   d["weight_streams"] = s.weight_streams;
+  d["speculative"] = s.speculative;  // speculative="auto": what ran, and why
+  d["draft_depth"] = s.draft_depth;
+  d["speculative_why"] = s.speculative_why;
   return d;
 }
 
@@ -395,7 +398,7 @@ void bind_model_generate(py::class_<PyModel>& c) {
   c.def("generate",
            [](const PyModel& s, const py::object& prompt, int max_tokens, std::optional<double> temperature, int top_k,
               double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
-              const std::string& kv_policy, const std::string& kv_cache, int speculative, int draft_depth,
+              const std::string& kv_policy, const std::string& kv_cache, const py::object& speculative_in, int draft_depth,
               const py::object& on_token, bool return_stats, std::optional<std::vector<std::string>> stop, bool ignore_eos,
               std::optional<std::map<int64_t, double>> logit_bias, const py::object& on_text) -> py::object {
              GenerateOptions g;
@@ -408,8 +411,15 @@ void bind_model_generate(py::class_<PyModel>& c) {
                }
              if (max_tokens < 0) throw UsageError("generate: max_tokens must be >= 0");
              g.max_new = max_tokens;
-             // speculative decoding is greedy (the CLI's default too)
-             g.temperature = temperature ? *temperature : speculative > 0 ? 0.0 : 1.0;
+             // speculative=K (drafts) or "auto" (-1: measured and chosen, GenerateOptions::speculative)
+             int speculative = 0;
+             if (py::isinstance<py::str>(speculative_in) && speculative_in.cast<std::string>() == "auto") speculative = -1;
+             else if (py::isinstance<py::int_>(speculative_in) && speculative_in.cast<int64_t>() >= 0 && speculative_in.cast<int64_t>() <= 1 << 20)
+               speculative = speculative_in.cast<int>();
+             else throw UsageError("generate: speculative is a number of drafts (0: off) or \"auto\"");
+             if (speculative < 0 && draft_depth > 0) throw UsageError("generate: speculative=\"auto\" chooses the draft depth (no draft_depth)");
+             // speculative decoding defaults to greedy (the CLI's default too)
+             g.temperature = temperature ? *temperature : speculative != 0 ? 0.0 : 1.0;
              g.top_k = top_k;
              g.top_p = top_p;
              g.seed = seed;
@@ -516,8 +526,8 @@ void bind_model_generate(py::class_<PyModel>& c) {
            "(numpy int32); a list of texts -> a list of new texts, decoded together (sequence i with seed + i). "
            "on_token(id) (a batch: on_token(i, id)) sees each new token, on_text(text) (on_text(i, text)) each piece "
            "of text as it is ready (whole characters). The model's end tokens end a sample (ignore_eos: they do not); "
-           "stop: strings the text ends before; logit_bias: {token id: bias from -100 to 100}. temperature None: 1, "
-           "or 0 with speculative.");
+           "stop: strings the text ends before; logit_bias: {token id: bias from -100 to 100}. speculative: K drafts "
+           "(with draft_depth) or \"auto\". temperature None: 1, or 0 with speculative.");
 }
 
 // Model: evaluation, and the decode session serve runs on.

@@ -513,6 +513,17 @@ TEST_F(Cli, GenerateSpeculative) {
   r = run("generate --checkpoint " + ckpt() + " --prompt hi --speculative 2 --draft-depth 3");  // = R
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--draft-depth must be from 1"), std::string::npos) << r.out;
+  // auto: the same text, and the line that says what ran and why
+  r = run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --speculative auto");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.substr(0, plain.out.size()), plain.out);
+  EXPECT_NE(r.out.find("speculative auto: "), std::string::npos) << r.out;
+  r = run("generate --checkpoint " + ckpt() + " --prompt hi --speculative auto --draft-depth 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("chooses the draft depth"), std::string::npos) << r.out;
+  r = run("generate --checkpoint " + ckpt() + " --prompt hi --speculative fast --draft-depth 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--speculative takes K"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, HugeIntegerIsRejectedNotNarrowed) {

@@ -692,3 +692,45 @@ TEST(Decoder, SpeculativeSamplingKeepsTheDistribution) {
   const double critical = dof * std::pow(1 - 2 / (9 * dof) + z * std::sqrt(2 / (9 * dof)), 3);
   EXPECT_LT(chi2, critical) << cells << " cells";
 }
+
+// --speculative auto measures and chooses: whatever it picks, greedy output is plain greedy
+// decoding's, and it says what ran and why; a batch, an exit rule or a model with no loop to draft
+// with decode plainly, saying so; the choice is measured once per model and settings.
+TEST(Decoder, SpeculativeAutoChoosesAndSaysWhy) {
+  const Config c = small("looped", 64);
+  LanguageModel lm = LanguageModel::from_config(c, 17);
+  const auto prompt = some_tokens(6, 5);
+  GenerateOptions g;
+  g.max_new = 40;
+  g.temperature = 0;
+  const auto want = lm.generate(prompt, g);
+  GenerateStats st;
+  GenerateOptions a = g;
+  a.speculative = -1;
+  a.stats = &st;
+  EXPECT_EQ(lm.generate(prompt, a), want);
+  EXPECT_FALSE(st.speculative_why.empty());
+  if (st.speculative > 0) {
+    EXPECT_GE(st.draft_depth, 1);
+    EXPECT_LT(st.draft_depth, c.R);
+    EXPECT_GT(st.draft_tokens, 0);
+  } else {
+    EXPECT_EQ(st.draft_tokens, 0);
+    EXPECT_NE(st.speculative_why.find("plain decoding"), std::string::npos) << st.speculative_why;
+  }
+  const std::string first = st.speculative_why;
+  EXPECT_EQ(lm.generate(prompt, a), want);
+  EXPECT_EQ(st.speculative_why, first);  // kept, not measured again
+  EXPECT_EQ(lm.generate_batch({prompt, some_tokens(3, 1)}, a)[0], want);
+  EXPECT_NE(st.speculative_why.find("several sequences"), std::string::npos) << st.speculative_why;
+  a.exit = {ExitRule::entropy, 0.5};
+  lm.generate(prompt, a);
+  EXPECT_NE(st.speculative_why.find("exit early"), std::string::npos) << st.speculative_why;
+  LanguageModel dense = LanguageModel::from_config(small("llama", 64), 3);
+  a.exit = {};
+  EXPECT_EQ(dense.generate(prompt, a), dense.generate(prompt, g));
+  EXPECT_NE(st.speculative_why.find("no loop step"), std::string::npos) << st.speculative_why;
+  LanguageModel short_context = LanguageModel::from_config(small("looped", 16), 17);
+  short_context.generate(prompt, a);
+  EXPECT_NE(st.speculative_why.find("too short"), std::string::npos) << st.speculative_why;
+}

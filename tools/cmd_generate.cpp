@@ -31,6 +31,21 @@ std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
     throw UsageError("generate: --logit-bias '" + brief(s) + "' is not ID=BIAS (e.g. --logit-bias 50256=-100)");
   return {(int32_t)id, (float)bias};
 }
+// --speculative K (>= 1) or auto (-1).
+int speculative_of(const std::string& s) {
+  if (s == "auto") return -1;
+  size_t used = 0;
+  long k = 0;
+  try {
+    k = std::stol(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size() || k < 1 || k > 1 << 20)
+    throw UsageError("generate: --speculative takes K (a number of drafts, 1 or more) or auto, not '" + brief(s) + "'");
+  return (int)k;
+}
+
 void add_stats(GenerateStats& total, const GenerateStats& st) {
   total.prompt_tokens += st.prompt_tokens;
   total.prompt_seconds += st.prompt_seconds;
@@ -41,6 +56,9 @@ void add_stats(GenerateStats& total, const GenerateStats& st) {
   total.draft_tokens += st.draft_tokens;
   total.accepted_tokens += st.accepted_tokens;
   total.weight_streams += st.weight_streams;
+  total.speculative = st.speculative;
+  total.draft_depth = st.draft_depth;
+  total.speculative_why = st.speculative_why;
 }
 
 // Every (prompt, sample) sequence in batches of `batch` (sequence i samples with seed + i), each
@@ -89,9 +107,10 @@ void print_stats(const GenerateStats& total, const GenerateOptions& g, const Exi
   if (g.exit.rule != ExitRule::fixed)
     std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
                  ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
-  if (g.speculative > 0)
+  if (g.speculative < 0) std::fprintf(stderr, "\nspeculative auto: %s", total.speculative_why.c_str());
+  if (total.draft_tokens > 0)
     std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per weight stream",
-                 (long long)total.draft_tokens, g.draft_depth, (long long)total.accepted_tokens,
+                 (long long)total.draft_tokens, g.speculative < 0 ? total.draft_depth : g.draft_depth, (long long)total.accepted_tokens,
                  100.0 * total.accepted_tokens / std::max<int64_t>(total.draft_tokens, 1),
                  (double)total.new_tokens / std::max(total.weight_streams, 1e-9));
   std::fprintf(stderr, "\n");
@@ -126,10 +145,12 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--depth", g.depth, "loop steps (default: the trained R; 0: none)")->check(at_least(0));
   ExitArgs ex;
   ex.add(app, " (default per_step)");
-  app.add_option("--speculative", g.speculative,
-                 "self-speculative decoding: draft K tokens with the first --draft-depth loop steps, verify them with "
-                 "the remaining steps in one pass (greedy: plain greedy decoding's output; sampling: its distribution)")
-      ->check(at_least(1));
+  std::string speculative;
+  auto* spec_opt = app.add_option("--speculative", speculative,
+                                  "self-speculative decoding: draft K tokens with the first --draft-depth loop steps, verify them with "
+                                  "the remaining steps in one pass (greedy: plain greedy decoding's output; sampling: its "
+                                  "distribution); auto: measure whether and how drafting pays here, and choose K and the depth")
+                       ->type_name("K|auto");
   app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,
                  "weight format read per token: " + joined(available_weight_formats()) +
@@ -155,9 +176,11 @@ int cmd_generate(int argc, char** argv) {
   for (const std::string& b : biases) g.logit_bias.push_back(parse_logit_bias(b));
   set_threads(threads.n);
   g.exit = ex.exit();
+  if (spec_opt->count() > 0) g.speculative = speculative_of(speculative);
+  if (g.speculative < 0 && g.draft_depth > 0) throw UsageError("generate: --speculative auto chooses the draft depth (no --draft-depth)");
   if ((g.speculative > 0) != (g.draft_depth > 0))
     throw UsageError("generate: --speculative K and --draft-depth r go together");
-  if (g.speculative > 0 && temperature_given == 0) g.temperature = 0;  // speculative decoding is greedy
+  if (g.speculative != 0 && temperature_given == 0) g.temperature = 0;  // speculative decoding defaults to greedy
   g.kv_policy = ex.kv_policy();
   if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
     throw UsageError("generate: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");

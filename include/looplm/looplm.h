@@ -200,6 +200,9 @@ struct GenerateStats {
   // r loop steps counts r / depth whatever rows it carries (plain decoding of one sequence: one per
   // token; a draft of r steps: r / depth; a verification of K drafts: (depth − r) / depth once).
   double weight_streams = 0;
+  // speculative = -1 (auto): what ran (K drafts at draft_depth; 0: plain decoding) and why.
+  int speculative = 0, draft_depth = 0;
+  std::string speculative_why;
 };
 struct GenerateOptions {
   int max_new = 200;
@@ -210,10 +213,14 @@ struct GenerateOptions {
   int depth = -1;            // loop steps; -1 = trained R; 0 = no loop step (h_pre)
   EarlyExit exit;            // per-token early exit of each decoded token (the prompt runs `depth`)
   KvPolicy kv_policy = KvPolicy::per_step;
-  // Self-speculative decoding (greedy, one sequence): draft `speculative` tokens with the first
-  // draft_depth loop steps (their KV cache shared with the full model), verify them with every
-  // step in one pass, keep the agreeing prefix and the first correction. The output is plain
-  // greedy decoding's.
+  // Self-speculative decoding (loop-as-draft, one sequence at a time): draft `speculative` tokens
+  // with the first draft_depth loop steps (their KV cache and states shared with the full model),
+  // verify them with the remaining steps in one pass, keep the agreeing prefix and the first
+  // correction. Greedy output is plain greedy decoding's; sampled output has plain sampling's
+  // distribution (speculative sampling).
+  // -1 (auto): measured on the first call (a few dozen passes; kept per model, depth, KV cache and
+  // thread count): drafting where it is predicted faster than plain decoding by 5%, else plain; a
+  // batch of several sequences or an exit rule decodes plainly. GenerateStats says what ran and why.
   int speculative = 0;
   int draft_depth = 0;
   // The KV cache's precision: "fp32" (exact: decoding gives the full forward's logits), "bf16"

@@ -18,21 +18,13 @@
 #include "infer/language_model_impl.h"
 #include "infer/sampler.h"
 #include "infer/session_impl.h"
+#include "infer/speculative.h"
 #include "io/mapped_file.h"
 #include "looplm/looplm.h"
 #include "looplm/util.h"
 #include "model/model_io.h"
 
 namespace looplm {
-
-// speculative.cpp: one sequence, after generate_batch has checked the prompt and the options
-// `ends`: the ids that end the sequence (not emitted); `textless`: ids never chosen
-// (mask_textless); `text` (when set): the text the sequence
-// ends with once it finds a stop string (the token that completes it is emitted).
-std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
-                                          const std::vector<int32_t>& ends, const std::vector<int32_t>& textless,
-                                          TextStreamer* text, const std::function<void(int32_t)>& on_token);
-
 
 namespace {
 // The ids in [0, V) the tokenizer has no text for: past its vocabulary, or holes in its id space.
@@ -362,6 +354,31 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   std::vector<TextStreamer> texts;  // with stop strings: each sequence's text, to see one come
   if (!opt.stop.empty())
     for (int i = 0; i < B; ++i) texts.emplace_back(impl_->tok, TextStreamer::Options{opt.stop, false});
+  if (opt.speculative < 0) {  // auto: measured once per model, depth, KV cache and thread count
+    SpeculativeChoice choice;
+    if (B > 1) {
+      choice.why = "plain decoding: several sequences decode together, one weight stream for the batch";
+    } else if (opt.exit.rule != ExitRule::fixed) {
+      choice.why = "plain decoding: tokens exit early (drafting runs every token at the full depth)";
+    } else {
+      const auto key = std::make_tuple(depth, opt.kv_cache, current_threads());
+      std::lock_guard<std::mutex> lk(impl_->speculative_mu);
+      auto it = impl_->speculative_choice.find(key);
+      if (it == impl_->speculative_choice.end())
+        it = impl_->speculative_choice.emplace(key, measure_speculative(m, prompts[0], opt, impl_->textless)).first;
+      choice = it->second;
+    }
+    GenerateOptions chosen = opt;
+    chosen.speculative = choice.K;
+    chosen.draft_depth = choice.draft_depth;
+    auto outs = generate_batch(prompts, chosen, on_token);
+    if (opt.stats) {
+      opt.stats->speculative = choice.K;
+      opt.stats->draft_depth = choice.draft_depth;
+      opt.stats->speculative_why = choice.why;
+    }
+    return outs;
+  }
   if (opt.speculative > 0) {  // one sequence at a time
     std::vector<std::vector<int32_t>> outs;
     for (int i = 0; i < B; ++i) {

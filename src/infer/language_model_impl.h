@@ -1,12 +1,16 @@
 // What a LanguageModel holds (include/looplm/looplm.h): the model and its tokenizer. Shared by the
 // library's files that build on a loaded model (language_model.cpp, session.cpp).
 #pragma once
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
 #include "looplm/looplm.h"
+#include "infer/speculative.h"
 #include "model/model.h"
 
 namespace looplm {
@@ -22,6 +26,9 @@ struct LanguageModel::Impl {
   // model's own does not parse, nothing and the reason (chat is then refused, naming it).
   std::shared_ptr<const ChatTemplate> chat;
   std::string chat_origin, chat_error;
+  // What `--speculative auto` measured, per (depth, KV cache, threads) (speculative_auto.cpp).
+  std::mutex speculative_mu;
+  std::map<std::tuple<int, std::string, int>, SpeculativeChoice> speculative_choice;
   explicit Impl(std::unique_ptr<Model> m);
   ~Impl();
 };

@@ -15,6 +15,7 @@
 #include "tokenizer/text_stream.h"
 #include "infer/decoder.h"
 #include "infer/sampler.h"
+#include "infer/speculative.h"
 #include "io/mapped_file.h"
 #include "looplm/looplm.h"
 

@@ -133,6 +133,12 @@ class Trained(unittest.TestCase):
         ids = self.m.generate(self.m.tokenize(prompt), max_tokens=12, temperature=0, on_token=seen.append)
         self.assertEqual(list(ids), seen)
         self.assertEqual(self.m.detokenize(ids), self.m.generate(prompt, max_tokens=12, temperature=0))
+        # speculative="auto": greedy by default, plain greedy decoding's text, and what ran and why
+        text, stats = self.m.generate(prompt, max_tokens=12, speculative="auto", return_stats=True)
+        self.assertEqual(text, self.m.generate(prompt, max_tokens=12, temperature=0))
+        self.assertTrue(stats["speculative_why"])
+        with self.assertRaises(ValueError):
+            self.m.generate(prompt, max_tokens=4, speculative="fast")
         # a batch: sequence i samples with seed + i, as the CLI's --prompts
         prompts = ["let my people", "and aaron"]
         path = os.path.join(self.dir, "prompts.txt")

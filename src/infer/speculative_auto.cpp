@@ -1,0 +1,136 @@
+// `--speculative auto`: whether drafting pays here is measured, not assumed (speculative.h). It
+// pays where decoding is bound by reading the weights (a model larger than the last-level cache in
+// the format read) and the drafts agree with the full model; it loses where a pass is bound by
+// per-op overheads or the weights sit in the cache (bench/README.md, Self-speculative decoding).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "core/threads.h"
+#include "infer/decoder.h"
+#include "infer/sampler.h"
+#include "infer/speculative.h"
+
+namespace looplm {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Seconds of f().
+template <class F>
+double timed(F f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+SpeculativeChoice measure_speculative(const Model& m, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                      const std::vector<int32_t>& textless) {
+  const Config& c = m.config();
+  const int V = c.vocab_size, depth = c.depth_or_R(opt.depth);
+  SpeculativeChoice choice;
+  const auto t_start = std::chrono::steady_clock::now();
+  constexpr int kPlainTokens = 8, kRoom = 32;  // positions the measurement adds after the prompt's tail
+  if (depth < 2) {
+    choice.why = "plain decoding: depth " + std::to_string(depth) + " leaves no loop step to draft with";
+    return choice;
+  }
+  if (c.context < kRoom + 1) {
+    choice.why = "plain decoding: a context of " + std::to_string(c.context) + " positions is too short to measure drafting in";
+    return choice;
+  }
+  const int tail = (int)std::min<size_t>({prompt.size(), (size_t)32, (size_t)(c.context - kRoom)});
+  const std::vector<int32_t> x(prompt.end() - tail, prompt.end());
+  const op::KvElem kv = kv_element(opt.kv_cache);
+  std::vector<float> z(V), zs((size_t)8 * V), biased;
+  auto argmax = [&](float* row) {
+    mask_textless(row, textless);
+    require_finite_logits(row, V);
+    const float* b = biased_logits(row, V, &opt.logit_bias, biased);
+    return (int32_t)(std::max_element(b, b + V) - b);
+  };
+
+  // Plain decoding: the median of a token's pass (the first one warms up).
+  Decoder plain(m, 1, tail + kRoom, DecoderOptions{depth, {}, KvPolicy::per_step, 0, kv});
+  adapt_threads();
+  plain.prefill(0, x.data(), tail, z.data());
+  int32_t next = argmax(z.data());
+  std::vector<double> pass;
+  for (int k = 0; k < kPlainTokens; ++k) {
+    const int seq = 0;
+    adapt_threads();
+    const double s = timed([&] { plain.decode(&seq, &next, 1, z.data()); });
+    if (k > 0) pass.push_back(s);
+    next = argmax(z.data());
+  }
+  choice.plain_tokens_per_s = 1 / std::max(median(pass), 1e-9);
+
+  // Draft depths 1, depth / 2 and depth − 1: rounds of 8, 4, 8 and 4 drafts, each verified, the
+  // rows' agreement with the drafts as the acceptance (row i and draft i + 1 follow the same tokens).
+  double best = 0;
+  for (int r : std::set<int>{1, std::max(1, depth / 2), depth - 1}) {
+    Decoder dec(m, 1, tail + kRoom, DecoderOptions{depth, {}, KvPolicy::per_step, r, kv});
+    adapt_threads();
+    dec.prefill(0, x.data(), tail, z.data());
+    int32_t last = argmax(z.data());
+    std::vector<double> draft_s, verify_s[9];
+    int agree = 0, rows = 0;
+    std::vector<int32_t> drafts(9);
+    for (int n : {8, 4, 8, 4}) {
+      const int p = dec.length(0);
+      int32_t cur = last;
+      for (int k = 1; k <= n; ++k) {
+        adapt_threads();
+        draft_s.push_back(timed([&] { dec.draft(0, cur, z.data()); }));
+        drafts[k] = cur = argmax(z.data());
+      }
+      adapt_threads();
+      verify_s[n].push_back(timed([&] { dec.verify_drafts(0, p, n, zs.data()); }));
+      int kept = n;  // the drafts generation would keep (the first disagreement ends them)
+      for (int i = 0; i < n; ++i) {
+        const int32_t y = argmax(zs.data() + (size_t)i * V);
+        agree += y == drafts[i + 1];
+        ++rows;
+        if (kept == n && y != drafts[i + 1]) {
+          kept = i;
+          last = y;
+        }
+      }
+      if (kept == n) last = drafts[n];
+      dec.truncate(0, p + std::min(kept + 1, n));
+    }
+    const double alpha = std::min(0.99, (double)agree / rows), t_draft = median(draft_s);
+    for (int K : {4, 8}) {
+      const double tokens = (1 - std::pow(alpha, K)) / (1 - alpha);  // per round: the agreeing prefix and a correction, at most K
+      const double tps = tokens / (K * t_draft + median(verify_s[K]));
+      if (tps > best) {
+        best = tps;
+        choice.K = K;
+        choice.draft_depth = r;
+        choice.acceptance = alpha;
+      }
+    }
+  }
+  choice.tokens_per_s = best;
+  choice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  char why[240];
+  if (best > 1.05 * choice.plain_tokens_per_s) {
+    std::snprintf(why, sizeof why, "%d drafts at depth %d: %.0f%% agree, predicted %.2fx plain decoding (measured in %.0f ms)", choice.K,
+                  choice.draft_depth, 100 * choice.acceptance, best / choice.plain_tokens_per_s, 1e3 * choice.seconds);
+  } else {
+    std::snprintf(why, sizeof why, "plain decoding: the best drafting measured (%d at depth %d, %.0f%% agree) predicted %.2fx (measured in %.0f ms)",
+                  choice.K, choice.draft_depth, 100 * choice.acceptance, best / choice.plain_tokens_per_s, 1e3 * choice.seconds);
+    choice.K = choice.draft_depth = 0;
+  }
+  choice.why = why;
+  return choice;
+}
+
+}  // namespace looplm
