@@ -3,7 +3,7 @@
 
     python3 bench/speculative.py [--looplm build/looplm] [--base OLD_LOOPLM] [--threads 1,2] [--repeats 3]
                                  [--d-model 640 --heads 10] [--train-steps 400] [--run DIR]
-                                 [--grid 4:1,4:2,6:1,6:2] [--formats fp32,bf16,q8_0] [--n-new 128]
+                                 [--grid 4:1,4:2,8:1,auto] [--formats fp32,bf16,q8_0] [--n-new 128]
 
 The model: the `looped` preset (1 + 2x4 + 1 blocks, R = 4, byte vocabulary) at --d-model / --heads,
 trained --train-steps steps on the KJV (batch 8 x 128, lr 1e-3) so that its drafts are meaningful
@@ -13,7 +13,8 @@ where drafting pays. q8_0 is `looplm quantize --method rtn`; bf16 is `--weights 
 
 For each repeat, thread count and format, one `looplm generate -p PROMPT -n N --temperature 0
 --ignore-eos` plain and one per (K, r) in --grid (`--speculative K --draft-depth r`) run back to
-back; the figure is the "generation: ... (X tokens/s)" line, with the acceptance and the tokens per
+back (auto: `--speculative auto`, whose measurement is not in the decode time: it is paid once per
+process, and its line says how long it took); the figure is the "generation: ... (X tokens/s)" line, with the acceptance and the tokens per
 weight stream from the "speculative:" line. Every speculative text must equal the plain one (the
 script fails otherwise). --base OLD_LOOPLM adds the same speculative runs with another binary
 (e.g. the build before loop-as-draft, whose verification re-ran every step). The table gives
@@ -61,11 +62,11 @@ def main():
     ap.add_argument("--heads", type=int, default=10)
     ap.add_argument("--train-steps", type=int, default=400)
     ap.add_argument("--run", default=os.path.join(ROOT, "runs", "bench_speculative"))
-    ap.add_argument("--grid", default="4:1,4:2,6:1,6:2", help="K:r pairs")
+    ap.add_argument("--grid", default="4:1,4:2,8:1,auto", help="K:r pairs, and auto")
     ap.add_argument("--formats", default="fp32,bf16,q8_0")
     ap.add_argument("--n-new", type=int, default=128)
     a = ap.parse_args()
-    grid = [tuple(int(x) for x in kr.split(":")) for kr in a.grid.split(",")]
+    grid = [kr if kr == "auto" else tuple(int(x) for x in kr.split(":")) for kr in a.grid.split(",")]
     ckpt = os.path.join(a.run, "model.safetensors")
     if not os.path.exists(ckpt):
         if not os.path.exists(os.path.join(ROOT, "data", "kjv", "train.txt")):
@@ -89,11 +90,15 @@ def main():
                 for name, binary in binaries:
                     text, plain, _, _ = generate(binary, path, [], t, a.n_new, weights)
                     rows.setdefault((fmt, t, f"{name} plain"), []).append((plain, 1.0, None, None))
-                    for K, r in grid:
-                        out, speed, acc, tps = generate(binary, path, ["--speculative", str(K), "--draft-depth", str(r)], t, a.n_new, weights)
+                    for kr in grid:
+                        if kr == "auto" and name == "base":
+                            continue  # (the build before has no auto)
+                        args = ["--speculative", "auto"] if kr == "auto" else ["--speculative", str(kr[0]), "--draft-depth", str(kr[1])]
+                        label = "auto" if kr == "auto" else f"K={kr[0]} r={kr[1]}"
+                        out, speed, acc, tps = generate(binary, path, args, t, a.n_new, weights)
                         if out != text:
-                            sys.exit(f"speculative.py: {name} K {K} r {r} {fmt} gave another text than plain greedy decoding")
-                        rows.setdefault((fmt, t, f"{name} K={K} r={r}"), []).append((speed, speed / plain, acc, tps))
+                            sys.exit(f"speculative.py: {name} {label} {fmt} gave another text than plain greedy decoding")
+                        rows.setdefault((fmt, t, f"{name} {label}"), []).append((speed, speed / plain, acc, tps))
         print(f"repeat {rep + 1}/{a.repeats} done", file=sys.stderr)
     print(f"| format | threads | run | tokens/s | / plain | accepted | tokens per weight stream |")
     print("|---|---|---|---|---|---|---|")
