@@ -222,3 +222,102 @@ TEST(ServeEngine, AnEchoedPromptIsScoredAsTheFullPassScoresIt) {
   EXPECT_EQ(body["choices"][0]["text"].get<std::string>(), serve::openai::prompt_text(lm, j.prompt));
   EXPECT_EQ(body["looplm"]["depth"], 2);
 }
+
+// A request's 'speculative' (loop-as-draft) while its sequence decodes alone: generate()'s greedy
+// tokens, and the answer says what ran; "auto" measures and says what it chose.
+TEST(ServeEngine, ASpeculativeJobAloneDecodesAsGenerateDoes) {
+  const LanguageModel lm = byte_model();
+  Engine engine(lm, EngineOptions{2, 8, "fp32", 0});
+  GenerateOptions g;
+  g.max_new = 40;
+  g.temperature = 0;
+  g.ignore_eos = true;
+  for (int K : {4, -1}) {
+    auto j = job("In the beginning", lm, 40, 1, 0.0);
+    j->speculative = K;
+    j->draft_depth = K > 0 ? 1 : 0;
+    ASSERT_TRUE(engine.submit(j));
+    ASSERT_TRUE(wait(*j));
+    EXPECT_EQ(j->finish_reason, "length");
+    EXPECT_EQ(ids_of(*j, j->tokens.size()), lm.generate(j->prompt, g)) << "K " << K;
+    EXPECT_EQ(j->text, lm.decode_continuation(j->prompt, ids_of(*j, j->kept)));
+    if (K > 0) EXPECT_NE(j->speculative_ran.find("4 drafts at depth 1"), std::string::npos) << j->speculative_ran;
+    else EXPECT_FALSE(j->speculative_ran.empty());
+  }
+}
+
+// Another request arriving while a speculative one decodes alone: the first hands the rest of its
+// sequence to the batch at the next token (its text is still greedy decoding's, and it says so),
+// and both finish. A cancelled speculative job ends as "cancelled".
+TEST(ServeEngine, ASpeculativeJobHandsOnWhenAnotherArrives) {
+  Config c = load_preset("looped");
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 1024;  // prompt and tokens fit: no window restart, so the tokens are generate()'s
+  c.R = 3;
+  c.init_std = 0.3;
+  const LanguageModel lm = LanguageModel::from_config(c, 4);
+  Engine engine(lm, EngineOptions{2, 8, "fp32", 0});
+  bool handed_on = false;
+  for (int attempt = 0; attempt < 3 && !handed_on; ++attempt) {
+    auto a = job("Let there be", lm, 900, 1, 0.0);
+    a->speculative = 2;
+    a->draft_depth = 1;
+    auto b = job("light", lm, 10, 2);
+    ASSERT_TRUE(engine.submit(a));
+    wait_tokens(*a, 3);
+    ASSERT_TRUE(engine.submit(b));
+    ASSERT_TRUE(wait(*a));
+    ASSERT_TRUE(wait(*b));
+    EXPECT_EQ(a->finish_reason, "length");
+    EXPECT_EQ(b->finish_reason, "length");
+    GenerateOptions g;
+    g.max_new = 900;
+    g.temperature = 0;
+    g.ignore_eos = true;
+    EXPECT_EQ(ids_of(*a, a->tokens.size()), lm.generate(a->prompt, g));
+    handed_on = a->speculative_ran.find("another request came") != std::string::npos;
+  }
+  EXPECT_TRUE(handed_on) << "the first job finished before the second arrived, three times";
+  auto cancelled = job("Let there be", lm, 900, 1, 0.0);
+  cancelled->speculative = 2;
+  cancelled->draft_depth = 1;
+  ASSERT_TRUE(engine.submit(cancelled));
+  wait_tokens(*cancelled, 2);
+  cancelled->cancelled = true;
+  ASSERT_TRUE(wait(*cancelled));
+  EXPECT_TRUE(cancelled->finish_reason == "cancelled" || cancelled->tokens.size() == 900u) << cancelled->finish_reason;
+}
+
+// 'speculative' in a request: true / "auto" / K with 'draft_depth'; refused with logprobs, an exit
+// rule, a draft depth out of range or without K.
+TEST(ServeEngine, SpeculativeRequestsAreChecked) {
+  serve::ModelView m;
+  m.id = "m";
+  m.vocab_size = 256;
+  m.R = 4;
+  m.context = 64;
+  m.encode_prompt = [](const std::string& text, bool) {
+    std::vector<int32_t> ids;
+    for (unsigned char ch : text) ids.push_back(ch);
+    return ids;
+  };
+  auto parse = [&](const std::string& body) { return serve::completion_request(m, body).o; };
+  EXPECT_EQ(parse(R"({"prompt": "a", "speculative": true})").speculative, -1);
+  EXPECT_EQ(parse(R"({"prompt": "a", "speculative": "auto"})").speculative, -1);
+  EXPECT_EQ(parse(R"({"prompt": "a", "speculative": false})").speculative, 0);
+  const auto k = parse(R"({"prompt": "a", "speculative": 4, "draft_depth": 2})");
+  EXPECT_EQ(k.speculative, 4);
+  EXPECT_EQ(k.draft_depth, 2);
+  for (const char* bad : {R"({"prompt": "a", "speculative": 4})", R"({"prompt": "a", "speculative": 4, "draft_depth": 4})",
+                          R"({"prompt": "a", "speculative": "auto", "draft_depth": 1})", R"({"prompt": "a", "draft_depth": 1})",
+                          R"({"prompt": "a", "speculative": "fast"})", R"({"prompt": "a", "speculative": true, "logprobs": 2})",
+                          R"({"prompt": "a", "speculative": true, "exit_rule": "kl", "exit_threshold": 0.1})"}) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const serve::HttpError& e) {
+      EXPECT_EQ(e.status, 400) << bad;
+    }
+  }
+}

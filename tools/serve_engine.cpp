@@ -97,6 +97,7 @@ void Engine::admit() {
     for (auto& [loop, jobs] : running_)
       for (auto& j : jobs) running += j != nullptr;
     std::shared_ptr<Job> j;
+    bool alone = false;  // nothing else decodes or waits
     {
       std::lock_guard<std::mutex> lk(mu_);
       metrics_.running = running;
@@ -104,6 +105,7 @@ void Engine::admit() {
       j = queue_.front();
       queue_.pop_front();
       metrics_.waiting = (int)queue_.size();
+      alone = running == 0 && queue_.empty();
     }
     if (j->cancelled) {
       finish(*j, "cancelled");
@@ -119,26 +121,93 @@ void Engine::admit() {
         finish(*j, "length");
         continue;
       }
-      const int slot = session_for(j->loop).start(j->prompt, j->opt);
-      if (slot < 0) {  // (cannot happen: fewer than `parallel` run) back to the front
-        std::lock_guard<std::mutex> lk(mu_);
-        queue_.push_front(j);
-        return;
-      }
-      j->slot = slot;
       j->stream = std::make_unique<TextStream>(lm_.text_stream({j->stop, false}));
       j->queued_s = now_s() - j->submitted;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        metrics_.prompt_tokens += (int64_t)std::min<size_t>(j->prompt.size(), context_);
+      }
+      std::vector<int32_t> prompt = j->prompt;
+      SequenceOptions opt = j->opt;
+      if (j->speculative != 0) {
+        if (!alone) {
+          j->speculative_ran = "in the batch: other requests were decoding or waiting";
+        } else if (decode_alone(j)) {
+          continue;  // done
+        } else {  // another request came: the rest decodes in the batch, after the tokens made
+          for (const SessionToken& t : j->tokens) prompt.push_back(t.id);
+          opt.max_new -= (int)j->tokens.size();
+        }
+      }
+      const int slot = session_for(j->loop).start(prompt, opt);
+      if (slot < 0) throw Error("no free slot although fewer than --parallel sequences run");  // (cannot happen)
+      j->slot = slot;
       running_[j->loop][slot] = j;
-      std::lock_guard<std::mutex> lk(mu_);
-      metrics_.prompt_tokens += (int64_t)std::min<size_t>(j->prompt.size(), context_);
     } catch (const std::exception& e) {
       finish(*j, "error", e.what());
     }
   }
 }
 
-// A token into its job's text; true when the job is over (its slot ends with this token).
-bool Engine::emit(Job& j, const SessionToken& t) {
+// A speculative job while nothing else decodes: loop-as-draft (LanguageModel::generate with the
+// request's speculative settings), each token into the job as it comes. True when the job is
+// over; false when another job arrived first (the caller decodes the rest in a session: continuous
+// batching reads the weights once for every sequence, which drafting for one cannot beat).
+bool Engine::decode_alone(const std::shared_ptr<Job>& jp) {
+  Job& j = *jp;
+  GenerateOptions g;
+  g.max_new = j.opt.max_new;
+  g.temperature = j.opt.temperature;
+  g.top_k = j.opt.top_k;
+  g.top_p = j.opt.top_p;
+  g.seed = j.opt.seed;
+  g.logit_bias = j.opt.logit_bias;
+  g.depth = j.loop.depth;
+  g.kv_cache = o_.kv_cache;
+  g.ignore_eos = true;  // end tokens and stop strings: emit's, as in a session
+  g.speculative = j.speculative;
+  g.draft_depth = j.draft_depth;
+  GenerateStats st;
+  g.stats = &st;
+  const int depth = lm_.config().depth_or_R(j.loop.depth);
+  struct Over {
+    bool handed_on;
+  };
+  int made = 0;
+  bool handed_on = false;
+  std::string reason = "cancelled";  // unless a token ends it
+  try {
+    lm_.generate(j.prompt, g, [&](int32_t id) {
+      SessionToken t;
+      t.slot = -1;
+      t.id = id;
+      t.steps = depth;
+      t.last = ++made >= g.max_new;
+      const std::string over = emit(j, t, nullptr);
+      if (!over.empty()) reason = over;
+      if (!over.empty() || j.cancelled) throw Over{false};
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stopping_) throw Over{false};
+      if (!queue_.empty()) throw Over{true};
+    });
+  } catch (const Over& o) {
+    handed_on = o.handed_on;
+  }
+  std::string ran = st.speculative_why;
+  if (ran.empty()) ran = std::to_string(j.speculative) + " drafts at depth " + std::to_string(j.draft_depth);
+  if (handed_on) ran += "; after " + std::to_string(made) + " tokens the rest decoded in the batch (another request came)";
+  {
+    std::lock_guard<std::mutex> lk(j.mu);
+    j.speculative_ran = ran;
+  }
+  if (!handed_on) finish(j, reason);
+  return !handed_on;
+}
+
+// A token into its job's text; when the job is over with it, the reason it finishes ("stop",
+// "length"; the caller finishes it), else "". `session`: the job's, for its KV bytes per position
+// (none: decode_alone).
+std::string Engine::emit(Job& j, const SessionToken& t, const DecodeSession* session) {
   bool finished = false;
   std::string reason;
   {
@@ -173,18 +242,12 @@ bool Engine::emit(Job& j, const SessionToken& t) {
     ++metrics_.completion_tokens;
     metrics_.loop_steps += t.steps;
   }
-  if (finished || t.last) {
+  if (finished && session) {
     std::lock_guard<std::mutex> lk(j.mu);
-    j.kv_bytes_per_token = sessions_[j.loop]->kv_bytes_per_token();
+    j.kv_bytes_per_token = session->kv_bytes_per_token();
   }
-  if (finished) {
-    running_[j.loop][t.slot] = nullptr;
-    finish(j, reason);
-    return true;
-  }
-  j.cv.notify_all();
-  if (t.last) running_[j.loop][t.slot] = nullptr;
-  return t.last;
+  if (!finished) j.cv.notify_all();
+  return reason;
 }
 
 void Engine::run() {
@@ -214,7 +277,11 @@ void Engine::run() {
         auto j = running_[loop][t.slot];
         if (!j) return true;
         try {
-          return emit(*j, t);
+          const std::string reason = emit(*j, t, session.get());
+          if (reason.empty()) return false;
+          running_[loop][t.slot] = nullptr;
+          finish(*j, reason);
+          return true;
         } catch (const std::exception& e) {  // (a token the tokenizer cannot write): this job ends, the others go on
           running_[loop][t.slot] = nullptr;
           finish(*j, "error", e.what());

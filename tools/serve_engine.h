@@ -40,6 +40,7 @@ struct Job {
   LoopSettings loop;
   std::vector<std::string> stop;  // the text ends before the first of these
   bool stop_at_eos = true;         // the model's end tokens end the text (not included)
+  int speculative = 0, draft_depth = 0;  // loop-as-draft (RequestOptions'), while it decodes alone
   int score_prompt = -1;           // >= 0: score the prompt first (echo with logprobs), with that many
                                    // likely tokens each (LanguageModel::prompt_logprobs, at loop.depth)
 
@@ -59,6 +60,7 @@ struct Job {
   std::string error;
   double queued_s = 0, first_token_s = 0;  // seconds from submit to a slot, and to the first token
   double kv_bytes_per_token = 0;            // what its session's KV policy keeps per position (at its end)
+  std::string speculative_ran;              // with `speculative`: what decoded it, and why
 
   std::atomic<bool> cancelled{false};  // set by the HTTP side (client gone); the engine frees the slot
   // engine-side state
@@ -93,7 +95,8 @@ class Engine {
  private:
   void run();
   void admit();
-  bool emit(Job& j, const SessionToken& t);
+  std::string emit(Job& j, const SessionToken& t, const DecodeSession* session);
+  bool decode_alone(const std::shared_ptr<Job>& j);
   void finish(Job& j, const std::string& reason, const std::string& error = "");
   void count_running();  // metrics_.running from running_
   DecodeSession& session_for(const LoopSettings& loop);

@@ -22,6 +22,8 @@ Jobs jobs_for(const std::vector<std::vector<int32_t>>& prompts, int n, const Req
       j->loop.kv_policy = o.kv_policy;
       j->stop = o.stop;
       j->stop_at_eos = o.stop_at_eos;
+      j->speculative = o.speculative;
+      j->draft_depth = o.draft_depth;
       j->score_prompt = i == 0 ? score_prompt : -1;
       if (j->opt.max_new == 0 && j->score_prompt < 0) {
         j->done = true;
@@ -155,6 +157,7 @@ json completion(const Head& h, const LanguageModel& lm, const Jobs& jobs, const 
     json c = {{"index", k}, {"text", prefix + j.text}, {"finish_reason", j.finish_reason},
               {"logprobs", r.logprobs >= 0 ? logprobs_of(lm, j, scores, prefix) : json()},
               {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}};
+    if (!j.speculative_ran.empty()) c["looplm"]["speculative"] = j.speculative_ran;
     choices.push_back(c);
     for (size_t q = 0; q < kept; ++q) steps += j.tokens[q].steps;
     counted += (int64_t)kept;
@@ -169,6 +172,7 @@ json completion_chunk(const Head& h, const LanguageModel& lm, const Job& j, size
                       size_t to, bool done, int logprobs) {
   json c = {{"index", k}, {"text", text}, {"logprobs", json()}, {"finish_reason", done ? json(j.finish_reason) : json()},
             {"looplm", {{"steps", steps_of(j, from, to)}}}};
+  if (done && !j.speculative_ran.empty()) c["looplm"]["speculative"] = j.speculative_ran;
   const size_t shown = done ? std::min(to, j.kept) : to;  // not an end token, nor past a stop string
   if (logprobs >= 0 && shown > from) {
     c["logprobs"] = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
@@ -194,6 +198,7 @@ json chat(const Head& h, const Jobs& jobs, int n) {
     const size_t kept = j.kept;
     choices.push_back({{"index", k}, {"message", {{"role", "assistant"}, {"content", j.text}}}, {"finish_reason", j.finish_reason},
                        {"logprobs", json()}, {"looplm", {{"steps", steps_of(j, 0, kept)}, {"mean_steps", mean_steps(j, kept)}}}});
+    if (!j.speculative_ran.empty()) choices.back()["looplm"]["speculative"] = j.speculative_ran;
   }
   return {{"id", h.id}, {"object", "chat.completion"}, {"created", h.created}, {"model", h.model}, {"choices", choices}, {"usage", usage(jobs, n)}};
 }
@@ -203,6 +208,7 @@ json chat_chunk(const Head& h, const Job& j, size_t k, const std::string& delta,
   if (first) d["role"] = "assistant";
   if (!delta.empty()) d["content"] = delta;
   json c = {{"index", k}, {"delta", d}, {"finish_reason", done ? json(j.finish_reason) : json()}, {"looplm", {{"steps", steps_of(j, from, to)}}}};
+  if (done && !j.speculative_ran.empty()) c["looplm"]["speculative"] = j.speculative_ran;
   return {{"id", h.id}, {"object", "chat.completion.chunk"}, {"created", h.created}, {"model", h.model}, {"choices", {c}}};
 }
 

@@ -177,6 +177,32 @@ void options_of(const ModelView& m, const json& body, RequestOptions& base, int 
   }
 }
 
+// The looped extension 'speculative': true or "auto" (measured: -1), false or 0 (off), or K drafts
+// with 'draft_depth' r (1 .. depth - 1). Not with logprobs (drafts have no log-probabilities of the
+// full model) nor with an exit rule (drafting runs every token at the full depth).
+void speculative_of(const ModelView& m, const json& body, RequestOptions& o) {
+  const Fields f{body};
+  if (f.given("speculative")) {
+    const json& s = body["speculative"];
+    if (s.is_boolean()) o.speculative = s.get<bool>() ? -1 : 0;
+    else if (s.is_string() && s.get<std::string>() == "auto") o.speculative = -1;
+    else if (s.is_number_integer() && s.get<int64_t>() >= 0 && s.get<int64_t>() <= 64) o.speculative = (int)s.get<int64_t>();
+    else throw bad("'speculative' is true, \"auto\", false, or a number of drafts from 0 to 64", "speculative");
+  }
+  const int64_t r = f.get<int64_t>("draft_depth", 0);
+  const int depth = o.depth >= 0 ? o.depth : m.R;
+  if (o.speculative > 0 && (r < 1 || r >= depth))
+    throw bad("'speculative' " + std::to_string(o.speculative) + " needs 'draft_depth' from 1 to " + std::to_string(depth - 1) +
+                  " (the loop steps the drafts run), or 'speculative': \"auto\"",
+              "draft_depth");
+  if (o.speculative <= 0 && f.given("draft_depth"))
+    throw bad(o.speculative < 0 ? "'speculative': \"auto\" chooses the draft depth (no 'draft_depth')" : "'draft_depth' goes with 'speculative': K",
+              "draft_depth");
+  o.draft_depth = (int)r;
+  if (o.speculative != 0 && o.opt.logprobs >= 0) throw bad("'logprobs' are not available with 'speculative'", "speculative");
+  if (o.speculative != 0 && o.exit.rule != ExitRule::fixed) throw bad("'speculative' runs every token at the full depth: no 'exit_rule'", "speculative");
+}
+
 // A request's log-probabilities count: 0..20 (OpenAI's range).
 int logprobs_count(const Fields& f, const char* key) {
   const int64_t k = f.get<int64_t>(key, 0);
@@ -230,6 +256,7 @@ CompletionRequest completion_request(const ModelView& m, const std::string& body
     r.prompts = prompts_of(m, p);
     check_sequences(m, r.prompts.size(), r.n);
     if (r.stream && r.echo && r.logprobs >= 0) throw bad("'echo' with 'logprobs' is not available when streaming", "echo");
+    speculative_of(m, body, r.o);
     return r;
   });
 }
@@ -293,6 +320,7 @@ ChatRequest chat_request(const ModelView& m, const std::string& body_text) {
     if (m.builtin_chatml) r.o.stop.push_back("<|im_end|>");
     const int top = f.given("top_logprobs") ? logprobs_count(f, "top_logprobs") : 0;
     if (f.get<bool>("logprobs", false)) r.o.opt.logprobs = top;
+    speculative_of(m, body, r.o);
     r.n = n_of(m, body);
     check_sequences(m, 1, r.n);
     r.stream = f.get<bool>("stream", false);

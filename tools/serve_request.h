@@ -48,6 +48,9 @@ struct RequestOptions {
   KvPolicy kv_policy = KvPolicy::per_step;
   std::vector<std::string> stop;
   bool stop_at_eos = true;
+  // Self-speculative decoding (loop-as-draft): K drafts at draft_depth, or -1 ("auto" / true);
+  // it runs while the request's sequence decodes alone (serve_engine.h).
+  int speculative = 0, draft_depth = 0;
 };
 
 struct CompletionRequest {

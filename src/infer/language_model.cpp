@@ -371,13 +371,20 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     GenerateOptions chosen = opt;
     chosen.speculative = choice.K;
     chosen.draft_depth = choice.draft_depth;
-    auto outs = generate_batch(prompts, chosen, on_token);
-    if (opt.stats) {
+    auto said = [&] {  // what ran and why, also when a caller's on_token ends the call by throwing
+      if (!opt.stats) return;
       opt.stats->speculative = choice.K;
       opt.stats->draft_depth = choice.draft_depth;
       opt.stats->speculative_why = choice.why;
+    };
+    try {
+      auto outs = generate_batch(prompts, chosen, on_token);
+      said();
+      return outs;
+    } catch (...) {
+      said();
+      throw;
     }
-    return outs;
   }
   if (opt.speculative > 0) {  // one sequence at a time
     std::vector<std::vector<int32_t>> outs;
