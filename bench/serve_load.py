@@ -3,6 +3,7 @@
 batched CLI on the same prompts, in one run.
 
     python3 bench/serve_load.py --checkpoint runs/looped [--clients 16] [--requests 63] [--max-tokens 64]
+                                [--speculative auto|K:r]
 
 1. `looplm generate --prompts P --batch CLIENTS -n MAX --temperature 0` on CLIENTS prompts: the
    batched decoder's tokens per second (its own prefill + decode time), the peer.
@@ -10,6 +11,8 @@ batched CLI on the same prompts, in one run.
    completions one after another (the same prompts, greedy, MAX tokens): failed requests, total
    tokens per second over the wall time, time to first token p50 / p99, and the server's resident
    memory after the first CLIENTS x 4 requests and at the end.
+--speculative: loop-as-draft in both (`generate --speculative`, the request's "speculative"); with
+one client the server should match the CLI's speed-up, with many it decodes in the batch.
 Standard library only (http.client, threads); the server listens on 127.0.0.1.
 """
 import argparse
@@ -48,7 +51,14 @@ def main():
     ap.add_argument("--requests", type=int, default=63, help="per client (16 x 63 = 1,008 requests)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--speculative", help="auto, or K:r (drafts and their depth)")
     a = ap.parse_args()
+    spec_cli, spec_req = [], {}
+    if a.speculative == "auto":
+        spec_cli, spec_req = ["--speculative", "auto"], {"speculative": "auto"}
+    elif a.speculative:
+        k, r = (int(x) for x in a.speculative.split(":"))
+        spec_cli, spec_req = ["--speculative", str(k), "--draft-depth", str(r)], {"speculative": k, "draft_depth": r}
 
     val = os.path.join(SRC, "data", "kjv", "val.txt")
     lines = [l.strip() for l in open(val, encoding="utf-8")] if os.path.exists(val) else []
@@ -60,7 +70,7 @@ def main():
         f.write("\n".join(prompts) + "\n")
         pfile = f.name
     r = subprocess.run([a.bin, "generate", "--checkpoint", a.checkpoint, "--prompts", pfile, "--batch", str(a.clients),
-                        "-n", str(a.max_tokens), "--temperature", "0", "-t", str(a.threads)], capture_output=True, text=True,
+                        "-n", str(a.max_tokens), "--temperature", "0", "--ignore-eos", "-t", str(a.threads)] + spec_cli, capture_output=True, text=True,
                        errors="replace")
     os.unlink(pfile)
     m = re.search(r"prompt: (\d+) tokens in ([\d.]+) ms .* generation: (\d+) tokens in ([\d.]+) ms", r.stderr)
@@ -88,7 +98,7 @@ def main():
 
     def one(prompt):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        body = json.dumps({"prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0, "stream": True})
+        body = json.dumps({"prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True, **spec_req})
         t0 = time.perf_counter()
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -141,7 +151,8 @@ def main():
 
     total = a.clients * a.requests
     serve_tps = tokens[0] / wall
-    print(f"{a.checkpoint}: {a.clients} streaming clients x {a.requests} requests, {a.max_tokens} tokens each, threads {a.threads or 'adaptive'}")
+    print(f"{a.checkpoint}: {a.clients} streaming clients x {a.requests} requests, {a.max_tokens} tokens each, threads {a.threads or 'adaptive'}"
+          + (f", speculative {a.speculative}" if a.speculative else ""))
     print("| what | value |\n|---|---|")
     print(f"| requests | {total} ({len(failures)} failed) |")
     print(f"| looplm generate --prompts ({a.clients} prompts) --batch {a.clients} | {cli_tps:.0f} tokens/s |")
