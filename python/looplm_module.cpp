@@ -909,6 +909,7 @@ void bind_train(py::module_& m) {
 PYBIND11_MODULE(looplm, m) {
   m.doc() = "looplm: looped (recurrent-depth) transformer language models (docs/python.md)";
   m.attr("__version__") = kVersion;
+  m.attr("__build__") = version_text() + "; CPU features used: " + cpu_features_text();
 
   g_error = PyErr_NewExceptionWithDoc("looplm.Error", "A bad file or a runtime failure, with looplm's message.",
                                       PyExc_RuntimeError, nullptr);

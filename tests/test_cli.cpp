@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -747,7 +748,12 @@ TEST_F(Cli, MessagesAPersonCanRead) {
 TEST_F(Cli, FamiliarFlagsAndOutputs) {
   CmdResult r = run("--version");
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(r.out.rfind("looplm ", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind(std::string("looplm ") + kVersion, 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\nCPU features used: "), std::string::npos) << r.out;
+  // built from a git clone: the commit it was built at (the binary may be older than the tree's
+  // last commit when the test runs without a build, so only the form is checked)
+  if (std::filesystem::exists(std::string(LOOPLM_SOURCE_DIR) + "/.git"))
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("^looplm [0-9.]+ \\(git [0-9a-f]{12}(-dirty)?\\)\n"))) << r.out;
   io::write_file_atomic(dir + "/prompt.txt", std::string("hello"));
   r = run("generate --checkpoint " + ckpt() + " --prompt-file " + dir + "/prompt.txt -n 4 -t 1 --num-samples 2 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -88,6 +88,8 @@ int cmd_info(int argc, char** argv) {
         j[key] = {{"n_core", dc->n_core}, {"params", dc->params.total}, {"params_non_embedding", dc->params.non_embedding()},
                   {"infer_flops_per_token", dc->infer_flops_per_token}};
     }
+    j["looplm_version"] = version_text();
+    j["cpu_features"] = cpu_features_text();
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -129,6 +131,7 @@ int cmd_info(int argc, char** argv) {
                 iso_param.infer_flops_per_token / M, with_commas(iso_param.params.total).c_str(),
                 with_commas(iso_param.params.non_embedding()).c_str());
   }
+  std::printf("looplm %s; CPU features used: %s\n", version_text().c_str(), cpu_features_text().c_str());
   return 0;
 }
 

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   looplm::cli::choose_wait_policy(argc, argv);
   looplm::cli::start_signal_thread();
   if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V"))) {
-    std::printf("looplm %s\n", looplm::kVersion);
+    std::printf("looplm %s\nCPU features used: %s\n", looplm::version_text().c_str(), looplm::cpu_features_text().c_str());
     return 0;
   }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {

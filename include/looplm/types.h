@@ -7,6 +7,12 @@
 namespace looplm {
 
 inline constexpr const char* kVersion = "0.3.0";  // `looplm --version`, and written into checkpoints
+// What this build is: "0.3.0 (git 8aa855f2c1d0)" (the commit it was built at; "-dirty" with local
+// changes; no commit outside a git clone).
+std::string version_text();
+// The CPU features this process's kernels use, as their names ("avx2 fma f16c avx512 ..."; "none":
+// the portable kernels only).
+std::string cpu_features_text();
 
 // What incremental decoding keeps for a token that exited before a loop step later tokens run
 // (docs/cli.md, generate). per_step: the token's missing steps run for their keys and values

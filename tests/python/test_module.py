@@ -133,6 +133,10 @@ class Trained(unittest.TestCase):
         ids = self.m.generate(self.m.tokenize(prompt), max_tokens=12, temperature=0, on_token=seen.append)
         self.assertEqual(list(ids), seen)
         self.assertEqual(self.m.detokenize(ids), self.m.generate(prompt, max_tokens=12, temperature=0))
+        # what this build is
+        self.assertTrue(looplm.__build__.startswith(looplm.__version__), looplm.__build__)
+        self.assertIn("CPU features used: ", looplm.__build__)
+        self.assertEqual(looplm.__build__.split("; ")[0], cli("--version").splitlines()[0][len("looplm "):])
         # speculative="auto": greedy by default, plain greedy decoding's text, and what ran and why
         text, stats = self.m.generate(prompt, max_tokens=12, speculative="auto", return_stats=True)
         self.assertEqual(text, self.m.generate(prompt, max_tokens=12, temperature=0))

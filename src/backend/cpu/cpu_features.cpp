@@ -1,5 +1,10 @@
 #include "backend/cpu/cpu_features.h"
 
+#include <string>
+#include <utility>
+
+#include "looplm/types.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #endif
@@ -36,6 +41,16 @@ CpuFeatures detect() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
+}
+
+std::string cpu_features_text() {
+  const CpuFeatures& f = cpu_features();
+  std::string s;
+  for (const auto& [on, name] : {std::pair{f.sse42, "sse4.2"}, {f.avx2_fma, "avx2 fma"}, {f.f16c, "f16c"}, {f.avx512, "avx512f avx512bw"},
+                                 {f.avx512vl, "avx512vl"}, {f.avx512_bf16, "avx512_bf16"}, {f.avx512_vnni, "avx512_vnni"},
+                                 {f.zen5_or_later, "zen5"}})
+    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+  return s.empty() ? "none" : s;
 }
 
 }  // namespace looplm
