@@ -367,6 +367,11 @@ TEST_F(Serve, SigtermFinishesWhatIsInFlight) {
   }
   EXPECT_EQ(text, cli_generate(ckpt(), "In", 200, "--depth 200"));
   EXPECT_EQ(s.stop(SIGTERM), 0);
+  // the server's own words on stopping, not the trainer's
+  std::ifstream f(*dir / "serve5.log");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("looplm serve: stopping: no new requests"), std::string::npos) << log;
+  EXPECT_EQ(log.find("checkpoint"), std::string::npos) << log;
 }
 
 // --context bounds each sequence's KV cache (a model trained to a long context): requests that fit

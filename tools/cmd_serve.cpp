@@ -411,7 +411,7 @@ int cmd_serve(int argc, char** argv) {
   threads.add(app);
   if (!parse(app, argc, argv, "serve")) return 0;
   set_threads(threads.n);
-  GracefulStop graceful;  // SIGTERM / Ctrl-C: stop taking requests, finish those in flight, exit 0
+  GracefulStop graceful("");  // SIGTERM / Ctrl-C: stop taking requests, finish those in flight, exit 0 (the watcher below says so)
 
   LanguageModel lm = LanguageModel::load(ckpt, lo);
   if (!chat_template.empty()) lm.use_chat_template(chat_template);

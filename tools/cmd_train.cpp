@@ -196,7 +196,8 @@ int cmd_train(int argc, char** argv) {
   o.allreduce_bucket_bytes = (size_t)(bucket_mb * 1048576.0);
   TrainResult r;
   {
-    GracefulStop graceful;  // while training, Ctrl-C finishes the step, checkpoints, exits 130
+    // while training, Ctrl-C finishes the step, checkpoints, exits 130
+    GracefulStop graceful("stopping after this step with a checkpoint (resume with --resume; again to quit at once)");
     o.stop = graceful.flag();
     r = train(c, o);
   }

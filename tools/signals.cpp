@@ -18,6 +18,7 @@ std::atomic<bool> g_graceful{false};  // a GracefulStop is alive
 std::atomic<bool> g_stop{false};      // the first signal arrived while it was
 std::mutex g_note_mutex;
 std::string g_note;                   // set_interrupt_note
+std::string g_graceful_note;          // the alive GracefulStop's (under g_note_mutex)
 
 sigset_t handled_signals() {
   sigset_t s;
@@ -47,10 +48,12 @@ void wait_for_signals() {
     int sig = 0;
     if (sigwait(&s, &sig) != 0) continue;
     if (g_graceful.load() && !g_stop.exchange(true)) {
-      const char msg[] =
-          "\nlooplm: stopping after this step with a checkpoint (resume with --resume; again to quit at once)\n";
-      ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-      (void)ignored;
+      std::lock_guard<std::mutex> lock(g_note_mutex);
+      if (!g_graceful_note.empty()) {
+        const std::string line = "\nlooplm: " + g_graceful_note + "\n";
+        ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+        (void)ignored;
+      }
       continue;
     }
     {
@@ -97,7 +100,11 @@ void start_signal_thread() {
   std::thread(wait_for_signals).detach();
 }
 
-GracefulStop::GracefulStop() {
+GracefulStop::GracefulStop(const std::string& note) {
+  {
+    std::lock_guard<std::mutex> lock(g_note_mutex);
+    g_graceful_note = note;
+  }
   g_stop = false;
   g_graceful = true;
 }

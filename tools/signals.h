@@ -21,11 +21,12 @@ void start_signal_thread();
 void set_interrupt_note(const std::string& note);
 
 // While one is alive, the first SIGINT / SIGTERM sets flag() (training ends after the current
-// step with a checkpoint) and a second one ends the process at once. Otherwise a signal ends the
-// process at once, as usual.
+// step with a checkpoint; the server finishes what is in flight) and prints `note` ("looplm: NOTE";
+// empty: nothing), and a second one ends the process at once. Otherwise a signal ends the process
+// at once, as usual.
 class GracefulStop {
  public:
-  GracefulStop();
+  explicit GracefulStop(const std::string& note);
   ~GracefulStop();
   GracefulStop(const GracefulStop&) = delete;
   GracefulStop& operator=(const GracefulStop&) = delete;
