@@ -389,6 +389,9 @@ TEST_F(Serve, ContextBoundsTheCache) {
   auto info = s.client().Get("/tokenizer_info");
   ASSERT_TRUE(info);
   EXPECT_EQ(json::parse(info->body)["model_max_length"], 64);
+  auto models = s.client().Get("/v1/models");  // what the page fits its max tokens to
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["looplm"]["context"], 64);
   EXPECT_EQ(s.stop(), 0);
   const auto r = run_shell("LOOPLM_MEMORY_LIMIT=1M " + kBin + " serve --checkpoint " + ckpt() + " --parallel 64 --port 0 -t 1");
   EXPECT_EQ(r.code, 1) << r.out;

@@ -355,7 +355,7 @@ void add_routes(serve::HardenedServer& http, Server& s, const std::string& api_k
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
   http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(serve::kPage, "text/html; charset=utf-8"); });
   http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(serve::openai::models(s.lm, s.model_id, s.created())), "application/json");
+    res.set_content(dump(serve::openai::models(s.lm, s.model_id, s.created(), s.engine.context())), "application/json");
   });
   http.post_with_body("/v1/completions", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.completions(q, r); }));
   http.post_with_body("/v1/chat/completions", guarded(s, [&s](const httplib::Request& q, httplib::Response& r) { s.chat(q, r); }));

@@ -265,10 +265,10 @@ json tokenizer_info(const LanguageModel& lm, int context) {
           {"vocab_size", c.vocab_size}, {"model_max_length", context}};
 }
 
-json models(const LanguageModel& lm, const std::string& id, int64_t created) {
+json models(const LanguageModel& lm, const std::string& id, int64_t created, int context) {
   const Config& c = lm.config();
   json m = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "looplm"},
-            {"looplm", {{"R", c.R}, {"context", c.context}, {"vocab_size", c.vocab_size}, {"n_params", lm.n_params()},
+            {"looplm", {{"R", c.R}, {"context", context}, {"vocab_size", c.vocab_size}, {"n_params", lm.n_params()},
                         {"exit_gate", lm.has_exit_gate()}}}};
   return {{"object", "list"}, {"data", {m}}};
 }

@@ -59,7 +59,8 @@ nlohmann::json loop_summary(const Jobs& jobs, int depth);
 nlohmann::json tokenize(const LanguageModel& lm, const std::string& body_text, int context);
 nlohmann::json detokenize(const LanguageModel& lm, const std::string& body_text);
 nlohmann::json tokenizer_info(const LanguageModel& lm, int context);
-nlohmann::json models(const LanguageModel& lm, const std::string& id, int64_t created);
+// /v1/models; `context`: the positions a request may use (the engine's: --context, or the model's).
+nlohmann::json models(const LanguageModel& lm, const std::string& id, int64_t created, int context);
 std::string metrics_text(const EngineMetrics& m);  // Prometheus' text format
 
 }  // namespace looplm::serve::openai

@@ -24,10 +24,10 @@ input[type=number] { width: 6rem; }
 .error { color: #b00; }
 </style></head>
 <body>
-<h1>looplm</h1>
+<h1>looplm <small id="model"></small></h1>
 <p>Each token of the answer is shaded by the loop steps the model ran for it: with an exit rule,
 easy tokens leave the loop early (light), hard ones go deep (dark).</p>
-<textarea id="prompt" placeholder="Type a prompt">In the beginning</textarea>
+<textarea id="prompt" placeholder="Type a prompt"></textarea>
 <fieldset><legend>Generation</legend>
 <label>max tokens <input id="max_tokens" type="number" value="120" min="1"></label>
 <label>temperature <input id="temperature" type="number" value="0.8" min="0" max="2" step="0.1"></label>
@@ -47,6 +47,14 @@ easy tokens leave the loop early (light), hard ones go deep (dark).</p>
 const $ = (id) => document.getElementById(id);
 let depthMax = 1;
 fetch('/v1/models').then(r => r.json()).then(m => {
+  $('model').textContent = m.data[0].id;
+  document.title = 'looplm: ' + m.data[0].id;
+  // max tokens within the positions a request may use (a 64-position model cannot make 120)
+  const ctx = m.data[0].looplm.context, mt = $('max_tokens');
+  if (ctx) {
+    mt.max = ctx;
+    if (Number(mt.value) > ctx) mt.value = Math.max(1, Math.floor(ctx / 2));
+  }
   depthMax = m.data[0].looplm.R || 1;
   $('depth').placeholder = 'R = ' + depthMax;
   if (!m.data[0].looplm.exit_gate) $('exit_rule').querySelector('option:last-child').disabled = true;

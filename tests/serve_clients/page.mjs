@@ -29,6 +29,8 @@ try {
   page.on('pageerror', (e) => errors.push(String(e)));
   await page.goto(url, { waitUntil: 'networkidle0' });
   for (const id of ['#prompt', '#generate', '#output', '#threshold']) check(await page.$(id), 'element ' + id);
+  // it names the model it serves (from /v1/models, loaded by now: networkidle0)
+  check((await page.$eval('#model', (el) => el.textContent)).length > 0, 'the page names the model');
 
   // fixed rule: every token runs R steps, and the text is the greedy text
   const set = async (id, value) => {
