@@ -10,3 +10,8 @@ scripts/prepare_kjv.sh data/kjv
 # --resume: a first run starts fresh, an interrupted one continues, a finished one prints its report
 # again (nothing is deleted; --overwrite starts over).
 build/looplm train --preset looped --out runs/looped --resume "$@"
+echo
+echo "The model is in runs/looped (model.safetensors, its config and metrics). Next:"
+echo "  build/looplm generate --checkpoint runs/looped -p \"And God said\" --temperature 0.8 -n 200"
+echo "  build/looplm eval --checkpoint runs/looped --exit-rule kl --exit-threshold 0.01 --kv-policy last"
+echo "  build/looplm serve --checkpoint runs/looped      # then open http://127.0.0.1:8080/"
