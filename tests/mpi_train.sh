@@ -53,6 +53,13 @@ for ga in 2 4 6; do
   "${MPI[@]}" -np 2 "$BIN" train "${COMMON[@]}" --steps 6 --set grad_accum=$ga -t 1 --out "$work/two_$ga"
   same_run "$work/one_$ga" "$work/two_$ga" "grad_accum $ga: 2 ranks = 1 process"
 done
+# Without --quiet the run says it is data parallel.
+LOUD=()
+for a in "${COMMON[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
+"${MPI[@]}" -np 2 "$BIN" train "${LOUD[@]}" --steps 1 --set grad_accum=2 -t 1 --out "$work/loud" >"$work/loud.log" 2>&1 ||
+  { cat "$work/loud.log" >&3; fail "the run without --quiet failed"; }
+grep -q "data parallel: 2 ranks" "$work/loud.log" || { cat "$work/loud.log" >&3; fail "no 'data parallel: 2 ranks' line"; }
+say "ok: $(grep -m1 -o 'data parallel: .*' "$work/loud.log")"
 # bf16 products (docs/numerics.md) are as thread- and rank-independent as fp32's, where the CPU has them.
 if grep -qw avx512_bf16 /proc/cpuinfo; then
   "$BIN" train "${COMMON[@]}" --steps 6 --set grad_accum=2 --set precision=bf16 -t 2 --out "$work/one_bf16"

@@ -575,6 +575,9 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   }
   const int B = c.batch_size, T = c.context;
   if (info) info(model_line(m, c));
+  if (info && comm.size() > 1)
+    info("data parallel: " + std::to_string(comm.size()) + " ranks, each " + std::to_string(c.grad_accum / comm.size()) +
+         " of the step's " + std::to_string(c.grad_accum) + " micro-batches of " + std::to_string(B) + " x " + std::to_string(T) + " tokens");
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   Graph g;
   res.activation_bytes_peak = plan_memory(m, c, comm.size(), g, x, y, info);
