@@ -280,6 +280,7 @@ TEST(Gguf, LayoutsLlamaCppCannotRunAreRefused) {
     const auto r = run_shell(kBin + " export --checkpoint " + ckpt + " --out " + (d / "x.gguf"));
     EXPECT_EQ(r.code, 2) << k.preset << " " << k.set << ": " << r.out;
     EXPECT_NE(r.out.find(k.why), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--preset llama --set R=3"), std::string::npos) << r.out;  // the way out
     EXPECT_FALSE(std::filesystem::exists(d / "x.gguf"));
   }
 }

@@ -67,7 +67,8 @@ ExportResult export_model(const std::string& checkpoint, const std::string& out_
       Config c = Config::from_json_text(it->second, in);
       auto tok = f.metadata().find(kTokenizerMetadataKey);  // an hf tokenizer's text travels beside the config
       if (c.tokenizer == "hf" && tok != f.metadata().end()) c.tokenizer_json = tok->second;
-      if (std::string why = gguf_export_refusal(c); !why.empty()) throw UsageError("export: cannot write " + in + " as GGUF: " + why);
+      if (std::string why = gguf_export_refusal(c); !why.empty())
+        throw UsageError("export: cannot write " + in + " as GGUF: " + why + ". " + kGgufWayOut);
     }
   }
   std::unique_ptr<Model> m = load_model(in);

@@ -14,6 +14,10 @@
 
 namespace looplm {
 
+const char* const kGgufWayOut =
+    "Models that export are stacks of Llama blocks: train one with --preset llama (dense), or --preset llama --set R=3 "
+    "(its blocks looped: llama.cpp's nanbeige)";
+
 std::string gguf_export_refusal(const Config& c, bool check_tokenizer) {
   const std::string why = ": no llama.cpp architecture computes it (GGUF export takes a stack of Llama blocks, dense or looped)";
   if (c.n_prelude || c.n_coda)
@@ -96,7 +100,8 @@ std::vector<std::string> available_gguf_types() { return kGgufTypes.names(); }
 
 GgufExportReport export_gguf(Model& m, const std::string& path, const GgufExportOptions& o) {
   const Config& c = m.config();
-  if (std::string why = gguf_export_refusal(c, false); !why.empty()) throw UsageError("export: cannot write this model as GGUF: " + why);
+  if (std::string why = gguf_export_refusal(c, false); !why.empty())
+    throw UsageError("export: cannot write this model as GGUF: " + why + ". " + kGgufWayOut);
   ParamStore& ps = m.params();
   const WeightFormat* own = ps.prepacked_format();
   if (own && std::strcmp(own->name, "q8_0") && std::strcmp(own->name, "q4_0") && o.type.empty())

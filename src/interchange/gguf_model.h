@@ -27,6 +27,8 @@ namespace looplm {
 // "" when the config can be exported, else why not (one sentence naming the first obstacle).
 // check_tokenizer false: the layout alone (the caller builds the vocabulary, which says why not).
 std::string gguf_export_refusal(const Config& c, bool check_tokenizer = true);
+// What a refusal adds: the presets that do export.
+extern const char* const kGgufWayOut;
 
 struct GgufExportOptions {
   // f32 | f16 | q8_0 | q4_0; "" = the checkpoint's own (f32 for fp32 and bf16 checkpoints, q8_0 /
