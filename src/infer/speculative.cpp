@@ -30,6 +30,8 @@ namespace {
 // token is drawn from max(0, p − q) normalized (speculative sampling: each token kept is
 // distributed as p).
 struct Chooser {
+  Chooser(int vocab, const GenerateOptions& o, const std::vector<int32_t>& ids_without_text)
+      : V(vocab), opt(o), textless(ids_without_text) {}
   int V;
   const GenerateOptions& opt;
   const std::vector<int32_t>& textless;
@@ -92,7 +94,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
   // every token sees the context plain decoding gives it.
   const int capacity = (int)std::min<int64_t>(ctx, (int64_t)std::min<int64_t>(prompt_in.size(), ctx) + opt.max_new);
   Decoder dec(m, 1, capacity, DecoderOptions{depth, {}, KvPolicy::per_step, opt.draft_depth, kv_element(opt.kv_cache)});
-  Chooser choose{V, opt, textless};
+  Chooser choose(V, opt, textless);
   std::vector<int32_t> seq = prompt_in, out;
   std::vector<float> z(V), zs((size_t)K * V);
   std::vector<int32_t> drafts(K + 1);
