@@ -27,6 +27,26 @@
 namespace looplm {
 
 namespace {
+// What `--speculative auto` runs: measured once per model, depth, KV cache and thread count
+// (speculative_auto.cpp); several sequences, or an exit rule, decode plainly.
+SpeculativeChoice speculative_choice(LanguageModel::Impl& impl, const std::vector<std::vector<int32_t>>& prompts,
+                                     const GenerateOptions& opt, int depth) {
+  SpeculativeChoice choice;
+  if (prompts.size() > 1) {
+    choice.why = "plain decoding: several sequences decode together, one weight stream for the batch";
+  } else if (opt.exit.rule != ExitRule::fixed) {
+    choice.why = "plain decoding: tokens exit early (drafting runs every token at the full depth)";
+  } else {
+    const auto key = std::make_tuple(depth, opt.kv_cache, current_threads());
+    std::lock_guard<std::mutex> lk(impl.speculative_mu);
+    auto it = impl.speculative_choice.find(key);
+    if (it == impl.speculative_choice.end())
+      it = impl.speculative_choice.emplace(key, measure_speculative(*impl.model, prompts[0], opt, impl.textless)).first;
+    choice = it->second;
+  }
+  return choice;
+}
+
 // The ids in [0, V) the tokenizer has no text for: past its vocabulary, or holes in its id space.
 std::vector<int32_t> textless_ids(const Tokenizer& tok, int V) {
   std::vector<int32_t> out;
@@ -354,20 +374,8 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
   std::vector<TextStreamer> texts;  // with stop strings: each sequence's text, to see one come
   if (!opt.stop.empty())
     for (int i = 0; i < B; ++i) texts.emplace_back(impl_->tok, TextStreamer::Options{opt.stop, false});
-  if (opt.speculative < 0) {  // auto: measured once per model, depth, KV cache and thread count
-    SpeculativeChoice choice;
-    if (B > 1) {
-      choice.why = "plain decoding: several sequences decode together, one weight stream for the batch";
-    } else if (opt.exit.rule != ExitRule::fixed) {
-      choice.why = "plain decoding: tokens exit early (drafting runs every token at the full depth)";
-    } else {
-      const auto key = std::make_tuple(depth, opt.kv_cache, current_threads());
-      std::lock_guard<std::mutex> lk(impl_->speculative_mu);
-      auto it = impl_->speculative_choice.find(key);
-      if (it == impl_->speculative_choice.end())
-        it = impl_->speculative_choice.emplace(key, measure_speculative(m, prompts[0], opt, impl_->textless)).first;
-      choice = it->second;
-    }
+  if (opt.speculative < 0) {  // auto
+    const SpeculativeChoice choice = speculative_choice(*impl_, prompts, opt, depth);
     GenerateOptions chosen = opt;
     chosen.speculative = choice.K;
     chosen.draft_depth = choice.draft_depth;
