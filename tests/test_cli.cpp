@@ -811,6 +811,9 @@ TEST_F(Cli, BenchFormats) {
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* row : {"| train (", "| prompt processing pp8 fp32 |", "| generation tg4 bf16 |", " ± "})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  // meanwhile, a line per metric as it is measured (stderr)
+  EXPECT_NE(r.out.find("bench: generation tg4 bf16: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(repetition 2 of 2)"), std::string::npos) << r.out;
   r = run(args + " --csv");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("metric,mean,stddev\n", 0), 0u) << r.out;

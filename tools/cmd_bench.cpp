@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <omp.h>
 
 #include <nlohmann/json.hpp>
@@ -185,6 +186,19 @@ void print_results(const Run& run, double peak, const std::string& precision, bo
   }
 }
 
+// A line per metric as it is measured, on stderr: the table comes at the end, and a run under load
+// takes many minutes.
+struct Progress {
+  std::map<std::string, std::string> label_of;  // metric key -> its table row's words
+  int repetition = 1, reps = 1;
+  void operator()(const std::string& key, double value) const {
+    std::string label = label_of.count(key) ? label_of.at(key) : key;
+    if (label.size() > 10 && label.compare(label.size() - 10, 10, ", tokens/s") == 0) label.resize(label.size() - 10);
+    std::fprintf(stderr, "bench: %s: %.1f tokens/s (repetition %d of %d)\n", label.c_str(), value, repetition, reps);
+    std::fflush(stderr);
+  }
+};
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -248,6 +262,8 @@ int cmd_bench(int argc, char** argv) {
   bo.gen_batch = gen_batch;
   bo.kv_cache = kv_cache;
   bo.checkpoint = ckpt;
+  const auto progress = std::make_shared<Progress>(Progress{{}, 1, reps});  // (not in --json / --csv: for scripts)
+  if (!as_json && !as_csv) bo.on_measured = [progress](const std::string& k, double v) { (*progress)(k, v); };
   bo.formats.clear();
   if (!decode_only) bo.formats = {"fp32", "bf16"};
   for (const std::string& f : split_list(weight_list)) bo.formats.push_back(f);
@@ -255,6 +271,7 @@ int cmd_bench(int argc, char** argv) {
     throw UsageError("bench: --decode-only with no format to time: name them with --weights (e.g. fp32,q4_0)");
   Bench bench(c, bo);
   const std::vector<BenchMetric>& metrics = bench.metrics();
+  for (const BenchMetric& m : metrics) progress->label_of[m.key] = m.label;
   auto measure = [&] { return bench.measure(); };
   // The memory read rate is measured beside every repetition, and each repetition's batch-1
   // decoding is set against its own: a shared machine's memory rate drifts by tens of percent
@@ -263,6 +280,7 @@ int cmd_bench(int argc, char** argv) {
   auto repeat = [&] {
     std::map<std::string, std::vector<double>> all;
     for (int r = 0; r < reps; ++r) {
+      progress->repetition = r + 1;
       std::map<std::string, double> m = measure();
       if (gen_tokens > 0) {
         const double gbps = measure_read_gbps(std::size_t(1) << 30, 2);

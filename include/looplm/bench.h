@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,8 @@ struct BenchOptions {
   // format is added when it is not among them.
   std::vector<std::string> formats = {"fp32", "bf16"};
   std::string checkpoint;   // generation from this checkpoint's weights ("" = random weights from config.seed)
+  // Called with each metric as it is measured (key, tokens/s): a long run shows its progress.
+  std::function<void(const std::string& key, double value)> on_measured;
 };
 
 struct BenchMetric {

@@ -57,6 +57,11 @@ struct Bench::Impl {
 
   void train_steps(std::map<std::string, double>& v);
   void generation(std::map<std::string, double>& v);
+  // A measured metric into v, and to the caller's on_measured as it comes.
+  void put(std::map<std::string, double>& v, const std::string& key, double value) {
+    v[key] = value;
+    if (o.on_measured) o.on_measured(key, value);
+  }
 };
 
 Bench::Bench(const Config& config, const BenchOptions& options) : impl_(std::make_unique<Impl>()) {
@@ -144,7 +149,7 @@ void Bench::Impl::train_steps(std::map<std::string, double>& v) {
     grad_peak = std::max(grad_peak, so.grad_bytes_peak);
     if (s >= 2) step_s.push_back(secs(t0, clk::now()));
   }
-  v["train_tokens_per_s"] = B * T / median(step_s);
+  put(v, "train_tokens_per_s", B * T / median(step_s));
   if (train_rss == 0) train_rss = peak_rss_mib();
   // Quantization: GPTQ to q4_0 of a fresh fp32 copy of the model, calibrated on the B x T training
   // tokens (as `looplm quantize --method gptq` runs it).
@@ -155,7 +160,7 @@ void Bench::Impl::train_steps(std::map<std::string, double>& v) {
   qo.max_tokens = (int64_t)B * T;
   auto t0 = clk::now();
   quantize_gptq(q, *find_weight_format("q4_0"), qo);
-  v["quantize_tokens_per_s"] = (double)B * T / secs(t0, clk::now());
+  put(v, "quantize_tokens_per_s", (double)B * T / secs(t0, clk::now()));
 }
 
 void Bench::Impl::generation(std::map<std::string, double>& v) {
@@ -182,7 +187,7 @@ void Bench::Impl::generation(std::map<std::string, double>& v) {
   if (o.train) {  // Evaluation: the loss of B windows of T tokens at depth R through the fp32 model, as `looplm eval`.
     auto t0 = clk::now();
     const EvalResult er = lms[0]->evaluate(x, EvalOptions{});
-    v["eval_tokens_per_s"] = (double)er.tokens / secs(t0, clk::now());
+    put(v, "eval_tokens_per_s", (double)er.tokens / secs(t0, clk::now()));
   }
   for (size_t fi = 0; fi < formats.size(); ++fi) {
     LanguageModel* lm = lms[fi].get();
@@ -194,13 +199,13 @@ void Bench::Impl::generation(std::map<std::string, double>& v) {
     go.max_new = 1;
     go.kv_cache = o.kv_cache;
     lm->generate(std::vector<int32_t>(x.begin(), x.begin() + pp), go);
-    v["prompt_" + sfx + "tokens_per_s"] = st.prompt_tokens / st.prompt_seconds;
+    put(v, "prompt_" + sfx + "tokens_per_s", st.prompt_tokens / st.prompt_seconds);
     go.max_new = o.gen_tokens;
     const std::vector<int32_t> prompt(x.begin(), x.begin() + std::max(1, std::min(16, T - 1)));
     auto t0 = clk::now();
     lm->generate(prompt, go);
-    if (formats[fi] == "fp32" || formats[fi] == "bf16") v["generate_" + sfx + "tokens_per_s"] = o.gen_tokens / secs(t0, clk::now());
-    v["decode_" + sfx + "tokens_per_s"] = std::max(0, st.new_tokens - 1) / st.gen_seconds;
+    if (formats[fi] == "fp32" || formats[fi] == "bf16") put(v, "generate_" + sfx + "tokens_per_s", o.gen_tokens / secs(t0, clk::now()));
+    put(v, "decode_" + sfx + "tokens_per_s", std::max(0, st.new_tokens - 1) / st.gen_seconds);
     if (o.gen_batch > 1) {  // gen_batch sequences decoded together: distinct prompts, one batched pass per token
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < o.gen_batch; ++i) {
@@ -209,7 +214,7 @@ void Bench::Impl::generation(std::map<std::string, double>& v) {
         prompts.push_back(p);
       }
       lm->generate_batch(prompts, go);
-      v["decode_batch_" + sfx + "tokens_per_s"] = std::max(0, st.new_tokens - o.gen_batch) / st.gen_seconds;
+      put(v, "decode_batch_" + sfx + "tokens_per_s", std::max(0, st.new_tokens - o.gen_batch) / st.gen_seconds);
     }
   }
 }
