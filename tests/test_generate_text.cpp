@@ -397,6 +397,20 @@ TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
   ASSERT_EQ(one.code, 0) << one.out;
   EXPECT_EQ(one.out, prompt + rows[0].at("completion").get<std::string>() + "\n");
   EXPECT_TRUE(valid_utf8(one.out));
+  // streamed through loop-as-draft: greedy, the same text as plain decoding (drafts of 3 at depth
+  // 1, and auto's choice); sampled (speculative sampling), whole characters all the same
+  const std::string greedy = std::string(LOOPLM_BINARY) + " generate --checkpoint " + (d / "model.safetensors") +
+                             " -n 50 --temperature 0 -t 1" + bias + " -p '" + prompt + "'";
+  const test::CmdResult g = test::run_shell(greedy + " 2>/dev/null");
+  ASSERT_EQ(g.code, 0) << g.out;
+  for (const char* spec : {" --speculative 3 --draft-depth 1", " --speculative auto"}) {
+    const test::CmdResult s = test::run_shell(greedy + spec + " 2>/dev/null");
+    EXPECT_EQ(s.out, g.out) << spec;
+  }
+  const test::CmdResult sampled = test::run_shell(gen + " --speculative 3 --draft-depth 1 -p '" + prompt + "' 2>/dev/null");
+  ASSERT_EQ(sampled.code, 0) << sampled.out;
+  EXPECT_EQ(sampled.out.rfind(prompt, 0), 0u) << sampled.out;
+  EXPECT_TRUE(valid_utf8(sampled.out)) << sampled.out;
 }
 
 }  // namespace

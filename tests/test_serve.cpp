@@ -564,6 +564,14 @@ TEST_F(ServeText, SplitCharactersArriveWholeAndNothingIsCut) {
     json sb = body;
     sb["stream"] = true;
     EXPECT_EQ(streamed_text(s, sb), want);
+    // through loop-as-draft (the request decodes alone): the same text, whole and streamed
+    for (const json& spec : {json{{"speculative", 3}, {"draft_depth", 1}}, json{{"speculative", "auto"}}}) {
+      json sp = body;
+      sp.update(spec);
+      EXPECT_EQ(post(s, "/v1/completions", sp)["choices"][0]["text"], want) << spec.dump();
+      sp["stream"] = true;
+      EXPECT_EQ(streamed_text(s, sp), want) << spec.dump();
+    }
     // decode of the ids the model made (their first token continues the prompt: a byte-level
     // vocabulary decodes token by token, so decode alone gives the same text)
     EXPECT_EQ(post(s, "/detokenize", {{"tokens", cli["tokens"]}})["prompt"], want);
