@@ -61,11 +61,18 @@ int top_candidates(const float* z, int V, int top_k, std::vector<int32_t>& idx) 
 }
 }  // namespace
 
+int32_t greedy_token(const float* z_in, int V, const LogitBias* bias) {
+  require_finite_logits(z_in, V);
+  thread_local std::vector<float> biased;
+  const float* z = biased_logits(z_in, V, bias, biased);
+  return (int32_t)(std::max_element(z, z + V) - z);
+}
+
 int32_t sample_token(const float* z_in, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work) {
+  if (o.temperature <= 0) return greedy_token(z_in, V, o.logit_bias);
   require_finite_logits(z_in, V);
   thread_local std::vector<float> biased;
   const float* z = biased_logits(z_in, V, o.logit_bias, biased);
-  if (o.temperature <= 0) return (int32_t)(std::max_element(z, z + V) - z);
   // Candidates sorted by logit, cut to top-k, softmax at temperature, cut to the top-p mass.
   std::vector<int32_t> idx;
   int k = top_candidates(z, V, o.top_k, idx);

@@ -29,6 +29,8 @@ const float* biased_logits(const float* z, int V, const LogitBias* bias, std::ve
 // the outputs of a model that overflowed (a diverged or damaged checkpoint).
 void require_finite_logits(const float* logits, int V);
 int32_t sample_token(const float* logits, int V, const SamplerOptions& o, Rng& rng, std::vector<float>& work);
+// The greedy choice (sample_token at temperature 0): the most likely token after the bias.
+int32_t greedy_token(const float* logits, int V, const LogitBias* bias);
 // The distribution sample_token draws from, dense (p[V], zero outside the top-k / top-p cut):
 // speculative sampling compares the draft's with the target's. Temperature > 0.
 void sampling_distribution(const float* z, int V, const SamplerOptions& o, std::vector<double>& p);

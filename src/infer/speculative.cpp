@@ -39,14 +39,10 @@ struct Chooser {
   Rng rng{opt.seed, kStreamSample};
   std::vector<std::vector<double>> q = std::vector<std::vector<double>>(opt.speculative + 1);  // q[k]: draft k's
   std::vector<double> p;
-  std::vector<float> biased, work;
+  std::vector<float> work;
 
   bool greedy() const { return opt.temperature <= 0; }
-  int32_t argmax(const float* z_in) {
-    require_finite_logits(z_in, V);
-    const float* z = biased_logits(z_in, V, &opt.logit_bias, biased);
-    return (int32_t)(std::max_element(z, z + V) - z);
-  }
+  int32_t argmax(const float* z) { return greedy_token(z, V, &opt.logit_bias); }
   // A token where no draft is checked: as plain decoding chooses it.
   int32_t plain(float* z) {
     mask_textless(z, textless);

@@ -49,12 +49,10 @@ SpeculativeChoice measure_speculative(const Model& m, const std::vector<int32_t>
   const int tail = (int)std::min<size_t>({prompt.size(), (size_t)32, (size_t)(c.context - kRoom)});
   const std::vector<int32_t> x(prompt.end() - tail, prompt.end());
   const op::KvElem kv = kv_element(opt.kv_cache);
-  std::vector<float> z(V), zs((size_t)8 * V), biased;
+  std::vector<float> z(V), zs((size_t)8 * V);
   auto argmax = [&](float* row) {
     mask_textless(row, textless);
-    require_finite_logits(row, V);
-    const float* b = biased_logits(row, V, &opt.logit_bias, biased);
-    return (int32_t)(std::max_element(b, b + V) - b);
+    return greedy_token(row, V, &opt.logit_bias);
   };
 
   // Plain decoding: the median of a token's pass (the first one warms up).
