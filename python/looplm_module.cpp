@@ -132,6 +132,15 @@ py::dict eval_dict(const EvalResult& e, int R) {
   d["mean_steps"] = e.mean_steps;
   d["exit_fraction"] = e.exit_fraction;
   if (e.gate_expected_depth > 0) d["gate_expected_depth"] = e.gate_expected_depth;
+  if (e.exit_gate) {
+    py::dict gate;
+    gate["objective"] = e.exit_gate->objective;
+    gate["expected_loss"] = e.exit_gate->expected_loss;
+    gate["entropy"] = e.exit_gate->entropy;
+    gate["mean_exit_step"] = e.exit_gate->mean_exit_step;
+    gate["exit_distribution"] = e.exit_gate->exit_distribution;
+    d["exit_gate"] = gate;
+  }
   if (!e.difficulty_first.empty()) {
     py::dict q;
     q["first_exit"] = e.difficulty_first;

@@ -54,6 +54,10 @@ void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& e
       j["exit_rule"] = ex.rule;
       if (eo.exit.rule != ExitRule::fixed) j["exit_threshold"] = ex.threshold;
       if (e.gate_expected_depth > 0) j["gate_expected_depth"] = e.gate_expected_depth;
+      if (e.exit_gate)
+        j["exit_gate"] = {{"objective", e.exit_gate->objective}, {"expected_loss", e.exit_gate->expected_loss},
+                          {"entropy", e.exit_gate->entropy}, {"mean_exit_step", e.exit_gate->mean_exit_step},
+                          {"exit_distribution", e.exit_gate->exit_distribution}};
     }
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
@@ -74,9 +78,12 @@ void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& e
                 window_len, e.loss, at);
   if (ran == 0) return;
   print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
-  if (e.gate_expected_depth > 0)
-    std::printf("the exit gate's expected depth: %.3f loop steps per token (of %d; its distribution over the steps, "
-                "the last one taking what remains)\n", e.gate_expected_depth, ran);
+  if (e.exit_gate) {
+    std::printf("the exit gate: expected depth %.3f loop steps per token (of %d), expected loss %.4f, entropy %.3f nats; "
+                "p(r) =", e.exit_gate->mean_exit_step, ran, e.exit_gate->expected_loss, e.exit_gate->entropy);
+    for (double p : e.exit_gate->exit_distribution) std::printf(" %.3f", p);
+    std::printf(" (the last step taking what remains; trained with %s)\n", e.exit_gate->objective.c_str());
+  }
   if (!e.difficulty_first.empty()) {
     std::printf("\nloss by token difficulty (deciles of the exit-1 loss; 1 = easiest):\n| decile | exit 1 | exit %d | gain |\n|---|---|---|---|\n", ran);
     for (size_t q = 0; q < e.difficulty_first.size(); ++q)

@@ -63,6 +63,7 @@ struct Config {
   bool bias = false;                   // biases in attention / MLP linears (and untied lm_head)
   bool tie_embeddings = true;
   std::string loop_rule = "residual";  // a registered loop rule
+  bool exit_gate = false;              // a learned exit gate λ_r = σ(w·x_r + b) (docs/systems.md, Learned exit gate)
   double deeploop_p = 0.0;             // 0: off (α = 1). >0: α = (2N)^p, β = (8N)^-p (docs/systems.md)
   double init_std = 0.02;
   double norm_eps = 1e-5;
@@ -96,6 +97,12 @@ struct Config {
   double depth_sigma = 0.5;            // poisson_lognormal sigma
   int depth_max = 0;                   // poisson_lognormal clip; 0 -> 3R
   int bptt = 0;                        // keep gradients for the last k loop steps; 0 -> all
+  // exit_gate training (docs/systems.md, Learned exit gate): stage I with the model, stage II alone
+  std::string exit_prior = "token";    // token | batch: the entropy term of stage I
+  double exit_entropy_beta = 0.05;     // β of stage I
+  std::string train_only = "";         // "" | exit_gate (stage II: every other tensor frozen)
+  double exit_gate_k = 50.0;           // stage II: w_r = σ(k (max(0, L_{r−1} − L_r) − γ))
+  double exit_gate_gamma = 0.005;
   int eval_every = 100;                // also the checkpoint interval
   int keep_checkpoints = 2;            // last K checkpoints kept in DIR/checkpoints (0: only the latest)
   int eval_batches = 16;

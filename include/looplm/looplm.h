@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,16 @@ struct EvalResult {
   // over steps 1..depth (p_r = λ_r Π_{j<r} (1 − λ_j), the last step taking what remains), averaged
   // over the scored tokens; 0 for a model without one.
   double gate_expected_depth = 0;
+  // The same model's gate in full (docs/systems.md, Learned exit gate), token means over depth
+  // 1..depth: the objective its config trains (stage I "expected_loss - beta*H (token prior)" /
+  // "(batch prior)", stage II "loss improvement (k, gamma)"), the expected loss Σ_r p_r L_r, the
+  // entropy H(p), the mean exit step Σ_r r p_r (= gate_expected_depth) and the mean p_r.
+  struct ExitGate {
+    std::string objective;
+    double expected_loss = 0, entropy = 0, mean_exit_step = 0;
+    std::vector<double> exit_distribution;
+  };
+  std::optional<ExitGate> exit_gate;
   // Incremental scoring: bytes of keys and values the KV policy keeps per position (averaged over
   // the positions scored) and the bytes the cache allocated.
   double kv_bytes_per_token = 0;

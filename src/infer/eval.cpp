@@ -12,6 +12,7 @@
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "infer/early_exit.h"
+#include "ops/kernels_exit.h"
 #include "ops/ops.h"
 
 namespace looplm {
@@ -300,28 +301,60 @@ class EarlyExits {
   std::vector<int64_t> count_;
 };
 
-// A learned exit gate (Ouro): the expected depth under the gate's exit distribution
-// p_r = λ_r Π_{j<r} (1 − λ_j) (the last step takes what remains), over the scored tokens.
-class GateDepth {
+// A learned exit gate: its exit distribution p_r = λ_r Π_{j<r} (1 − λ_j) (the last step takes what
+// remains) over steps 1..depth, with each token's loss at every exit: the expected loss, entropy,
+// mean exit step and mean distribution over the scored tokens (the stage I forward's measurements,
+// kernels_exit.h, so eval and training report one thing).
+class GateReport {
  public:
-  explicit GateDepth(int depth) : depth_(depth) {}
-  void begin_batch(int64_t rows) { left_.assign(rows, 1.0); }
-  void at_exit(int step, const float* lambda, const int32_t* y) {
-    for (size_t n = 0; n < left_.size(); ++n) {
-      if (y[n] < 0) continue;
-      const double p = step == depth_ ? left_[n] : lambda[n] * left_[n];
-      sum_ += step * p;
-      left_[n] *= 1.0 - lambda[n];
-    }
+  explicit GateReport(int depth) : depth_(depth), dist_(depth, 0.0) {}
+  void begin_batch(int64_t rows) {
+    rows_ = rows;
+    L_.assign((size_t)depth_ * rows, 0.0f);
+    lam_.assign((size_t)depth_ * rows, 0.0f);
   }
-  void finish(EvalResult& r) const {
-    if (r.tokens > 0) r.gate_expected_depth = sum_ / (double)r.tokens;
+  void at_exit(int step, const Node* logits, const float* lambda, const int32_t* y) {
+    std::vector<float> lse(rows_);
+    k::token_xent_fwd(logits->v, y, lse.data(), L_.data() + (size_t)(step - 1) * rows_, (int)rows_, (int)logits->cols);
+    std::copy(lambda, lambda + rows_, lam_.begin() + (size_t)(step - 1) * rows_);
+  }
+  void end_batch(const int32_t* y) {
+    std::vector<uint8_t> valid(rows_);
+    for (int64_t n = 0; n < rows_; ++n) valid[n] = y[n] >= 0;
+    std::vector<float> p((size_t)depth_ * rows_), pbar(depth_);
+    k::ExitSummary s;
+    k::exit_objective_fwd(L_.data(), lam_.data(), valid.data(), (int)rows_, depth_, false, 0.0f, p.data(), pbar.data(), &s);
+    tokens_ += s.tokens;
+    expected_loss_ += s.expected_loss * s.tokens;
+    entropy_ += s.entropy * s.tokens;
+    mean_step_ += s.mean_step * s.tokens;
+    for (int r = 0; r < depth_; ++r) dist_[r] += (double)pbar[r] * s.tokens;
+  }
+  void finish(EvalResult& r, const Config& c) const {
+    if (tokens_ == 0) return;
+    EvalResult::ExitGate e;
+    e.objective = c.train_only == "exit_gate"
+                      ? "loss improvement (stage II, k " + num(c.exit_gate_k) + ", gamma " + num(c.exit_gate_gamma) + ")"
+                      : "expected loss - beta*H (stage I, " + c.exit_prior + " prior, beta " + num(c.exit_entropy_beta) + ")";
+    e.expected_loss = expected_loss_ / (double)tokens_;
+    e.entropy = entropy_ / (double)tokens_;
+    e.mean_exit_step = mean_step_ / (double)tokens_;
+    for (double d : dist_) e.exit_distribution.push_back(d / (double)tokens_);
+    r.gate_expected_depth = e.mean_exit_step;
+    r.exit_gate = e;
   }
 
  private:
+  static std::string num(double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return b;
+  }
   int depth_;
-  std::vector<double> left_;  // per row: Π (1 − λ) so far
-  double sum_ = 0;
+  int64_t rows_ = 0, tokens_ = 0;
+  std::vector<float> L_, lam_;  // this batch, exit-major
+  double expected_loss_ = 0, entropy_ = 0, mean_step_ = 0;
+  std::vector<double> dist_;
 };
 
 EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
@@ -343,7 +376,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
   StepDiagnostics diagnostics(depth, extra);
   std::optional<EarlyExits> exits;
   if (exiting) exits.emplace(early, depth, c.vocab_size, c.d_model, exact);
-  GateDepth gate(depth);
+  GateReport gate(depth);
 
   EvalResult r;
   std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
@@ -370,7 +403,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
         const float* lambda = nullptr;
         if (gated && step > 0) {
           lambda = m.exit_gate(g, final_hidden)->v;
-          gate.at_exit(step, lambda, y.data());
+          gate.at_exit(step, logits, lambda, y.data());
         }
         losses.at_exit(g, step, logits, y.data(), B, T, scored);
         if (exits && step > 0) exits->at_exit(step, logits, h, lambda, y.data());
@@ -378,6 +411,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
       cosine.at_step(step, h, rows);
     });
     if (exits) exits->end_batch(y.data(), B, T);
+    if (gated) gate.end_batch(y.data());
     cosine.end_batch(rows);
     r.tokens += scored;
     g.reset();
@@ -387,7 +421,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
   losses.finish(r, acc_over, c.R);
   cosine.finish(r);
   diagnostics.finish(r);
-  if (gated) gate.finish(r);
+  if (gated) gate.finish(r, c);
   if (depth > 0) {
     r.exit_fraction.assign(depth, 0.0);
     r.mean_steps = depth;

@@ -30,7 +30,7 @@ std::string gguf_export_refusal(const Config& c, bool check_tokenizer) {
   if (c.bias) return "bias true (llama.cpp's llama and nanbeige have no biases)" + why;
   if (c.deeploop_p != 0) return "deeploop_p " + std::to_string(c.deeploop_p) + " (residual scaling)" + why;
   if (c.emb_scale != 1) return "emb_scale " + std::to_string(c.emb_scale) + " (a scaled embedding)" + why;
-  if (c.loop_rule == "residual" && c.get_bool("exit_gate")) return "a learned exit gate (exit_gate)" + why;
+  if (c.exit_gate) return "a learned exit gate (exit_gate)" + why;
   if (c.head_dim() % 2) return "an odd head dimension (" + std::to_string(c.head_dim()) + ") cannot be rotated by RoPE pairs";
   if (c.d_model % 32 || c.ff_dim() % 32 || c.q_width() % 32)
     return "d_model " + std::to_string(c.d_model) + ", d_ff " + std::to_string(c.ff_dim()) + " and n_heads · d_head " +

@@ -46,6 +46,8 @@ std::vector<std::string> tokenizer_names() { return {"byte", "char", "hf"}; }
 std::vector<std::string> sampler_names() { return {"fixed", "uniform", "poisson_lognormal"}; }
 std::vector<std::string> data_mode_names() { return {"stream", "examples"}; }
 std::vector<std::string> precision_names() { return {"fp32", "bf16"}; }
+std::vector<std::string> exit_prior_names() { return {"token", "batch"}; }
+std::vector<std::string> train_only_names() { return {"", "exit_gate"}; }
 
 const Range kPositive{0, kInf, true};
 const Range kNonNeg{0, kInf};
@@ -75,6 +77,9 @@ const std::vector<Field>& fields() {
       {"bias", &Config::bias, "model", {}, "biases in attention / MLP linears (and an untied head)"},
       {"tie_embeddings", &Config::tie_embeddings, "model", {}, "lm_head = tok_emb"},
       {"loop_rule", &Config::loop_rule, "model", {}, "how the state moves around the core", loop_rule_names},
+      {"exit_gate", &Config::exit_gate, "model", {},
+       "a learned exit gate loop.exit_gate, lambda_r = sigmoid(w . x_r + b) on each exit's final hidden state (Ouro's form; "
+       "any loop rule): trained with the exit objective (exit_prior), read by --exit-rule gate; needs R > 1"},
       {"deeploop_p", &Config::deeploop_p, "model", {0, 4},
        "0: off. p > 0: sandwich α = (2N)^p and init β = (8N)^-p on attn.v, attn.o and MLP matrices (N = n_prelude + n_core·R + n_coda)"},
       {"init_std", &Config::init_std, "model", kPositive, "N(0, init_std) for matrices; attn.o, mlp.down × 1/√(2N) unless DeepLoop"},
@@ -112,6 +117,18 @@ const std::vector<Field>& fields() {
        sampler_names},
       {"depth_sigma", &Config::depth_sigma, "training", kPositive, "poisson_lognormal σ"},
       {"depth_max", &Config::depth_max, "training", ints(0, 3 * 4096), "poisson_lognormal clip; 0 means 3R"},
+      {"exit_prior", &Config::exit_prior, "training", {},
+       "exit_gate, stage I (the whole model): L = sum_r p(r) L_r - exit_entropy_beta * H, H the entropy of each token's exit "
+       "distribution (token, Ouro) or of the batch's mean distribution (batch)",
+       exit_prior_names},
+      {"exit_entropy_beta", &Config::exit_entropy_beta, "training", kNonNeg, "exit_gate: the weight beta of the exit prior's entropy"},
+      {"train_only", &Config::train_only, "training", {},
+       "\"\": train every tensor; exit_gate: stage II, the gate alone on the frozen model (BCE of 1 - lambda_r against "
+       "w_r = sigmoid(exit_gate_k (max(0, L_(r-1) - L_r) - exit_gate_gamma)))",
+       train_only_names},
+      {"exit_gate_k", &Config::exit_gate_k, "training", kPositive, "stage II: the slope k of the continue target w_r"},
+      {"exit_gate_gamma", &Config::exit_gate_gamma, "training", kNonNeg,
+       "stage II: the loss improvement gamma (nats) at which the continue target w_r is 1/2"},
       {"bptt", &Config::bptt, "training", ints(0, 3 * 4096), "keep gradients for the last k loop steps only; 0 = all"},
       {"eval_every", &Config::eval_every, "training", ints(1, kIntMax), "validation (and checkpoint) interval in steps"},
       {"keep_checkpoints", &Config::keep_checkpoints, "training", ints(0, 1000000),
@@ -148,7 +165,7 @@ bool in_range(double x, const Range& r) {
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
-  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + (v[i].empty() ? std::string("\"\"") : v[i]);
   return s;
 }
 
@@ -450,6 +467,9 @@ void Config::validate() const {
                                                  std::to_string(head_dim()) + ")");
   need(head_dim() <= kMaxHeadDim,
        "the head dimension must be at most " + std::to_string(kMaxHeadDim) + " (it is " + std::to_string(head_dim()) + ")");
+  need(!exit_gate || R > 1, "exit_gate needs a loop (R > 1): with R = 1 every token exits at its only step");
+  need(train_only != "exit_gate" || exit_gate,
+       "train_only = exit_gate trains the model's exit gate, and this model has none (set exit_gate = true to add one)");
   const Registries& r = registries();
   if (auto& v = r.blocks.get(block, "block").validate) v(*this);
   if (auto& v = r.loop_rules.get(loop_rule, "loop_rule").validate) v(*this);

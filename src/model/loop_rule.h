@@ -54,11 +54,6 @@ class LoopRule {
   // Forward FLOPs per token of one step besides the core's (the rule's own maps; counted like
   // Block::flops_per_token). Default: none.
   virtual double flops_per_token() const { return 0; }
-  // A learned exit gate (Ouro): λ [N, 1] in (0, 1), the probability of exiting at this step given
-  // that no earlier step exited, from the exit's final hidden state (after coda and norm_f, what
-  // the lm_head reads). Default: none (nullptr).
-  virtual Node* exit_gate(Graph& g, Node* final_hidden) const { return nullptr; }
-  virtual bool has_exit_gate() const { return false; }
 };
 
 using LoopRuleFactory = std::function<std::unique_ptr<LoopRule>(ParamStore&, const Config&)>;

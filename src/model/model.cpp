@@ -19,6 +19,11 @@ void Model::build(ParamStore& ps) {
   for (int i = 0; i < c.n_core; ++i) core_.push_back(make_block(ps, "core." + std::to_string(i), c));
   for (int i = 0; i < c.n_coda; ++i) coda_.push_back(make_block(ps, "coda." + std::to_string(i), c));
   rule_ = reg.loop_rules.get(c.loop_rule, "loop_rule").make(ps, c);
+  // The exit gate (any rule): w ~ N(0, init_std), b = 0, so λ starts near 1/2 at every exit.
+  if (c.exit_gate) {
+    gate_w_ = ps.add("loop.exit_gate.weight", {1, d}, Init::normal(c.init_std));
+    gate_b_ = ps.add("loop.exit_gate.bias", {1}, Init::zeros());
+  }
   norm_f_ = std::make_unique<Norm>(ps, "norm_f", c);
   if (!c.tie_embeddings) {
     lm_head_w_ = ps.add("lm_head.weight", {V, d}, matrix_init(c));
@@ -45,6 +50,7 @@ Model::Model(const Config& c, ParamStorage storage) : cfg_(c) {
   for (auto* sec : {&prelude_, &core_, &coda_})
     for (auto& b : *sec) b->bind(ps_);
   rule_->bind(ps_);
+  if (gate_w_ >= 0) gate_W_ = ps_.view(gate_w_), gate_B_ = ps_.view(gate_b_);
   norm_f_->bind(ps_);
   Wlm_ = ps_.matrix(lm_head_w_ >= 0 ? lm_head_w_ : tok_emb_);
   if (lm_head_w_ < 0) Wlm_->read_as_values = true;  // tied: the embedding lookups read its rows
@@ -193,6 +199,17 @@ Node* Model::lm_head(Graph& g, Node* x) const {
   Graph::At at(g, -1, 0);
   g.tap("lm_head.in", x);
   return linear(g, x, *Wlm_, blm_);
+}
+
+Node* Model::exit_gate_logit(Graph& g, Node* final_hidden) const {
+  if (gate_w_ < 0) return nullptr;
+  Graph::At at(g, -1, 0);
+  return op::linear(g, final_hidden, gate_W_, gate_B_);
+}
+
+Node* Model::exit_gate(Graph& g, Node* final_hidden) const {
+  Node* z = exit_gate_logit(g, final_hidden);
+  return z ? op::sigmoid(g, z) : nullptr;
 }
 
 Model::FlopParts Model::flop_parts() const {

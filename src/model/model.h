@@ -67,10 +67,13 @@ class Model {
   // any rows of it (generation with the gate or latent exit needs logits only where a token exits).
   Node* final_hidden(Graph& g, Node* h, int B, int T, const RunOptions& o) const;
   Node* lm_head(Graph& g, Node* final_hidden) const;
-  // The learned exit gate's λ [B*T, 1] at an exit from head()'s final hidden state; nullptr for a
-  // model without one (LoopRule::exit_gate).
-  Node* exit_gate(Graph& g, Node* final_hidden) const { return rule_->exit_gate(g, final_hidden); }
-  bool has_exit_gate() const { return rule_->has_exit_gate(); }
+  // The learned exit gate (config exit_gate, any loop rule; Ouro's form): λ_r = σ(w · x_r + b) [B*T, 1],
+  // the probability of exiting at step r given that no earlier step exited, from exit r's final
+  // hidden state x_r (head()'s final_hidden: what the lm_head reads); nullptr without a gate.
+  // exit_gate_logit is w · x_r + b (the stage II loss works on it: stable at λ near 0 or 1).
+  Node* exit_gate(Graph& g, Node* final_hidden) const;
+  Node* exit_gate_logit(Graph& g, Node* final_hidden) const;
+  bool has_exit_gate() const { return gate_w_ >= 0; }
   // The trunk in pieces, for generation that steps rows through the loop itself (per-token early
   // exit): embedding + prelude -> h_pre; the loop rule's initial state; one loop step r (1-based);
   // the exit's hidden state. A loop state has one row per token (LoopRule), so a caller may keep
@@ -110,8 +113,8 @@ class Model {
   std::vector<std::unique_ptr<Block>> prelude_, core_, coda_;
   std::unique_ptr<LoopRule> rule_;
   std::unique_ptr<Norm> norm_f_;
-  int tok_emb_ = -1, pos_emb_ = -1, lm_head_w_ = -1, lm_head_b_ = -1;
-  Node *E_ = nullptr, *P_ = nullptr, *blm_ = nullptr;
+  int tok_emb_ = -1, pos_emb_ = -1, lm_head_w_ = -1, lm_head_b_ = -1, gate_w_ = -1, gate_b_ = -1;
+  Node *E_ = nullptr, *P_ = nullptr, *blm_ = nullptr, *gate_W_ = nullptr, *gate_B_ = nullptr;
   WeightMatrix* Wlm_ = nullptr;
   std::unique_ptr<RopeTable> rope_;
 };

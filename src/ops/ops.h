@@ -12,6 +12,10 @@
 
 namespace looplm {
 
+namespace k {
+struct ExitSummary;  // ops/kernels_exit.h
+}
+
 namespace op {
 
 Node* linear(Graph& g, Node* x, Node* W, Node* b);                  // x W^T + b
@@ -87,6 +91,20 @@ Node* rope(Graph& g, Node* x, int B, int T, int H, RopeAngles ra, const RowPlace
 
 // Mean token cross-entropy, a [1, 1] node; targets < 0 are ignored.
 Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);
+
+// ---- the exit gate's training objectives (ops_exit.cpp, kernels_exit.h; docs/systems.md, Learned exit gate)
+// Each token's cross-entropy [N, 1] (0 where the target is < 0).
+Node* token_cross_entropy(Graph& g, Node* logits, const int32_t* targets);
+// Stage I over R exits: losses[r], gates[r] the [N, 1] loss and λ of exit r + 1 (gates[R − 1] is
+// not read: the last exit takes what is left; may be null). Returns mean_n Σ_r p_r L_r − β H, H the
+// token prior's mean entropy or the batch prior's entropy of the mean distribution (tokens with a
+// target < 0 not counted). `summary` and `distribution` (the mean p, R values) receive the forward's
+// measurements when given.
+Node* exit_objective(Graph& g, Node* const* losses, Node* const* gates, int R, const int32_t* targets, bool batch_prior,
+                     double beta, k::ExitSummary* summary = nullptr, std::vector<double>* distribution = nullptr);
+// Stage II: the mean over tokens and exits of the BCE of 1 − λ_r = σ(−z_r) against the continue
+// target w (exit-major [R·N], a constant); logits[r] the gate's logit z [N, 1] at exit r + 1.
+Node* exit_gate_bce(Graph& g, Node* const* logits, const float* targets_w, int R, const int32_t* targets);
 
 }  // namespace op
 }  // namespace looplm

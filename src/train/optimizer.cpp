@@ -6,12 +6,21 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
+#include "looplm/error.h"
 
 namespace looplm {
 
 AdamW::AdamW(const ParamStore& ps) : m(ps.total(), 0.0f), v(ps.total(), 0.0f), decay_(ps.total(), 0) {
   for (auto& p : ps.infos())
     if (p.decay) std::fill(decay_.begin() + p.offset, decay_.begin() + p.offset + p.numel, 1);
+  spans_ = {{0, (int64_t)ps.total()}};
+}
+
+void AdamW::train_only(const ParamStore& ps, const std::string& prefix) {
+  spans_.clear();
+  for (auto& p : ps.infos())
+    if (p.name.rfind(prefix, 0) == 0) spans_.push_back({(int64_t)p.offset, (int64_t)p.numel});
+  if (spans_.empty()) throw UsageError("config key 'train_only': the model has no parameters " + prefix + "*");
 }
 
 namespace {
@@ -42,9 +51,11 @@ void AdamW::step(ParamStore& ps, double lr, const Config& c) {
   k.wd_keep = (float)(1.0 - lr * c.weight_decay);
   float* p = ps.values().data();
   const float* g = ps.grads().data();
-  parallel_spans((int64_t)ps.total(), [&](int64_t lo, int64_t n) {
-    adamw_span(p + lo, g + lo, m.data() + lo, v.data() + lo, decay_.data() + lo, n, k);
-  });
+  for (auto [first, count] : spans_)
+    parallel_spans(count, [&, first](int64_t lo, int64_t n) {
+      lo += first;
+      adamw_span(p + lo, g + lo, m.data() + lo, v.data() + lo, decay_.data() + lo, n, k);
+    });
 }
 
 double lr_at(const Config& c, int step) {

@@ -8,6 +8,7 @@
 #include "backend/cpu/gemm.h"
 #include "looplm/error.h"
 #include "ops/ops.h"
+#include "train/exit_objective.h"
 
 namespace looplm {
 
@@ -17,11 +18,23 @@ void require_precision_supported(const Config& c) {
                      "train with precision = fp32");
 }
 
+Node* micro_batch_loss(Graph& g, const Model& m, const Config& c, const int32_t* x, const int32_t* y, const RunOptions& ro,
+                       StepOutcome* out) {
+  if (!m.has_exit_gate()) return op::cross_entropy(g, m.logits(g, x, c.batch_size, c.context, ro), y);
+  ExitMeasure measured;
+  Node* l = c.train_only == "exit_gate" ? exit_gate_alone_loss(g, m, c, x, y, ro, &measured)
+                                        : exit_objective_loss(g, m, c, x, y, ro, &measured);
+  if (out) {
+    out->exit_distribution = measured.distribution;
+    out->exit_mean_step = measured.summary.mean_step;
+  }
+  return l;
+}
+
 StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOptions ro, double lr,
                        const std::function<void(int32_t* x, int32_t* y)>& next_batch, std::vector<int32_t>& x,
                        std::vector<int32_t>& y, GradientSum* sum) {
   StepOutcome out;
-  const int B = c.batch_size, T = c.context;
   ro.training = true;
   g.set_bf16_products(c.precision == "bf16");
   std::optional<GradientSum> one_process;
@@ -34,7 +47,7 @@ StepOutcome train_step(Model& m, AdamW& adam, Graph& g, const Config& c, RunOpti
     // from zero, so the sum over micro-batches has one order whatever the ranks (GradientSum).
     m.params().zero_grad();
     next_batch(x.data(), y.data());
-    Node* l = op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data());
+    Node* l = micro_batch_loss(g, m, c, x.data(), y.data(), ro, &out);
     const double loss = l->v[0] / c.grad_accum;
     g.backward(l, 1.0f / c.grad_accum);
     out.activation_bytes_peak = std::max(out.activation_bytes_peak, g.activation_bytes_peak());

@@ -1,6 +1,7 @@
 // One optimizer step, as train() and the benchmark (Bench) run it.
 #pragma once
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -18,7 +19,17 @@ struct StepOutcome {
   bool taken = false;    // false: the loss or the norm was not finite and the weights were left as they were
   size_t activation_bytes_peak = 0, grad_bytes_peak = 0;
   double sum_s = 0;  // seconds in GradientSum::finish: the exchange between ranks, if any
+  // A model with an exit gate (the last micro-batch's): the gate's mean exit distribution over
+  // exits 1..depth and its mean exit step; empty / NaN without a gate.
+  std::vector<double> exit_distribution;
+  double exit_mean_step = std::nan("");
 };
+
+// One micro-batch's loss, the node train_step back-propagates: the mean cross-entropy at the
+// run's depth, or with an exit gate its objective (train/exit_objective.h: stage I, or stage II
+// when c.train_only = exit_gate). `out` (optional) receives the gate's exit measurements.
+Node* micro_batch_loss(Graph& g, const Model& m, const Config& c, const int32_t* x, const int32_t* y, const RunOptions& ro,
+                       StepOutcome* out = nullptr);
 
 // precision = bf16 needs a CPU that multiplies bf16 natively (AVX512_BF16): throws UsageError
 // naming the feature where it has none. train() and Bench call it before they start.

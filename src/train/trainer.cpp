@@ -264,15 +264,29 @@ std::unique_ptr<Model> build_model(const Config& c, std::unique_ptr<Model> init,
     model->init_weights(c.seed);
     return model;
   }
+  // Every parameter of the file, by name and shape; the one addition allowed is an exit gate
+  // (exit_gate = true on a model without one: stage II trains it from its init).
+  model->init_weights(c.seed);
   const auto& to = model->params().infos();
   const auto& from = init->params().infos();
-  bool same = to.size() == from.size();
-  for (size_t i = 0; same && i < to.size(); ++i) same = to[i].name == from[i].name && to[i].shape == from[i].shape;
-  if (!same)
+  size_t matched = 0;
+  bool same = true;
+  for (size_t i = 0; same && i < to.size(); ++i) {
+    int j = -1;
+    for (size_t k = 0; k < from.size(); ++k)
+      if (from[k].name == to[i].name) j = (int)k;
+    if (j < 0) {
+      same = to[i].name.rfind("loop.exit_gate.", 0) == 0;
+      continue;
+    }
+    same = from[j].shape == to[i].shape;
+    if (same) std::copy(init->params().value(j), init->params().value(j) + to[i].numel, model->params().value((int)i));
+    ++matched;
+  }
+  if (!same || matched != from.size())
     throw UsageError("--init-from " + init_from + ": the config's model has other parameters than the file's "
-                     "(a --set changed the model's shape); --set may change training keys only");
-  for (size_t i = 0; i < to.size(); ++i)
-    std::copy(init->params().value((int)i), init->params().value((int)i) + to[i].numel, model->params().value((int)i));
+                     "(a --set changed the model's shape); --set may change training keys only, and add an exit gate "
+                     "(exit_gate = true)");
   return model;
 }
 
@@ -291,7 +305,7 @@ size_t plan_memory(Model& m, const Config& c, int ranks, Graph& g, std::vector<i
     ro.training = true;
     std::fill(x.begin(), x.end(), 0);
     std::fill(y.begin(), y.end(), 0);
-    g.backward(op::cross_entropy(g, m.logits(g, x.data(), B, T, ro), y.data()));
+    g.backward(micro_batch_loss(g, m, c, x.data(), y.data(), ro));
   } catch (const std::bad_alloc&) {
     const double P = (double)m.n_params() * 4;
     throw Error("out of memory in the memory plan (one forward and backward at batch " + std::to_string(B) + " x " +
@@ -333,10 +347,14 @@ class MfuMeter {
     return r.gflops;
   }
   // A step of `depth` loop steps at `tokens_per_s`: forward over every step plus backward (≈ 2×
-  // forward) over the steps that keep gradients.
+  // forward) over the steps that keep gradients. With an exit gate every exit runs the head (and
+  // coda): stage I back-propagates through all of them, stage II (train_only) runs forward only.
   double mfu(const Model& m, int depth, double tokens_per_s) {
     const int kept = c_.bptt > 0 ? std::min(c_.bptt, depth) : depth;
-    const double flops_tok = m.flops_per_token(depth) + 2.0 * m.flops_per_token(kept);
+    const Model::FlopParts f = m.flop_parts();
+    const double extra_heads = c_.exit_gate ? (depth - 1) * (f.coda + f.head) : 0.0;
+    double flops_tok = m.flops_per_token(depth) + extra_heads;
+    if (c_.train_only.empty()) flops_tok += 2.0 * (m.flops_per_token(kept) + (c_.exit_gate ? (kept - 1) * (f.coda + f.head) : 0.0));
     const int threads = current_threads();
     double mfu = flops_tok * tokens_per_s / (gemm_gflops(threads) * 1e9);
     if (Rate& r = rate_[threads]; mfu > 1 && !r.remeasured) {
@@ -364,6 +382,8 @@ class MfuMeter {
 struct StepReport : TrainStep {
   double eta_s = 0, mfu = 0;  // for the console and metrics.jsonl (on_step sees the TrainStep)
   double allreduce_s = -1;    // under mpirun: seconds summing the gradients across ranks
+  std::vector<double> exit_distribution;  // a model with an exit gate: StepOutcome's
+  double exit_mean_step = 0;
 };
 
 // metrics.jsonl: one JSON object per training step and per validation (docs/cli.md).
@@ -379,6 +399,10 @@ class MetricsFile {
                       {"depth", r.depth}, {"tokens_per_s", r.tokens_per_s}, {"tokens_seen", r.tokens_seen},
                       {"elapsed_s", r.elapsed_s}, {"mfu", r.mfu}});
     if (r.allreduce_s >= 0) j["allreduce_s"] = r.allreduce_s;
+    if (!r.exit_distribution.empty()) {
+      j["exit_mean_step"] = r.exit_mean_step;
+      j["exit_distribution"] = r.exit_distribution;
+    }
     out_ << j.dump() << "\n";
   }
   void val(int64_t step, const EvalResult& e) {
@@ -399,8 +423,16 @@ std::string step_line(const StepReport& r, int steps) {
                 "step %lld/%d | loss %.4f | lr %.2e | grad norm %.3f | depth %d | %.0f tok/s | MFU %.2f | %s tokens | "
                 "%s elapsed | ETA %s",
                 (long long)r.step, steps, r.loss, r.lr, r.grad_norm, r.depth, r.tokens_per_s, r.mfu,
-                fmt_count(r.tokens_seen).c_str(), fmt_duration(r.elapsed_s).c_str(), fmt_duration(r.eta_s).c_str());
-  return line;
+                fmt_count(r.tokens_seen).c_str(), fmt_duration(r.elapsed_s).c_str(),
+                fmt_duration(r.eta_s).c_str());
+  std::string s = line;
+  if (!r.exit_distribution.empty()) {  // the exit gate's mean exit step and distribution p(1..depth)
+    char part[64];
+    std::snprintf(part, sizeof part, " | exit step %.2f, p", r.exit_mean_step);
+    s += part;
+    for (double p : r.exit_distribution) std::snprintf(part, sizeof part, " %.2f", p), s += part;
+  }
+  return s;
 }
 
 std::string val_line(int64_t step, const EvalResult& e, bool examples, int R) {
@@ -550,6 +582,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   std::unique_ptr<Model> model = build_model(c, std::move(init), opt.init_from);
   Model& m = *model;
   AdamW adam(m.params());
+  if (c.train_only == "exit_gate") adam.train_only(m.params(), "loop.exit_gate.");
   TrainState st;
   TrainResult res;
   int64_t last_checkpoint = -1;  // step of the checkpoint this run wrote or resumed from
@@ -647,6 +680,8 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     r.last = last;
     r.loss = o.loss;
     r.grad_norm = o.grad_norm;
+    r.exit_distribution = o.exit_distribution;
+    r.exit_mean_step = o.exit_mean_step;
     if (comm.size() > 1) r.allreduce_s = o.sum_s;
     r.tokens_per_s = (double)B * T * c.grad_accum / std::chrono::duration<double>(now - t0).count();
     r.tokens_seen = st.tokens_seen;
