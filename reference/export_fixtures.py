@@ -1,5 +1,5 @@
 """Write tests/fixtures/{dense,looped,sandwich,parallel,gated,hyper,mhc,energy,energy_ff1,cem,cem_precond,
-cem_nodiag,loop_norm,ouro,huginn,gqa,huginn_like_init}.safetensors
+cem_nodiag,loop_norm,ouro,huginn,gqa,huginn_like_init,exit_gate}.safetensors
 (and the init statistics tests/fixtures/init/*.safetensors) from the PyTorch reference.
 
     /usr/bin/python3 reference/export_fixtures.py [--out tests/fixtures] [NAME ...]
@@ -28,6 +28,11 @@ are exact up to their float32 rounding. Tensors (F32 unless noted):
                             r = 1..R+3 (every dumped state: energy.{R+1} is the trained depth's
                             final state, energy.{R+3} that of state.{R+2}); LoopLM.energies
     gate.{r} [B*T]          (exit_gate only) the learned exit gate's lambda at exit r = 1..R+2
+    exit.{token,batch}.loss [1], exit.{token,batch}.grad.{param}
+                            (exit_gate only) stage I at depth R (beta EXIT_BETA) and its gradients;
+    exit.token_bptt.*       the same under truncated back-propagation (bptt_k steps keep gradients)
+    exit.stage2.loss [1], exit.stage2.grad.loop.exit_gate.{weight,bias}
+                            stage II (k EXIT_K, gamma EXIT_GAMMA) and the gate's gradients
 """
 import argparse
 import copy
@@ -49,6 +54,7 @@ FIXTURE_VERSION = "2"
 BEYOND = 2   # exits checked beyond the trained R
 BPTT_K = 1   # loop steps that keep gradients in the bptt.grad.* tensors
 B, T, K = 2, 11, 3
+EXIT_BETA, EXIT_K, EXIT_GAMMA = 0.3, 5.0, 0.01  # k small enough that w_r is not 0/1 on random weights
 TRAIN = dict(lr=0.01, weight_decay=0.1, beta1=0.9, beta2=0.95, adam_eps=1e-8, grad_clip=1.0)
 COMMON = dict(vocab_size=37, d_model=18, n_heads=3, context=11)
 
@@ -121,6 +127,11 @@ FIXTURES = {
                              mlp="swiglu", pos="rope", rope_base=50000.0, bias=True, tie_embeddings=True,
                              loop_rule="inject_linear", inject_readout_norm=True, emb_scale=18 ** 0.5,
                              inject_state_init="like_init", inject_state_seed=1234567),
+    # The learned exit gate on another rule than Ouro's (gated, noise off) with a coda (run at every exit):
+    # its stage I objectives (both priors, and under truncated back-propagation) and stage II.
+    "exit_gate": dict(n_core=1, R=3, n_coda=1, d_ff=20, block="pre_norm", norm="layernorm",
+                      mlp="gelu", pos="learned", bias=False, tie_embeddings=False, loop_rule="gated",
+                      gate_tau=0.7, gate_sigma_x=0.0, gate_sigma_g=0.0, exit_gate=True),
 }
 
 
@@ -227,6 +238,11 @@ def perturb_loop(cfg, name, p, gen):
     biases + N(0, 0.3) (sinkhorn: on top of the identity), loop.emb redrawn N(0, 0.1)."""
     d = cfg["d_model"]
     rnd = lambda: torch.randn(p.shape, generator=gen, dtype=p.dtype)
+    if name.startswith("loop.exit_gate."):  # any rule
+        # Ouro's gate: w ~ N(0, 1/d) so w . x ~ N(0, 1) on a normed x, bias ~ N(0, 0.3^2): lambda
+        # spread over (0, 1) rather than all near 1/2
+        p.copy_(rnd() / d ** 0.5 if name.endswith(".weight") else 0.3 * rnd())
+        return
     if cfg["loop_rule"] == "gated":
         if name == "loop.gate.fc2.bias":
             p.copy_(0.5 + 0.5 * rnd())
@@ -251,10 +267,6 @@ def perturb_loop(cfg, name, p, gen):
     elif cfg["loop_rule"] == "inject_linear":
         # W_proj N(0, 1/(2d)): the core's input O(1) from [s, h_pre] (|.|^2 ~ 2d)
         p.copy_(rnd() / (2 * d) ** 0.5 if name.endswith(".weight") else 0.1 * rnd())
-    elif cfg["loop_rule"] == "residual" and name.startswith("loop.exit_gate."):
-        # Ouro's gate: w ~ N(0, 1/d) so w . x ~ N(0, 1) on a normed x, bias ~ N(0, 0.3^2): lambda
-        # spread over (0, 1) rather than all near 1/2
-        p.copy_(rnd() / d ** 0.5 if name.endswith(".weight") else 0.3 * rnd())
     else:
         raise AssertionError(f"no perturbation for {name}")
 
@@ -314,6 +326,24 @@ def make_fixture(name, seed):
         with torch.no_grad():
             for r, lam in enumerate(model.exit_gates(tokens, R + BEYOND), start=1):
                 out[f"gate.{r}"] = lam.reshape(-1).float()
+    if cfg.get("exit_gate", False):
+        for tag, prior, cut in (("token", "token", None), ("batch", "batch", None), ("token_bptt", "token", BPTT_K)):
+            model.zero_grad(set_to_none=True)
+            obj = model.exit_objective(tokens, targets, prior, EXIT_BETA, grad_steps=cut)
+            obj.backward()
+            out[f"exit.{tag}.loss"] = obj.detach().reshape(1).float()
+            for n, p in params.items():
+                out[f"exit.{tag}.grad.{n}"] = (p.grad if p.grad is not None else torch.zeros_like(p)).float()
+        model.zero_grad(set_to_none=True)
+        alone = model.exit_gate_alone(tokens, targets, EXIT_K, EXIT_GAMMA)
+        alone.backward()
+        out["exit.stage2.loss"] = alone.detach().reshape(1).float()
+        for n, p in params.items():
+            if n.startswith("loop.exit_gate."):
+                out[f"exit.stage2.grad.{n}"] = p.grad.float()
+            else:
+                assert p.grad is None, f"stage II reached {n}"
+        model.zero_grad(set_to_none=True)
     if cfg["block"] == "energy":
         with torch.no_grad():
             for r, e in enumerate(model.energies(tokens, R + BEYOND), start=1):  # E(h^(r-1))
@@ -336,6 +366,8 @@ def make_fixture(name, seed):
 
     meta = {"format": "pt", "fixture_version": FIXTURE_VERSION,
             "config": json.dumps(cfg, sort_keys=True), "bptt_k": str(BPTT_K)}
+    if cfg.get("exit_gate", False):
+        meta.update(exit_beta=repr(EXIT_BETA), exit_k=repr(EXIT_K), exit_gamma=repr(EXIT_GAMMA))
     return out, meta
 
 

@@ -30,13 +30,13 @@ DEFAULTS = dict(
     n_kv_heads=0, d_head=0, d_ff=0, n_prelude=0, n_coda=0, R=1,
     block="pre_norm", norm="rmsnorm", mlp="gelu", pos="rope", rope_base=10000.0,
     bias=False, tie_embeddings=True, loop_rule="residual", deeploop_p=0.0,
-    init_std=0.02, norm_eps=1e-5, emb_scale=1.0,
+    init_std=0.02, norm_eps=1e-5, emb_scale=1.0, exit_gate=False,
 )
 
 # Keys of each loop rule and their defaults. A resolved config holds the keys of its own rule only
 # (so a residual config is exactly the DEFAULTS keys); other rules' keys are ignored like lr.
 RULE_DEFAULTS = {
-    "residual": dict(loop_norm=False, exit_gate=False),
+    "residual": dict(loop_norm=False),
     "gated": dict(gate_sigma_x=0.1, gate_sigma_g=0.1, gate_tau=1.0, gate_bias_init=4.0),
     "inject_linear": dict(inject_readout_norm=False, inject_state_init="zero", inject_state_seed=0),
     "hyper": dict(hyper_streams=4, hyper_res="diag", sinkhorn_iters=20),
@@ -123,9 +123,8 @@ def resolve_config(cfg):
         if out["inject_state_seed"] > 2**31 - 1:  # the engine's range (0 .. INT32_MAX)
             raise ValueError(f"config key 'inject_state_seed' must be at most 2^31 - 1, got {out['inject_state_seed']}")
     elif rule == "residual":
-        for k in ("loop_norm", "exit_gate"):
-            if not isinstance(out[k], bool):
-                raise ValueError(f"config key {k!r} must be true or false, got {out[k]!r}")
+        if not isinstance(out["loop_norm"], bool):
+            raise ValueError(f"config key 'loop_norm' must be true or false, got {out['loop_norm']!r}")
     elif rule == "hyper":
         _integer(out, "hyper_streams", 1)
         _integer(out, "sinkhorn_iters", 1)
@@ -570,12 +569,6 @@ class ResidualLoop(nn.Module):
         super().__init__()
         self.loop_norm = bool(cfg.get("loop_norm", False))
         self.final_norm = None
-        if cfg.get("exit_gate", False):  # Ouro's learned exit gate: lambda_r = sigmoid(w . x_r + b)
-            self.exit_gate = nn.Linear(cfg["d_model"], 1)
-
-    def gate(self, final_hidden):
-        """lambda [..., 1] at an exit from the hidden state the lm_head reads (Ouro's early_exit_gate)."""
-        return torch.sigmoid(self.exit_gate(final_hidden))
 
     def init_state(self, h_pre):
         return h_pre
@@ -587,10 +580,7 @@ class ResidualLoop(nn.Module):
         return core(self.final_norm(h) if self.loop_norm and r > 1 else h)
 
     def reset_parameters(self, cfg):
-        if hasattr(self, "exit_gate"):
-            with torch.no_grad():
-                self.exit_gate.weight.normal_(0.0, cfg["init_std"])
-                self.exit_gate.bias.zero_()
+        pass
 
 
 # The like_init state of inject_linear (docs/systems.md, Huginn's linear injection), written from
@@ -897,6 +887,8 @@ class LoopLM(nn.Module):
         self.core = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_core"]))
         self.coda = nn.ModuleList(make_block(cfg, alpha) for _ in range(cfg["n_coda"]))
         self.loop = LOOP_RULES[cfg["loop_rule"]](cfg)  # parameters "loop.*" (none for residual)
+        if cfg["exit_gate"]:  # the learned exit gate (any rule): lambda_r = sigmoid(w . x_r + b), "loop.exit_gate.*"
+            self.loop.exit_gate = nn.Linear(d, 1)
         self.norm_f = Norm(d, cfg["norm"], cfg["norm_eps"])
         if isinstance(self.loop, (ResidualLoop, InjectLinearLoop)):
             # a bound method, not a closure: copy.deepcopy (and .double()) then rebind it to the copy's norm_f
@@ -933,6 +925,9 @@ class LoopLM(nn.Module):
                 elif any(s in name for s in (".attn.o.", ".mlp.down.", ".step.weight")):
                     w.mul_(1.0 / math.sqrt(2 * N))
         self.loop.reset_parameters(cfg)
+        if cfg["exit_gate"]:  # w ~ N(0, init_std), b = 0: lambda near 1/2 at every exit
+            self.loop.exit_gate.weight.normal_(0.0, std)
+            self.loop.exit_gate.bias.zero_()
 
     # --- pieces
     def embed(self, tokens):
@@ -968,9 +963,66 @@ class LoopLM(nn.Module):
             return h @ self.tok_emb.weight.t()
         return self.lm_head(h)
 
+    def gate(self, final_hidden):
+        """The exit gate's lambda [..., 1] from the hidden state the lm_head reads (Ouro's early_exit_gate)."""
+        return torch.sigmoid(self.loop.exit_gate(final_hidden))
+
     def exit_gates(self, tokens, R=None):
-        """The learned exit gate's lambda [B, T] at every exit r = 1..R (residual rule, exit_gate)."""
-        return [self.loop.gate(self.final_hidden(h)).squeeze(-1) for h in self.loop_states(tokens, R)[1:]]
+        """The learned exit gate's lambda [B, T] at every exit r = 1..R (exit_gate)."""
+        return [self.gate(self.final_hidden(h)).squeeze(-1) for h in self.loop_states(tokens, R)[1:]]
+
+    # --- the exit gate's training objectives (docs/systems.md, Learned exit gate)
+    def head_of(self, final_hidden):
+        if self.cfg["tie_embeddings"]:
+            return final_hidden @ self.tok_emb.weight.t()
+        return self.lm_head(final_hidden)
+
+    def exit_terms(self, tokens, targets, grad_steps=None):
+        """Per exit r = 0..R: (per-token loss [B*T], lambda [B*T], final hidden state). Under
+        truncated back-propagation the state of a step without gradients is detached (loop_states),
+        and its exit's coda, head and gate still get their gradients (the engine's rule)."""
+        out = []
+        for h in self.loop_states(tokens, self.cfg["R"], grad_steps):
+            fh = self.final_hidden(h)
+            z = self.head_of(fh)
+            loss = F.cross_entropy(z.reshape(-1, z.shape[-1]), targets.reshape(-1), reduction="none")
+            out.append((loss, self.gate(fh).reshape(-1), fh))
+        return out
+
+    @staticmethod
+    def exit_distribution(lams):
+        """p_r = lambda_r prod_{j<r} (1 - lambda_j) for r < R, the last exit taking what is left."""
+        left, p = torch.ones_like(lams[0]), []
+        for lam in lams[:-1]:
+            p.append(lam * left)
+            left = left * (1 - lam)
+        return p + [left]
+
+    def exit_objective(self, tokens, targets, prior="token", beta=0.05, grad_steps=None):
+        """Stage I: mean_n sum_r p_r L_r - beta H, H the mean entropy of each token's p (token) or
+        the entropy of the mean p (batch)."""
+        terms = self.exit_terms(tokens, targets, grad_steps)[1:]
+        p = torch.stack(self.exit_distribution([lam for _, lam, _ in terms]))  # [R, N]
+        L = torch.stack([loss for loss, _, _ in terms])
+        expected = (p * L).sum(0).mean()
+        if prior == "token":
+            H = -(p * torch.log(p)).sum(0).mean()
+        else:
+            pbar = p.mean(1)
+            H = -(pbar * torch.log(pbar)).sum()
+        return expected - beta * H
+
+    def exit_gate_alone(self, tokens, targets, k=50.0, gamma=0.005):
+        """Stage II: the model frozen; BCE of 1 - lambda_r against w_r = sigmoid(k (max(0, L_(r-1) -
+        L_r) - gamma)), r = 1..R (L_0: exit 0), mean over tokens and exits."""
+        with torch.no_grad():
+            terms = self.exit_terms(tokens, targets)
+        total = 0.0
+        for r in range(1, len(terms)):
+            w = torch.sigmoid(k * (torch.clamp(terms[r - 1][0] - terms[r][0], min=0) - gamma))
+            zlogit = self.loop.exit_gate(terms[r][2]).reshape(-1)
+            total = total + (w * F.softplus(zlogit) + (1 - w) * F.softplus(-zlogit)).mean()
+        return total / (len(terms) - 1)
 
     def loop_states(self, tokens, R=None, grad_steps=None):
         """[h^(0), h^(1), ..., h^(R)], h^(r) = readout(state after step r) (h^(0) = h_pre).

@@ -210,8 +210,9 @@ TEST(ExitGate, EveryLoopRuleTrainsItsGate) {
   }
 }
 
-// Truncated back-propagation: exits of steps without gradients enter as constants, so the objective's
-// value is the full one's and nothing reaches the loop through them.
+// Truncated back-propagation: the exits of steps without gradients read their state detached, so
+// the objective's value is the full one's, nothing reaches the loop through them, and the gate
+// still learns (with one step keeping gradients only those exits have a gate that is read).
 TEST(ExitGate, StageOneUnderTruncatedBackprop) {
   Config c = gate_config("residual");
   Model m(c);
@@ -227,11 +228,15 @@ TEST(ExitGate, StageOneUnderTruncatedBackprop) {
   EXPECT_FLOAT_EQ(a->v[0], b->v[0]);
   m.params().zero_grad();
   g2.backward(b);
-  double prelude = 0;
+  double prelude = 0, gate = 0;
   for (auto& p : m.params().infos())
-    if (p.name.rfind("prelude.", 0) == 0)
-      for (int64_t i = 0; i < p.numel; ++i) prelude += std::fabs(m.params().grads()[p.offset + i]);
+    for (int64_t i = 0; i < p.numel; ++i) {
+      const double v = std::fabs(m.params().grads()[p.offset + i]);
+      if (p.name.rfind("prelude.", 0) == 0) prelude += v;
+      if (p.name.rfind("loop.exit_gate.", 0) == 0) gate += v;
+    }
   EXPECT_EQ(prelude, 0.0) << "with one step keeping gradients, none reaches the prelude";
+  EXPECT_GT(gate, 0.0);
 }
 
 // Through train(): stage I trains the model and logs the exit distribution; stage II from it (and

@@ -9,8 +9,6 @@ namespace looplm {
 
 namespace {
 
-Node* constant_like(Graph& g, int64_t rows, int64_t cols) { return g.node(rows, cols, false); }
-
 void copy_values(Node* to, const Node* from) { std::memcpy(to->v, from->v, sizeof(float) * from->numel()); }
 
 }  // namespace
@@ -21,29 +19,24 @@ Node* exit_objective_loss(Graph& g, const Model& m, const Config& c, const int32
   const int depth = c.depth_or_R(ro.depth);
   LOOPLM_ASSERT(depth >= 1, "the exit objective needs a loop step");
   std::vector<Node*> losses(depth, nullptr), gates(depth, nullptr);
-  // Where the exits of steps without gradients keep their values: made before the trunk, whose
-  // steps without gradients give back everything they allocate.
-  std::vector<Node*> const_loss(depth, nullptr), const_gate(depth, nullptr);
-  const int kept = ro.grad_steps < 0 || !g.grad_enabled() ? depth : std::min(ro.grad_steps, depth);
-  for (int r = 1; r <= depth - kept; ++r) {
-    const_loss[r - 1] = constant_like(g, N, 1);
-    const_gate[r - 1] = constant_like(g, N, 1);
-  }
+  // The exit of step r: its coda, head and gate, on the trunk's h^(r) or on a copy of it.
+  auto exit = [&](int r, Node* h) {
+    Node* fh = m.final_hidden(g, h, B, T, ro);
+    losses[r - 1] = op::token_cross_entropy(g, m.lm_head(g, fh), y);
+    gates[r - 1] = r < depth ? m.exit_gate(g, fh) : nullptr;
+  };
+  // Steps without gradients (truncated back-propagation) give back everything they allocate, so
+  // their exit states are copied into nodes made before the trunk, and their exits run after it,
+  // with gradients: the state is detached, the coda, head and gate still learn from every exit.
+  const int kept = ro.grad_steps < 0 ? depth : std::min(ro.grad_steps, depth);
+  std::vector<Node*> detached(depth - kept);
+  for (auto& h : detached) h = g.node(N, c.d_model, false);
   m.trunk(g, x, B, T, ro, [&](int r, Node* h) {
     if (r == 0) return;
-    Node* fh = m.final_hidden(g, h, B, T, ro);
-    Node* loss = op::token_cross_entropy(g, m.lm_head(g, fh), y);
-    Node* gate = r < depth ? m.exit_gate(g, fh) : nullptr;
-    if (!const_loss[r - 1]) {
-      losses[r - 1] = loss;
-      gates[r - 1] = gate;
-      return;
-    }
-    copy_values(const_loss[r - 1], loss);
-    if (gate) copy_values(const_gate[r - 1], gate);
-    losses[r - 1] = const_loss[r - 1];
-    gates[r - 1] = gate ? const_gate[r - 1] : nullptr;
+    if (r > depth - kept) return exit(r, h);
+    std::memcpy(detached[r - 1]->v, h->v, sizeof(float) * h->numel());
   });
+  for (int r = 1; r <= depth - kept; ++r) exit(r, detached[r - 1]);
   ExitMeasure local;
   ExitMeasure& out = measured ? *measured : local;
   return op::exit_objective(g, losses.data(), gates.data(), depth, y, c.exit_prior == "batch", c.exit_entropy_beta,
@@ -57,7 +50,7 @@ Node* exit_gate_alone_loss(Graph& g, const Model& m, const Config& c, const int3
   LOOPLM_ASSERT(depth >= 1, "the exit gate's stage II needs a loop step");
   std::vector<float> L((size_t)(depth + 1) * N);  // L[r·N + n]: exit r's loss, r = 0..depth
   std::vector<Node*> hidden(depth);
-  for (auto& h : hidden) h = constant_like(g, N, c.d_model);
+  for (auto& h : hidden) h = g.node(N, c.d_model, false);
   {
     Graph::NoGrad frozen(g);
     m.trunk(g, x, B, T, ro, [&](int r, Node* h) {

@@ -18,9 +18,10 @@ struct ExitMeasure {
   std::vector<double> distribution;  // the mean p(r), r = 1..depth
 };
 
-// Stage I. Exits of loop steps without gradients (truncated back-propagation, RunOptions::grad_steps)
-// enter as constants: their loss and λ are values only, so no gradient reaches the loop through them.
-// Each exit's logits [B·T, V] are kept for backward: memory grows with depth × vocabulary.
+// Stage I. Under truncated back-propagation (RunOptions::grad_steps) the exit of a step without
+// gradients reads its state detached: no gradient reaches the loop through it, while its coda,
+// head and gate learn from it as from every exit. Each exit's logits [B·T, V] are kept for
+// backward: memory grows with depth × vocabulary.
 Node* exit_objective_loss(Graph& g, const Model& m, const Config& c, const int32_t* x, const int32_t* y,
                           const RunOptions& ro, ExitMeasure* measured);
 // Stage II. The trunk and every head run without gradients; only each exit's final hidden state
