@@ -147,6 +147,20 @@ py::dict eval_dict(const EvalResult& e, int R) {
     q["last_exit"] = e.difficulty_last;
     d["loss_by_difficulty"] = q;
   }
+  if (e.calibration) {
+    py::dict rules;
+    for (const auto& rule : e.calibration->rules) {
+      py::list pts;
+      for (const auto& p : rule.frontier) pts.append(py::make_tuple(p.threshold, p.mean_steps, p.loss));
+      rules[rule.name.c_str()] = pts;
+    }
+    py::dict cal;
+    cal["depth"] = e.calibration->depth;
+    cal["tokens"] = e.calibration->tokens;
+    cal["full_loss"] = e.calibration->full_loss;
+    cal["rules"] = rules;
+    d["calibration"] = cal;
+  }
   if (e.kv_cache_bytes > 0) {
     d["kv_bytes_per_token"] = e.kv_bytes_per_token;
     d["kv_cache_bytes"] = e.kv_cache_bytes;
@@ -545,8 +559,9 @@ void bind_model_evaluate(py::class_<PyModel>& c) {
            [](const PyModel& s, const py::object& data, std::optional<int> depth, const std::string& exit_rule,
               std::optional<double> exit_threshold, std::optional<bool> incremental, std::optional<std::string> kv_policy,
               std::optional<std::string> kv_cache, int batch, std::optional<int64_t> max_windows, int window,
-              bool file) {
+              bool file, bool calibrate) {
              EvalOptions o;
+             o.calibrate = calibrate;
              o.depth = s.depth_of(depth);
              o.exit = exit_of(exit_rule, exit_threshold);
              if (o.depth == 0 && o.exit.rule != ExitRule::fixed)
@@ -580,9 +595,11 @@ void bind_model_evaluate(py::class_<PyModel>& c) {
            py::arg("data") = py::none(), py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
            py::arg("exit_threshold") = py::none(), py::arg("incremental") = py::none(), py::arg("kv_policy") = py::none(),
            py::arg("kv_cache") = py::none(), py::arg("batch") = 8, py::arg("max_windows") = py::none(),
-           py::arg("window") = 0, py::arg("file") = false,
+           py::arg("window") = 0, py::arg("file") = false, py::arg("calibrate") = false,
            "Held-out loss, accuracy and per-exit diagnostics (the CLI's eval --json) of `data`: text, token ids, a "
-           "file's path with file=True, or None for the run's validation data.")
+           "file's path with file=True, or None for the run's validation data. calibrate=True adds 'calibration': "
+           "every early-exit rule's loss-versus-loop-steps frontier {rule: [(threshold, mean_steps, loss), ...]} "
+           "and 'full_loss' (the CLI's eval --calibrate).")
       .def("session",
            [](const PyModel& s, int slots, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
               const std::string& kv_policy, const std::string& kv_cache) {

@@ -330,6 +330,92 @@ TEST(ExitGate, StagesThroughTrain) {
   }
 }
 
+// Calibration: every frontier point is what eval scores with that rule and threshold (the same
+// signals in double, the same exit tests: equal steps, the loss to summation order); the CLI prints
+// the choice within a budget, the JSON every frontier, the plot a PNG; misuse is refused.
+TEST(ExitGate, CalibrationMatchesEachRuleAlone) {
+  TempDir d("exit_calibration");
+  const std::string text = corpus();
+  std::ofstream(d / "train.txt") << text;
+  std::ofstream(d / "val.txt") << text.substr(0, text.size() / 4);
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 16;
+  c.n_core = 1;
+  c.R = 3;
+  c.batch_size = 4;
+  c.steps = 8;
+  c.warmup = 1;
+  c.eval_every = 8;
+  c.eval_batches = 2;
+  c.lr = 3e-3;
+  c.exit_gate = true;
+  c.data_train = d / "train.txt";
+  c.data_val = d / "val.txt";
+  TrainOptions o;
+  o.out_dir = d / "run";
+  o.quiet = true;
+  ASSERT_TRUE(train(c, o).complete);
+  const LanguageModel lm = LanguageModel::load(d / "run");
+  EvalOptions eo;
+  eo.calibrate = true;
+  const EvalResult all = lm.evaluate_validation(eo);
+  ASSERT_TRUE(all.calibration.has_value());
+  const auto& cal = *all.calibration;
+  EXPECT_EQ(cal.depth, 3);
+  EXPECT_EQ(cal.tokens, all.tokens);
+  EXPECT_NEAR(cal.full_loss, all.loss, 1e-7 * all.loss);  // eval's own loss: the float kernel's log-sum-exp
+  std::vector<std::string> names;
+  for (const auto& rule : cal.rules) {
+    names.push_back(rule.name);
+    ASSERT_FALSE(rule.frontier.empty()) << rule.name;
+    for (size_t i = 1; i < rule.frontier.size(); ++i) {
+      EXPECT_GT(rule.frontier[i].mean_steps, rule.frontier[i - 1].mean_steps) << rule.name;
+      if (rule.name != "depth") {
+        EXPECT_LT(rule.frontier[i].loss, rule.frontier[i - 1].loss) << rule.name;
+      }
+    }
+    if (rule.name == "depth") continue;
+    for (size_t i : {(size_t)0, rule.frontier.size() / 2, rule.frontier.size() - 1}) {
+      const auto& p = rule.frontier[i];
+      EvalOptions one;
+      one.exit = early_exit(rule.name, p.threshold);
+      const EvalResult e = lm.evaluate_validation(one);
+      EXPECT_NEAR(e.mean_steps, p.mean_steps, 1e-12) << rule.name << " at " << p.threshold;
+      EXPECT_NEAR(e.loss, p.loss, 1e-9 * e.loss) << rule.name << " at " << p.threshold;
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"depth", "gate", "kl", "entropy", "latent"}));
+
+  const std::string bin = std::string(LOOPLM_BINARY) + " eval --checkpoint " + (d / "run");
+  CmdResult r = run_shell(bin + " --calibrate --loss-budget 2% --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_DOUBLE_EQ(j["calibration"]["loss_budget"].get<double>(), 0.02);
+  EXPECT_TRUE(j["calibration"]["rules"]["gate"].contains("chosen"));
+  EXPECT_TRUE(j.contains("exit_gate"));
+  r = run_shell(bin + " --calibrate");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| gate |"), std::string::npos) << r.out;
+  if (run_shell("command -v gnuplot").code == 0) {
+    r = run_shell(bin + " --calibrate --plot " + (d / "cal.png"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream png(d / "cal.png", std::ios::binary);
+    char magic[4] = {};
+    png.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG");
+  } else {
+    std::printf("note: gnuplot is not installed; --plot is not tested\n");
+  }
+  for (const std::string bad : {" --calibrate --loss-budget abc", " --calibrate --loss-budget -1%", " --plot x.png",
+                                " --loss-budget 1%", " --calibrate --exit-rule kl --exit-threshold 0.1", " --calibrate --depth 0",
+                                " --calibrate --kv-cache int8"}) {
+    r = run_shell(bin + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+  }
+}
+
 // Bad values name their key.
 TEST(ExitGate, ConfigRefusals) {
   auto refused = [](const std::string& json, const std::string& words) {

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "eval_calibration.h"
 #include "looplm/looplm.h"
 #include "signals.h"
 
@@ -41,7 +42,8 @@ void print_incremental(const EvalResult& e, const EvalOptions& eo, const ExitArg
 
 // The full pass: the headline loss, then the loss at every exit (the early-exit table) and its
 // diagnostics, the gate's expected depth, the loss by token difficulty.
-void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& ex, bool as_json, int R, int window_len) {
+void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& ex, bool as_json, int R, int window_len,
+                   double loss_budget) {
   const int ran = (int)e.loss_by_depth.size();
   if (as_json) {
     nlohmann::json j = {{"loss", e.loss}, {"accuracy", e.accuracy}, {"loss_by_depth", e.loss_by_depth},
@@ -61,6 +63,7 @@ void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& e
     }
     if (!e.difficulty_first.empty())
       j["loss_by_difficulty"] = {{"first_exit", e.difficulty_first}, {"last_exit", e.difficulty_last}};
+    if (e.calibration) j["calibration"] = calibration_json(*e.calibration, loss_budget);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -90,6 +93,7 @@ void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& e
       std::printf("| %zu | %.4f | %.4f | %+.4f |\n", q + 1, e.difficulty_first[q], e.difficulty_last[q],
                   e.difficulty_first[q] - e.difficulty_last[q]);
   }
+  if (e.calibration) print_calibration(*e.calibration, loss_budget);
 }
 
 }  // namespace
@@ -127,7 +131,23 @@ int cmd_eval(int argc, char** argv) {
   app.add_option("--progress", progress, "progress line on stderr: auto (on a terminal), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--json", as_json, "print one JSON object");
+  bool calibrate = false;
+  std::string loss_budget = "1%", plot;
+  app.add_flag("--calibrate", calibrate,
+               "score every early-exit rule (the exit gate, kl, entropy, latent, fewer steps) over its thresholds in one "
+               "pass: loss against loop steps per token, and each rule's threshold within --loss-budget");
+  CLI::Option* budget_opt = app.add_option("--loss-budget", loss_budget,
+                                           "with --calibrate: the loss allowed above every token at full depth, a "
+                                           "fraction or percentage (default 1%)")
+                                ->type_name("B");
+  CLI::Option* plot_opt =
+      app.add_option("--plot", plot, "with --calibrate: draw the frontiers into this PNG (needs gnuplot)")->type_name("FILE");
   if (!parse(app, argc, argv, "eval")) return 0;
+  const double budget = parse_loss_budget(loss_budget);
+  if (!calibrate && (budget_opt->count() > 0 || plot_opt->count() > 0))
+    throw UsageError("eval: --loss-budget and --plot go with --calibrate");
+  if (calibrate && ex.exit().rule != ExitRule::fixed)
+    throw UsageError("eval: --calibrate scores every exit rule itself; do not give --exit-rule with it");
   EvalOptions eo;
   eo.depth = depth;
   eo.window = window;
@@ -135,6 +155,8 @@ int cmd_eval(int argc, char** argv) {
   if (depth == 0 && eo.exit.rule != ExitRule::fixed)
     throw UsageError("eval: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
   eo.incremental = ex.policy_given() || kv_opt->count() > 0;
+  eo.calibrate = calibrate;
+  if (calibrate && depth == 0) throw UsageError("eval: --calibrate needs loop steps (--depth 0 runs none)");
   eo.kv_policy = ex.kv_policy();
   if (!kv_cache.empty()) eo.kv_cache = kv_cache;
   set_threads(threads.n);
@@ -173,7 +195,11 @@ int cmd_eval(int argc, char** argv) {
   if (eo.incremental)
     print_incremental(e, eo, ex, as_json, R, lm.config().depth_or_R(depth), window_len);
   else
-    print_by_exit(e, eo, ex, as_json, R, window_len);
+    print_by_exit(e, eo, ex, as_json, R, window_len, budget);
+  if (e.calibration && !plot.empty()) {
+    plot_calibration(*e.calibration, budget, plot);
+    if (!as_json) std::printf("wrote %s\n", plot.c_str());
+  }
   return 0;
 }
 

@@ -58,6 +58,22 @@ struct EvalResult {
     std::vector<double> exit_distribution;
   };
   std::optional<ExitGate> exit_gate;
+  // EvalOptions::calibrate: for each early-exit rule ("depth": every token at step r; "gate" for a
+  // model with one; "kl", "entropy", "latent"), its loss-versus-loop-steps frontier over thresholds:
+  // the points no other threshold beats on both (mean loop steps per token, mean loss at each
+  // token's exit), fewest steps first. full_loss: every token at the depth.
+  struct ExitCalibration {
+    struct Point { double threshold = 0, mean_steps = 0, loss = 0; };
+    struct Rule {
+      std::string name;
+      std::vector<Point> frontier;
+    };
+    int depth = 0;
+    int64_t tokens = 0;
+    double full_loss = 0;
+    std::vector<Rule> rules;
+  };
+  std::optional<ExitCalibration> calibration;
   // Incremental scoring: bytes of keys and values the KV policy keeps per position (averaged over
   // the positions scored) and the bytes the cache allocated.
   double kv_bytes_per_token = 0;
@@ -192,6 +208,10 @@ struct EvalOptions {
   int window = 0;
   // Called after each batch with (windows done, windows in all), e.g. to show progress.
   std::function<void(int64_t done, int64_t total)> progress;
+  // Record every exit's loss and every rule's signal per token and score each rule over its
+  // thresholds (EvalResult::calibration; full passes only). Memory: the tokens × depth signals and
+  // one batch's previous-exit distributions (batch × window × vocabulary floats).
+  bool calibrate = false;
 };
 // The sampling options, checked as every front end checks them (generate, DecodeSession::start,
 // the CLI, the server, Python): UsageError for a temperature that is negative or not a finite

@@ -12,6 +12,7 @@
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "infer/early_exit.h"
+#include "infer/exit_calibration.h"
 #include "ops/kernels_exit.h"
 #include "ops/ops.h"
 
@@ -70,7 +71,7 @@ int64_t exact_rows(const Node* logits, const int32_t* targets, int B, int T) {
 // every target is predicted (examples) instead of targets.
 using Fill = std::function<void(int64_t first, int B, int32_t* x, int32_t* y)>;
 EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
-                            const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early);
+                            const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early, bool calibrate);
 
 }  // namespace
 
@@ -83,7 +84,7 @@ int eval_window_length(const Model& m, int window) {
 
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
-                           const EarlyExit& early, int window) {
+                           const EarlyExit& early, int window, bool calibrate) {
   const int T = eval_window_length(m, window);
   int64_t n_win = eval_windows(tokens, T, "evaluation data");
   if (max_windows >= 0) n_win = std::min(n_win, max_windows);
@@ -92,13 +93,14 @@ EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, i
       [&](int64_t w0, int B, int32_t* x, int32_t* y) {
         for (int b = 0; b < B; ++b) eval_window(tokens, T, w0 + b, x + (size_t)b * T, y + (size_t)b * T);
       },
-      false, progress, early);
+      false, progress, early, calibrate);
   r.windows = n_win;
   return r;
 }
 
 EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int batch, int64_t max_examples,
-                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
+                             const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early,
+                             bool calibrate) {
   const int T = m.config().context;
   int64_t n = ex.size();
   if (max_examples >= 0) n = std::min(n, max_examples);
@@ -107,7 +109,7 @@ EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int 
       [&](int64_t i0, int B, int32_t* x, int32_t* y) {
         for (int b = 0; b < B; ++b) fill_example(ex, i0 + b, T, x + (size_t)b * T, y + (size_t)b * T);
       },
-      true, progress, early);
+      true, progress, early, calibrate);
   r.examples = n;
   return r;
 }
@@ -358,7 +360,7 @@ class GateReport {
 };
 
 EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int batch, const Fill& fill, bool exact,
-                            const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early) {
+                            const std::function<void(int64_t, int64_t)>& progress, const EarlyExit& early, bool calibrate) {
   const Config& c = m.config();
   depth = c.depth_or_R(depth);
   // A window's attention scores (T x T twice per thread, ops.cpp) come first: at a converted
@@ -377,6 +379,8 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
   std::optional<EarlyExits> exits;
   if (exiting) exits.emplace(early, depth, c.vocab_size, c.d_model, exact);
   GateReport gate(depth);
+  std::optional<CalibrationRecorder> calibration;
+  if (calibrate && depth > 0) calibration.emplace(depth, c.vocab_size, c.d_model, gated);
 
   EvalResult r;
   std::vector<int32_t> x((size_t)batch * T), y((size_t)batch * T);
@@ -395,6 +399,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
     diagnostics.new_batch();
     if (exits) exits->begin_batch(rows);
     if (gated) gate.begin_batch(rows);
+    if (calibration) calibration->begin_batch(rows);
     m.trunk(g, x.data(), B, T, o, [&](int step, Node* h) {
       if (step > depth) return;  // the extra step: diagnostics only
       if (step > 0 || depth == 0) {
@@ -407,11 +412,13 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
         }
         losses.at_exit(g, step, logits, y.data(), B, T, scored);
         if (exits && step > 0) exits->at_exit(step, logits, h, lambda, y.data());
+        if (calibration && step > 0) calibration->at_exit(step, logits->v, h->v, lambda, y.data());
       }
       cosine.at_step(step, h, rows);
     });
     if (exits) exits->end_batch(y.data(), B, T);
     if (gated) gate.end_batch(y.data());
+    if (calibration) calibration->end_batch(y.data());
     cosine.end_batch(rows);
     r.tokens += scored;
     g.reset();
@@ -422,6 +429,7 @@ EvalResult evaluate_batches(const Model& m, int T, int64_t n_win, int depth, int
   cosine.finish(r);
   diagnostics.finish(r);
   if (gated) gate.finish(r, c);
+  if (calibration) r.calibration = calibration->finish();
   if (depth > 0) {
     r.exit_fraction.assign(depth, 0.0);
     r.mean_steps = depth;

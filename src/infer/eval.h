@@ -14,18 +14,18 @@
 namespace looplm {
 
 // depth < 0: the trained R; 0: the loss of h_pre. max_windows < 0: all windows. window: tokens
-// per window, 0 = the context (at most the context).
+// per window, 0 = the context (at most the context). calibrate: EvalResult::calibration too.
 EvalResult evaluate_tokens(const Model& m, const std::vector<int32_t>& tokens, int depth, int batch,
                            int64_t max_windows = -1,
                            const std::function<void(int64_t, int64_t)>& progress = {},
-                           const EarlyExit& early = {}, int window = 0);
+                           const EarlyExit& early = {}, int window = 0, bool calibrate = false);
 // The window length to score with: `window` (0 = the model's context); UsageError beyond the context.
 int eval_window_length(const Model& m, int window);
 // The same over examples (data_mode = examples): loss on the answer tokens, accuracy = the fraction
 // of examples whose every answer token is the top-1 prediction. max_examples < 0: all.
 EvalResult evaluate_examples(const Model& m, const Examples& ex, int depth, int batch, int64_t max_examples = -1,
                              const std::function<void(int64_t, int64_t)>& progress = {},
-                           const EarlyExit& early = {});
+                             const EarlyExit& early = {}, bool calibrate = false);
 
 // The windows of evaluate_tokens scored through incremental decoding (src/infer/eval_decode.cpp):
 // each token fed one at a time through the KV cache, exiting by `early`, keys and values kept by

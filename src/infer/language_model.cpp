@@ -170,10 +170,12 @@ std::string LanguageModel::fallback_symbol() const { return impl_->tok.decode({i
 
 EvalResult LanguageModel::evaluate(const std::vector<int32_t>& tokens, const EvalOptions& o) const {
   if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
+  if (o.calibrate && o.incremental)
+    throw UsageError("evaluate: calibration scores every rule in one full pass; it does not take incremental scoring (--kv-policy, --kv-cache)");
   EvalResult e = o.incremental ? evaluate_incremental(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress,
                                                       o.exit, o.kv_policy, kv_element(o.kv_cache), o.window)
                                : evaluate_tokens(*impl_->model, tokens, o.depth, o.batch, o.max_windows, o.progress, o.exit,
-                                                 o.window);
+                                                 o.window, o.calibrate);
   io::check_mapped_files();  // numbers from weights overwritten mid-run are not reported
   return e;
 }
@@ -188,7 +190,7 @@ EvalResult LanguageModel::evaluate_file(const std::string& data_path, const Eval
     if (o.window) throw UsageError("evaluate: --window is for text models; an example is scored whole");
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     const Examples ex = load_examples(data_path, impl_->tok, impl_->model->config().context);
-    EvalResult e = evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+    EvalResult e = evaluate_examples(*impl_->model, ex, o.depth, o.batch, o.max_windows, o.progress, o.exit, o.calibrate);
     io::check_mapped_files();
     return e;
   }
@@ -203,7 +205,7 @@ EvalResult LanguageModel::evaluate_validation(const EvalOptions& o) const {
     if (o.batch < 1) throw UsageError("evaluate: batch must be >= 1");
     Examples all = load_examples(c.data_train, impl_->tok, c.context);
     const Examples val = hold_out_examples(all, c.val_split);
-    EvalResult e = evaluate_examples(*impl_->model, val, o.depth, o.batch, o.max_windows, o.progress, o.exit);
+    EvalResult e = evaluate_examples(*impl_->model, val, o.depth, o.batch, o.max_windows, o.progress, o.exit, o.calibrate);
     io::check_mapped_files();
     return e;
   }

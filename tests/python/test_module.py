@@ -102,6 +102,12 @@ class Trained(unittest.TestCase):
         self.assertTrue(got["incremental"])
         self.assertAlmostEqual(got["loss"], want["loss"], delta=1e-9 * want["loss"])
         self.assertAlmostEqual(got["mean_steps"], want["mean_steps"], delta=1e-12)
+        # calibration: the CLI's frontiers, as (threshold, mean_steps, loss)
+        want = json.loads(cli("eval", "--checkpoint", self.ckpt, "--data", self.val_txt, "--json", "--calibrate", "-t", "1"))
+        got = self.m.evaluate(self.val_txt, file=True, calibrate=True)["calibration"]
+        self.assertAlmostEqual(got["full_loss"], want["calibration"]["full_loss"], delta=1e-12)
+        for rule, pts in want["calibration"]["rules"].items():
+            self.assertEqual([p[1] for p in got["rules"][rule]], [p["mean_steps"] for p in pts["frontier"]], rule)
 
     def test_loss_from_logits_is_the_cli_loss(self):
         want = json.loads(cli("eval", "--checkpoint", self.ckpt, "--data", self.val_txt, "--json", "--depth", "2", "-t", "1"))
@@ -608,7 +614,7 @@ class Fixtures(unittest.TestCase):
         config["tokenizer"] = "char"
         config["tokenizer_chars"] = "".join(chr(0x4E00 + i) for i in range(V))
         # the fixture holds more than weights: inputs, outputs, states, gradients, optimizer steps
-        extra = ("input", "out", "state", "energy", "gate", "grad", "bptt", "after", "train")
+        extra = ("input", "out", "state", "energy", "gate", "exit", "grad", "bptt", "after", "train")
         weights = {k: v for k, v in t.items() if k.split(".")[0] not in extra}
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "model.safetensors")
