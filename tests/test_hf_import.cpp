@@ -190,7 +190,7 @@ TEST(HfImport, NanbeigeAndOuroLayouts) {
   EXPECT_EQ(ou.R, 4);
   EXPECT_EQ(ou.block, "peri_norm");
   EXPECT_TRUE(ou.get_bool("loop_norm"));
-  EXPECT_TRUE(ou.get_bool("exit_gate"));
+  EXPECT_TRUE(ou.exit_gate);
   EXPECT_EQ(ou.rope_base, 1e6);
   const Config hu = LanguageModel::load(convert(d, "huginn")).config();
   EXPECT_EQ(hu.n_prelude, 1);
@@ -694,6 +694,7 @@ TEST(HfImport, AParameterNothingBindsIsAnError) {
   TempDir d("hf_unbound");
   Config c = LanguageModel::load(convert(d, "llama_gqa")).config();
   check_hf_bindings(hf_bindings(HfFamily::llama, "LlamaForCausalLM", c, false), c, "LlamaForCausalLM");  // the table covers it
+  c.R = 2;  // a gate needs a loop
   c.set("exit_gate", "true");
   try {
     check_hf_bindings(hf_bindings(HfFamily::llama, "LlamaForCausalLM", c, false), c, "LlamaForCausalLM");

@@ -29,7 +29,7 @@ int cmd_convert(int argc, char** argv) {
   std::printf("layout: %d + %d block(s) of %s x %d loop(s) + %d, rule %s%s%s, d %d, %d heads of %d (%d key/value), vocab %d, tokenizer %s\n", c.n_prelude,
               c.n_core, c.block.c_str(), c.R, c.n_coda, c.loop_rule.c_str(),
               c.loop_rule == "residual" && c.get_bool("loop_norm") ? ", the final norm between loops" : "",
-              c.loop_rule == "residual" && c.get_bool("exit_gate") ? ", a learned exit gate (--exit-rule gate)" : "", c.d_model,
+              c.exit_gate ? ", a learned exit gate (--exit-rule gate)" : "", c.d_model,
               c.n_heads, c.head_dim(), c.kv_heads(), c.vocab_size, c.tokenizer.c_str());
   for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
   return 0;

@@ -82,7 +82,7 @@ void print_by_exit(const EvalResult& e, const EvalOptions& eo, const ExitArgs& e
   if (ran == 0) return;
   print_exit_table(e, R);  // per-step diagnostics are columns; others (e.g. energy_final) lines below
   if (e.exit_gate) {
-    std::printf("the exit gate: expected depth %.3f loop steps per token (of %d), expected loss %.4f, entropy %.3f nats; "
+    std::printf("the exit gate's expected depth: %.3f loop steps per token (of %d); expected loss %.4f, entropy %.3f nats; "
                 "p(r) =", e.exit_gate->mean_exit_step, ran, e.exit_gate->expected_loss, e.exit_gate->entropy);
     for (double p : e.exit_gate->exit_distribution) std::printf(" %.3f", p);
     std::printf(" (the last step taking what remains; trained with %s)\n", e.exit_gate->objective.c_str());
