@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/gemm.h"
 #include "gradcheck_util.h"
 #include "looplm/error.h"
 #include "looplm/looplm.h"
@@ -414,6 +415,66 @@ TEST(ExitGate, CalibrationMatchesEachRuleAlone) {
     r = run_shell(bin + bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
   }
+}
+
+// The gate read while decoding, on a rule whose state is not one stream (hyper: n streams): scoring
+// token by token through the KV cache with the exact per_step policy gives what the full pass gives
+// at every gate threshold.
+TEST(ExitGate, GateExitWhileDecodingOnHyperRule) {
+  TempDir d("exit_gate_hyper");
+  const std::string text = corpus();
+  std::ofstream(d / "train.txt") << text;
+  std::ofstream(d / "val.txt") << text.substr(0, 900);
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 16;
+  c.n_prelude = 1;
+  c.n_core = 1;
+  c.R = 3;
+  c.loop_rule = "hyper";
+  c.set("hyper_streams", "2");
+  c.exit_gate = true;
+  c.batch_size = 4;
+  c.steps = 6;
+  c.warmup = 1;
+  c.eval_every = 6;
+  c.eval_batches = 1;
+  c.lr = 3e-3;
+  c.data_train = d / "train.txt";
+  c.data_val = d / "val.txt";
+  TrainOptions o;
+  o.out_dir = d / "run";
+  o.quiet = true;
+  ASSERT_TRUE(train(c, o).complete);
+  const LanguageModel lm = LanguageModel::load(d / "run");
+  for (double q : {0.3, 0.6, 0.9}) {
+    EvalOptions full, inc;
+    full.exit = inc.exit = early_exit("gate", q);
+    inc.incremental = true;
+    const EvalResult a = lm.evaluate_validation(full), b = lm.evaluate_validation(inc);
+    EXPECT_NEAR(a.mean_steps, b.mean_steps, 1e-9) << q;
+    EXPECT_NEAR(a.loss, b.loss, 1e-4 * a.loss) << q;  // one token at a time against whole windows: float sums
+  }
+}
+
+// bf16 products (precision = bf16): stage I's loss tracks fp32's (bf16 operands: ~3 significant digits).
+TEST(ExitGate, StageOneInBf16TracksFp32) {
+  if (!bf16_products_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  Config c = gate_config("gated");
+  Model m(c);
+  m.init_weights(5);
+  std::vector<int32_t> x(16), y(16);
+  for (int i = 0; i < 16; ++i) x[i] = (i * 13) % 64, y[i] = (i * 7 + 2) % 64;
+  RunOptions ro;
+  ro.training = true;
+  Graph g32, g16;
+  g16.set_bf16_products(true);
+  const double a = micro_batch_loss(g32, m, c, x.data(), y.data(), ro)->v[0];
+  Node* b = micro_batch_loss(g16, m, c, x.data(), y.data(), ro);
+  EXPECT_NEAR(b->v[0], a, 1e-2 * std::fabs(a));
+  g16.backward(b);
+  EXPECT_TRUE(std::isfinite(m.params().grads()[0]));
 }
 
 // Bad values name their key.
