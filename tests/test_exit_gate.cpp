@@ -165,6 +165,36 @@ Config gate_config(const std::string& rule) {
   return c;
 }
 
+// A small byte model on the test corpus (written into d), as the tests below train it.
+Config small_run(const TempDir& d, int steps) {
+  const std::string text = corpus();
+  std::ofstream(d / "train.txt") << text;
+  std::ofstream(d / "val.txt") << text.substr(0, text.size() / 4);
+  Config c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.context = 16;
+  c.n_core = 1;
+  c.R = 3;
+  c.batch_size = 4;
+  c.steps = steps;
+  c.warmup = 1;
+  c.eval_every = steps;
+  c.eval_batches = 2;
+  c.lr = 3e-3;
+  c.data_train = d / "train.txt";
+  c.data_val = d / "val.txt";
+  return c;
+}
+
+bool trained(const Config& c, const std::string& dir, const std::string& init_from = "") {
+  TrainOptions o;
+  o.out_dir = dir;
+  o.init_from = init_from;
+  o.quiet = true;
+  return train(c, o).complete;
+}
+
 }  // namespace
 
 // Every loop rule carries the gate, and stage I's gradient reaches it and the rest of the model;
@@ -244,37 +274,15 @@ TEST(ExitGate, StageOneUnderTruncatedBackprop) {
 // from a model without a gate) changes the gate alone, bit for bit everything else; eval reports it.
 TEST(ExitGate, StagesThroughTrain) {
   TempDir d("exit_gate");
-  const std::string text = corpus();
-  std::ofstream(d / "train.txt") << text;
-  std::ofstream(d / "val.txt") << text.substr(0, text.size() / 4);
-  Config c;
-  c.d_model = 32;
-  c.n_heads = 2;
-  c.context = 16;
+  Config c = small_run(d, 6);
   c.n_prelude = 1;
-  c.n_core = 1;
   c.n_coda = 1;
-  c.R = 3;
-  c.batch_size = 4;
-  c.steps = 6;
-  c.warmup = 1;
-  c.eval_every = 6;
-  c.eval_batches = 2;
-  c.lr = 3e-3;
-  c.data_train = d / "train.txt";
-  c.data_val = d / "val.txt";
-  TrainOptions plain;
-  plain.out_dir = d / "plain";
-  plain.quiet = true;
-  ASSERT_TRUE(train(c, plain).complete);
+  ASSERT_TRUE(trained(c, d / "plain"));
 
   Config s1 = c;
   s1.exit_gate = true;
   s1.exit_prior = "batch";
-  TrainOptions o1;
-  o1.out_dir = d / "stage1";
-  o1.quiet = true;
-  ASSERT_TRUE(train(s1, o1).complete);
+  ASSERT_TRUE(trained(s1, d / "stage1"));
   std::ifstream metrics(d / "stage1/metrics.jsonl");
   std::string line;
   int with_exits = 0;
@@ -292,11 +300,7 @@ TEST(ExitGate, StagesThroughTrain) {
     s2.exit_gate = true;
     s2.train_only = "exit_gate";
     s2.lr = 0.05;
-    TrainOptions o2;
-    o2.out_dir = d / ("stage2_" + from);
-    o2.init_from = d / from;
-    o2.quiet = true;
-    ASSERT_TRUE(train(s2, o2).complete) << from;
+    ASSERT_TRUE(trained(s2, d / ("stage2_" + from), d / from)) << from;
     auto before = load_model(d / (from + "/model.safetensors"));
     auto after = load_model(d / ("stage2_" + from + "/model.safetensors"));
     int gate_changed = 0;
@@ -336,28 +340,9 @@ TEST(ExitGate, StagesThroughTrain) {
 // the choice within a budget, the JSON every frontier, the plot a PNG; misuse is refused.
 TEST(ExitGate, CalibrationMatchesEachRuleAlone) {
   TempDir d("exit_calibration");
-  const std::string text = corpus();
-  std::ofstream(d / "train.txt") << text;
-  std::ofstream(d / "val.txt") << text.substr(0, text.size() / 4);
-  Config c;
-  c.d_model = 32;
-  c.n_heads = 2;
-  c.context = 16;
-  c.n_core = 1;
-  c.R = 3;
-  c.batch_size = 4;
-  c.steps = 8;
-  c.warmup = 1;
-  c.eval_every = 8;
-  c.eval_batches = 2;
-  c.lr = 3e-3;
+  Config c = small_run(d, 8);
   c.exit_gate = true;
-  c.data_train = d / "train.txt";
-  c.data_val = d / "val.txt";
-  TrainOptions o;
-  o.out_dir = d / "run";
-  o.quiet = true;
-  ASSERT_TRUE(train(c, o).complete);
+  ASSERT_TRUE(trained(c, d / "run"));
   const LanguageModel lm = LanguageModel::load(d / "run");
   EvalOptions eo;
   eo.calibrate = true;
@@ -422,31 +407,13 @@ TEST(ExitGate, CalibrationMatchesEachRuleAlone) {
 // at every gate threshold.
 TEST(ExitGate, GateExitWhileDecodingOnHyperRule) {
   TempDir d("exit_gate_hyper");
-  const std::string text = corpus();
-  std::ofstream(d / "train.txt") << text;
-  std::ofstream(d / "val.txt") << text.substr(0, 900);
-  Config c;
-  c.d_model = 32;
-  c.n_heads = 2;
-  c.context = 16;
+  Config c = small_run(d, 6);
   c.n_prelude = 1;
-  c.n_core = 1;
-  c.R = 3;
   c.loop_rule = "hyper";
   c.set("hyper_streams", "2");
   c.exit_gate = true;
-  c.batch_size = 4;
-  c.steps = 6;
-  c.warmup = 1;
-  c.eval_every = 6;
   c.eval_batches = 1;
-  c.lr = 3e-3;
-  c.data_train = d / "train.txt";
-  c.data_val = d / "val.txt";
-  TrainOptions o;
-  o.out_dir = d / "run";
-  o.quiet = true;
-  ASSERT_TRUE(train(c, o).complete);
+  ASSERT_TRUE(trained(c, d / "run"));
   const LanguageModel lm = LanguageModel::load(d / "run");
   for (double q : {0.3, 0.6, 0.9}) {
     EvalOptions full, inc;

@@ -19,6 +19,7 @@
 
 #include "backend/cpu/parallel.h"
 #include "ops/kernels.h"
+#include "ops/kernels_pointwise.h"
 
 namespace looplm::k {
 
@@ -27,11 +28,7 @@ template <class T>
 void token_xent_fwd(const T* logits, const int32_t* targets, T* lse, T* loss, int N, int V) {
   parallel_for<int>(N, (int64_t)N * V > kParallelMin, [&](int n) {
     const T* z = logits + (int64_t)n * V;
-    T m = z[0];
-    for (int v = 1; v < V; ++v) m = std::max(m, z[v]);
-    T s = 0;
-    for (int v = 0; v < V; ++v) s += std::exp(z[v] - m);
-    lse[n] = m + std::log(s);
+    lse[n] = row_logsumexp(z, V);
     loss[n] = targets[n] >= 0 ? lse[n] - z[targets[n]] : T(0);
   });
 }

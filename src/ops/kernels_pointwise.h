@@ -110,6 +110,16 @@ void slice_cols_bwd(const T* dy, T* dx, bool acc, int C, int c0, int n, int N) {
 }
 
 // ---------------------------------------------------------------- fused softmax + cross-entropy
+// log Σ_v exp(z_v), from the row's maximum (no overflow).
+template <class T>
+inline T row_logsumexp(const T* z, int V) {
+  T m = z[0];
+  for (int v = 1; v < V; ++v) m = std::max(m, z[v]);
+  T s = 0;
+  for (int v = 0; v < V; ++v) s += std::exp(z[v] - m);
+  return m + std::log(s);
+}
+
 // logits [N, V], targets [N]; returns the mean loss; lse [N] saved. Targets < 0 are ignored
 // (not counted in the mean).
 template <class T>
@@ -121,11 +131,7 @@ double xent_fwd(const T* logits, const int32_t* targets, T* lse, int N, int V, i
   parallel_for<int>(nch, (int64_t)N * V > kParallelMin, [&](int ch) {
     for (int n = ch * kRowChunk; n < std::min(N, (ch + 1) * kRowChunk); ++n) {
       const T* z = logits + (int64_t)n * V;
-      T m = z[0];
-      for (int v = 1; v < V; ++v) m = std::max(m, z[v]);
-      T s = 0;
-      for (int v = 0; v < V; ++v) s += std::exp(z[v] - m);
-      lse[n] = m + std::log(s);
+      lse[n] = row_logsumexp(z, V);
       if (targets[n] >= 0) {
         part[ch] += double(lse[n] - z[targets[n]]);
         ++part_cnt[ch];
