@@ -45,6 +45,29 @@ TEST(ExitGateOps, TokenCrossEntropyGradient) {
   for (int v = 0; v < V; ++v) EXPECT_EQ(dz[V + v], 0.0);
 }
 
+// The fused head and cross-entropy, in chunks of 2 rows (three chunks, the last short): its
+// gradients in x, W and b, and its losses equal to the unfused head's.
+TEST(ExitGateOps, FusedHeadLossGradient) {
+  const int N = 5, d = 4, V = 7;
+  Vec x = randn(N * d, 11), W = randn(V * d, 12, 0.5), b = randn(V, 13, 0.3), G = randn(N, 14), lse(N), loss(N),
+      buf(2 * V), dx(N * d), dW(V * d, 0.0), db(V, 0.0);
+  const std::vector<int32_t> y = {2, 6, -1, 0, 3};
+  auto L = [&] {
+    k::head_xent_fwd(x.data(), W.data(), b.data(), y.data(), lse.data(), loss.data(), N, d, V, buf.data(), false, 2);
+    return dotv(G, loss);
+  };
+  L();
+  Vec logits(N * V), lse2(N), loss2(N);
+  k::linear_fwd(x.data(), W.data(), b.data(), logits.data(), N, d, V);
+  k::token_xent_fwd(logits.data(), y.data(), lse2.data(), loss2.data(), N, V);
+  for (int n = 0; n < N; ++n) EXPECT_NEAR(loss[n], loss2[n], 1e-14);
+  k::head_xent_bwd(x.data(), W.data(), b.data(), y.data(), lse.data(), G.data(), dx.data(), false, dW.data(), db.data(), N, d,
+                   V, buf.data(), false, 2);
+  fd_check("head dx", x, dx, L);
+  fd_check("head dW", W, dW, L);
+  fd_check("head db", b, db, L);
+}
+
 // Stage I: the loss and its gradient in L and λ, for both priors, with a token that has no target.
 TEST(ExitGateOps, ObjectiveGradientBothPriors) {
   const int N = 7, R = 4;
@@ -239,6 +262,31 @@ TEST(ExitGate, EveryLoopRuleTrainsItsGate) {
       EXPECT_LT(o.exit_mean_step, 3.0);
     }
   }
+}
+
+// Memory: stage I's activations do not grow with depth × vocabulary. At V 8192 and 512 rows an
+// exit's logits are 16 MiB; eight exits keep none of them (the fused head: one chunk of 512 rows at
+// a time), so 8 exits cost what 2 do plus the loop steps' own activations, far below 8 × 16 MiB.
+TEST(ExitGate, StageOneMemoryDoesNotGrowWithDepthTimesVocabulary) {
+  auto peak = [](int R) {
+    Config c = gate_config("residual");
+    c.vocab_size = 8192;
+    c.context = 128;
+    c.batch_size = 4;
+    c.R = R;
+    Model m(c);
+    m.init_weights(1);
+    std::vector<int32_t> x(512), y(512);
+    for (int i = 0; i < 512; ++i) x[i] = (i * 37) % 8192, y[i] = (i * 101 + 5) % 8192;
+    Graph g;
+    RunOptions ro;
+    ro.training = true;
+    g.backward(micro_batch_loss(g, m, c, x.data(), y.data(), ro));
+    return (double)g.activation_bytes_peak();
+  };
+  const double two = peak(2), eight = peak(8), logits = 512.0 * 8192 * 4;
+  EXPECT_LT(eight - two, 2 * logits) << "2 exits: " << two << " bytes, 8 exits: " << eight;
+  std::printf("stage I activation peak: %.1f MiB at 2 exits, %.1f MiB at 8 (one exit's logits: %.0f MiB)\n", two / 1048576, eight / 1048576, logits / 1048576);
 }
 
 // Truncated back-propagation: the exits of steps without gradients read their state detached, so

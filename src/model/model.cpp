@@ -201,6 +201,11 @@ Node* Model::lm_head(Graph& g, Node* x) const {
   return linear(g, x, *Wlm_, blm_);
 }
 
+Node* Model::head_loss(Graph& g, Node* x, const int32_t* targets) const {
+  Graph::At at(g, -1, 0);
+  return op::head_token_loss(g, x, Wlm_->node, blm_, targets);
+}
+
 Node* Model::exit_gate_logit(Graph& g, Node* final_hidden) const {
   if (gate_w_ < 0) return nullptr;
   Graph::At at(g, -1, 0);

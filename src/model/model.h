@@ -67,6 +67,9 @@ class Model {
   // any rows of it (generation with the gate or latent exit needs logits only where a token exits).
   Node* final_hidden(Graph& g, Node* h, int B, int T, const RunOptions& o) const;
   Node* lm_head(Graph& g, Node* final_hidden) const;
+  // Each row's next-token loss [rows, 1] at the lm_head, without keeping the logits
+  // (op::head_token_loss): the exit gate's objectives read every exit this way.
+  Node* head_loss(Graph& g, Node* final_hidden, const int32_t* targets) const;
   // The learned exit gate (config exit_gate, any loop rule; Ouro's form): λ_r = σ(w · x_r + b) [B*T, 1],
   // the probability of exiting at step r given that no earlier step exited, from exit r's final
   // hidden state x_r (head()'s final_hidden: what the lm_head reads); nullptr without a gate.

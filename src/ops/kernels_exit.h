@@ -48,6 +48,36 @@ void token_xent_bwd(const T* logits, const int32_t* targets, const T* lse, const
   });
 }
 
+// The head and each token's cross-entropy fused, x [N, d] → ℓ [N] through logits x Wᵀ + b [N, V]
+// made `chunk` rows at a time (0: head_chunk_rows) into `buf` [chunk, V] and recomputed in backward: an exit's loss keeps
+// x and lse [N], never its [N, V] logits (op::head_token_loss gives `buf` back to the arena after
+// each pass), so the exits' losses cost one chunk·V buffer at a time, not R·N·V floats.
+inline int head_chunk_rows(int N, int V) { return std::max(1, std::min(N, (1 << 22) / std::max(V, 1))); }
+
+template <class T>
+void head_xent_fwd(const T* x, const T* W, const T* b, const int32_t* targets, T* lse, T* loss, int N, int d, int V,
+                   T* buf, bool bf16, int chunk = 0) {
+  const int C = chunk > 0 ? chunk : head_chunk_rows(N, V);
+  for (int n0 = 0; n0 < N; n0 += C) {
+    const int c = std::min(C, N - n0);
+    linear_fwd(x + (int64_t)n0 * d, W, b, buf, c, d, V, bf16);
+    token_xent_fwd(buf, targets + n0, lse + n0, loss + n0, c, V);
+  }
+}
+// dx (overwrite or add), dW +=, db += for an upstream dℓ [N]; chunks in order, so the sums do not
+// depend on the thread count.
+template <class T>
+void head_xent_bwd(const T* x, const T* W, const T* b, const int32_t* targets, const T* lse, const T* dloss, T* dx,
+                   bool dx_acc, T* dW, T* db, int N, int d, int V, T* buf, bool bf16, int chunk = 0) {
+  const int C = chunk > 0 ? chunk : head_chunk_rows(N, V);
+  for (int n0 = 0; n0 < N; n0 += C) {
+    const int c = std::min(C, N - n0);
+    linear_fwd(x + (int64_t)n0 * d, W, b, buf, c, d, V, bf16);
+    token_xent_bwd(buf, targets + n0, lse + n0, dloss + n0, buf, false, c, V);  // in place: each entry read, then written
+    linear_bwd(x + (int64_t)n0 * d, W, buf, dx ? dx + (int64_t)n0 * d : nullptr, dx_acc, dW, db, c, d, V, bf16);
+  }
+}
+
 // What the stage I forward measured (token means over the valid tokens).
 struct ExitSummary {
   double expected_loss = 0;  // Σ_r p_r L_r

@@ -95,6 +95,10 @@ Node* cross_entropy(Graph& g, Node* logits, const int32_t* targets);
 // ---- the exit gate's training objectives (ops_exit.cpp, kernels_exit.h; docs/systems.md, Learned exit gate)
 // Each token's cross-entropy [N, 1] (0 where the target is < 0).
 Node* token_cross_entropy(Graph& g, Node* logits, const int32_t* targets);
+// The same of the logits x Wᵀ + b (W [V, d], b [V] or null), which it never keeps: made a chunk of
+// rows at a time and recomputed in backward (kernels_exit.h, head_xent_*), so an exit's loss costs
+// no [N, V] activation. dW and db accumulate as a linear layer's.
+Node* head_token_loss(Graph& g, Node* x, Node* W, Node* b, const int32_t* targets);
 // Stage I over R exits: losses[r], gates[r] the [N, 1] loss and λ of exit r + 1 (gates[R − 1] is
 // not read: the last exit takes what is left; may be null). Returns mean_n Σ_r p_r L_r − β H, H the
 // token prior's mean entropy or the batch prior's entropy of the mean distribution (tokens with a

@@ -24,6 +24,34 @@ Node* token_cross_entropy(Graph& g, Node* logits, const int32_t* targets) {
   return loss;
 }
 
+Node* head_token_loss(Graph& g, Node* x, Node* W, Node* b, const int32_t* targets) {
+  const int N = (int)x->rows, d = (int)x->cols, V = (int)W->rows;
+  LOOPLM_ASSERT(W->cols == d, "head_token_loss: W [V, d] must match x [N, d]");
+  Node* loss = g.output(N, 1, x, W, b);
+  int32_t* tgt = g.scratch<int32_t>(N);
+  std::memcpy(tgt, targets, sizeof(int32_t) * N);
+  float* lse = g.scratch<float>(N);
+  const bool bf16 = g.bf16_products();
+  const size_t chunk = (size_t)k::head_chunk_rows(N, V) * V;
+  {  // the chunk's logits live only while the op runs: given back to the arena at once
+    const Graph::Mark m = g.mark();
+    k::head_xent_fwd(x->v, W->v, b ? b->v : nullptr, tgt, lse, loss->v, N, d, V, g.scratch<float>(chunk), bf16);
+    g.rewind(m);
+  }
+  if (loss->requires_grad)
+    g.record(loss, [&g, x, W, b, tgt, lse, loss, chunk, N, d, V, bf16] {
+      bool ax = false, aw = false, ab = false;
+      float* dx = g.grad_of(x, ax);
+      float* dW = g.grad_of(W, aw);
+      float* db = b ? g.grad_of(b, ab) : nullptr;
+      const Graph::Mark m = g.mark();  // the same in backward: one chunk's logits at a time, whatever the exits
+      k::head_xent_bwd(x->v, W->v, b ? b->v : nullptr, tgt, lse, loss->g, dx, ax, dW, db, N, d, V,
+                       g.scratch<float>(chunk), bf16);
+      g.rewind(m);
+    });
+  return loss;
+}
+
 namespace {
 
 // The exits' [N, 1] values side by side, exit-major [R·N] (a null node: zeros).

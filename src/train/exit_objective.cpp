@@ -22,7 +22,7 @@ Node* exit_objective_loss(Graph& g, const Model& m, const Config& c, const int32
   // The exit of step r: its coda, head and gate, on the trunk's h^(r) or on a copy of it.
   auto exit = [&](int r, Node* h) {
     Node* fh = m.final_hidden(g, h, B, T, ro);
-    losses[r - 1] = op::token_cross_entropy(g, m.lm_head(g, fh), y);
+    losses[r - 1] = m.head_loss(g, fh, y);
     gates[r - 1] = r < depth ? m.exit_gate(g, fh) : nullptr;
   };
   // Steps without gradients (truncated back-propagation) give back everything they allocate, so
@@ -55,7 +55,7 @@ Node* exit_gate_alone_loss(Graph& g, const Model& m, const Config& c, const int3
     Graph::NoGrad frozen(g);
     m.trunk(g, x, B, T, ro, [&](int r, Node* h) {
       Node* fh = m.final_hidden(g, h, B, T, ro);
-      Node* loss = op::token_cross_entropy(g, m.lm_head(g, fh), y);
+      Node* loss = m.head_loss(g, fh, y);
       std::memcpy(L.data() + (size_t)r * N, loss->v, sizeof(float) * N);
       if (r >= 1) copy_values(hidden[r - 1], fh);
     });

@@ -20,8 +20,9 @@ struct ExitMeasure {
 
 // Stage I. Under truncated back-propagation (RunOptions::grad_steps) the exit of a step without
 // gradients reads its state detached: no gradient reaches the loop through it, while its coda,
-// head and gate learn from it as from every exit. Each exit's logits [B·T, V] are kept for
-// backward: memory grows with depth × vocabulary.
+// head and gate learn from it as from every exit. Each exit's loss is the fused head and
+// cross-entropy (Model::head_loss): its logits are made a chunk of rows at a time and recomputed
+// in backward, so memory does not grow with depth × tokens × vocabulary.
 Node* exit_objective_loss(Graph& g, const Model& m, const Config& c, const int32_t* x, const int32_t* y,
                           const RunOptions& ro, ExitMeasure* measured);
 // Stage II. The trunk and every head run without gradients; only each exit's final hidden state
