@@ -51,11 +51,13 @@ void AdamW::step(ParamStore& ps, double lr, const Config& c) {
   k.wd_keep = (float)(1.0 - lr * c.weight_decay);
   float* p = ps.values().data();
   const float* g = ps.grads().data();
-  for (auto [first, count] : spans_)
-    parallel_spans(count, [&, first](int64_t lo, int64_t n) {
+  for (const auto& span : spans_) {
+    const int64_t first = span.first;  // a plain variable: clang 14 cannot capture a structured binding
+    parallel_spans(span.second, [&, first](int64_t lo, int64_t n) {
       lo += first;
       adamw_span(p + lo, g + lo, m.data() + lo, v.data() + lo, decay_.data() + lo, n, k);
     });
+  }
 }
 
 double lr_at(const Config& c, int step) {
