@@ -28,7 +28,8 @@ Node* exit_objective_loss(Graph& g, const Model& m, const Config& c, const int32
   // Steps without gradients (truncated back-propagation) give back everything they allocate, so
   // their exit states are copied into nodes made before the trunk, and their exits run after it,
   // with gradients: the state is detached, the coda, head and gate still learn from every exit.
-  const int kept = ro.grad_steps < 0 ? depth : std::min(ro.grad_steps, depth);
+  // (Without gradients at all, every step gives back its memory: every exit runs from a copy.)
+  const int kept = !g.grad_enabled() ? 0 : ro.grad_steps < 0 ? depth : std::min(ro.grad_steps, depth);
   std::vector<Node*> detached(depth - kept);
   for (auto& h : detached) h = g.node(N, c.d_model, false);
   m.trunk(g, x, B, T, ro, [&](int r, Node* h) {
