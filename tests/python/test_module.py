@@ -574,6 +574,14 @@ class RealTokenizerText(unittest.TestCase):
         self.assertEqual(["".join(by_seq[0]), "".join(by_seq[1])], list(texts))
         self.assertTrue(all(len(t) > 0 for t in texts))
 
+    def test_evaluate_and_calibration_score_the_tokenizers_ids(self):
+        text = self.prompt * 24  # characters split across tokens at every window edge and inside
+        ids = self.m.tokenize(text)
+        by_text, by_ids = self.m.evaluate(text, calibrate=True), self.m.evaluate(ids, calibrate=True)
+        self.assertEqual((by_text["loss"], by_text["tokens"]), (by_ids["loss"], by_ids["tokens"]))
+        self.assertEqual(by_text["calibration"]["tokens"], by_text["tokens"])
+        self.assertAlmostEqual(by_text["calibration"]["full_loss"], by_text["loss"], delta=1e-6 * by_text["loss"])
+
 
 def read_safetensors(path):
     with open(path, "rb") as f:
