@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian 12 packages looplm needs to build and run its default job (gnuplot-nox: the loss curves of
 # scripts/plot_metrics.sh; libpcre2-dev, libicu-dev: Hugging Face tokenizers' regexes and Unicode
-# normalization; pybind11-dev, python3-dev, python3-numpy: the Python module, docs/python.md;
+# normalization; pybind11-dev, python3-dev, python3-numpy: the Python module, docs/python.md
+# (python3-pip, python3-venv, python3-setuptools, python3-wheel: `pip install .` of it, offline);
 # libcpp-httplib-dev: looplm serve; openmpi-bin, libopenmpi-dev: data-parallel training under
 # mpirun, docs/training.md; without them looplm builds as one process); with --test also what the
 # test suite adds (qemu-user: the tests again on emulated CPUs without AVX-512; python3-jinja2: the
@@ -11,7 +12,8 @@
 # runtimes: scripts/test.sh --fuzz, fuzz/README.md). Idempotent.
 set -euo pipefail
 PKGS=(g++ cmake make pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev libicu-dev bible-kjv gnuplot-nox
-      pybind11-dev python3-dev python3-numpy libcpp-httplib-dev openmpi-bin libopenmpi-dev)
+      pybind11-dev python3-dev python3-numpy python3-pip python3-venv python3-setuptools python3-wheel
+      libcpp-httplib-dev openmpi-bin libopenmpi-dev)
 [ "${1:-}" = "--test" ] && PKGS+=(qemu-user chromium curl python3-jinja2)
 # The tokenizer parity test runs Hugging Face's tokenizers.js (tests/tokenizer_parity/setup.sh):
 # Debian's node and npm unless a node is installed already (NodeSource's conflicts with Debian's npm).
