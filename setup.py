@@ -49,7 +49,7 @@ class CMakeBuild(build_ext):
             cached = cached_python(build_dir)
         if cached is None:
             subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                                   f"-DPython_EXECUTABLE={python}", "-DLOOPLM_TESTS=OFF"])
+                                   f"-DPython_EXECUTABLE={python}"])
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "looplm_python", "-j", jobs])
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
