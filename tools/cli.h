@@ -12,6 +12,7 @@ struct Command {
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_data(int argc, char** argv);
 int cmd_info(int argc, char** argv);

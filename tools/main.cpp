@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"train", looplm::cli::cmd_train, "train a model (--preset NAME | --config FILE) [--set key=value ...] --out DIR"},
     {"eval", looplm::cli::cmd_eval, "loss at every exit r = 1..R of a checkpoint on a data file"},
     {"generate", looplm::cli::cmd_generate, "sample text from a checkpoint (KV cache per block and loop step)"},
+    {"chat", looplm::cli::cmd_chat, "talk with a model in the terminal, in its chat template (/reset, /exit; Ctrl-C stops an answer)"},
     {"bench", looplm::cli::cmd_bench, "training and generation speed against the machine's GEMM peak"},
     {"data", looplm::cli::cmd_data, "tokenise text / JSONL into an llm.c shard; data listops: ListOps train/test sets"},
     {"info", looplm::cli::cmd_info, "layout, parameters, FLOPs and memory per token of a config, and its dense controls"},
