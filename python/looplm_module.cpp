@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -168,8 +169,9 @@ py::dict eval_dict(const EvalResult& e, int R) {
   return d;
 }
 
-py::dict stats_dict(const GenerateStats& s) {
+py::dict stats_dict(const GenerateStats& s, uint64_t seed) {
   py::dict d;
+  d["seed"] = seed;  // the sampling seed used (given, or drawn at random)
   d["prompt_tokens"] = s.prompt_tokens;
   d["prompt_seconds"] = s.prompt_seconds;
   d["new_tokens"] = s.new_tokens;
@@ -420,7 +422,7 @@ void bind_model_passes(py::class_<PyModel>& c) {
 void bind_model_generate(py::class_<PyModel>& c) {
   c.def("generate",
            [](const PyModel& s, const py::object& prompt, int max_tokens, std::optional<double> temperature, int top_k,
-              double top_p, uint64_t seed, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
+              double top_p, std::optional<uint64_t> seed, std::optional<int> depth, const std::string& exit_rule, std::optional<double> exit_threshold,
               const std::string& kv_policy, const std::string& kv_cache, const py::object& speculative_in, int draft_depth,
               const py::object& on_token, bool return_stats, std::optional<std::vector<std::string>> stop, bool ignore_eos,
               std::optional<std::map<int64_t, double>> logit_bias, const py::object& on_text) -> py::object {
@@ -445,7 +447,8 @@ void bind_model_generate(py::class_<PyModel>& c) {
              g.temperature = temperature ? *temperature : speculative != 0 ? 0.0 : 1.0;
              g.top_k = top_k;
              g.top_p = top_p;
-             g.seed = seed;
+             // No seed: a random one, as the CLI's generate (return_stats gives it: stats["seed"] repeats the sample).
+             g.seed = seed ? *seed : (std::random_device{}() | (uint64_t)std::random_device{}() << 32);
              g.depth = s.depth_of(depth);
              g.exit = exit_of(exit_rule, exit_threshold);
              if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
@@ -497,7 +500,7 @@ void bind_model_generate(py::class_<PyModel>& c) {
                });
                py::list result;
                for (const auto& t : texts) result.append(text_of(t));
-               if (return_stats) return py::make_tuple(result, stats_dict(st));
+               if (return_stats) return py::make_tuple(result, stats_dict(st, g.seed));
                return result;
              }
              const bool as_text = py::isinstance<py::str>(prompt);
@@ -536,11 +539,11 @@ void bind_model_generate(py::class_<PyModel>& c) {
                const py::ssize_t n = (py::ssize_t)out.size();
                result = owned_array(std::move(out), {n});
              }
-             if (return_stats) return py::make_tuple(result, stats_dict(st));
+             if (return_stats) return py::make_tuple(result, stats_dict(st, g.seed));
              return result;
            },
            py::arg("prompt"), py::arg("max_tokens") = 200, py::arg("temperature") = py::none(), py::arg("top_k") = 0,
-           py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
+           py::arg("top_p") = 1.0, py::arg("seed") = py::none(), py::arg("depth") = py::none(), py::arg("exit_rule") = "fixed",
            py::arg("exit_threshold") = py::none(), py::arg("kv_policy") = "per_step", py::arg("kv_cache") = "fp32",
            py::arg("speculative") = 0, py::arg("draft_depth") = 0, py::arg("on_token") = py::none(),
            py::arg("return_stats") = false, py::arg("stop") = py::none(), py::arg("ignore_eos") = false,
@@ -550,7 +553,8 @@ void bind_model_generate(py::class_<PyModel>& c) {
            "on_token(id) (a batch: on_token(i, id)) sees each new token, on_text(text) (on_text(i, text)) each piece "
            "of text as it is ready (whole characters). The model's end tokens end a sample (ignore_eos: they do not); "
            "stop: strings the text ends before; logit_bias: {token id: bias from -100 to 100}. speculative: K drafts "
-           "(with draft_depth) or \"auto\". temperature None: 1, or 0 with speculative.");
+           "(with draft_depth) or \"auto\". temperature None: 1, or 0 with speculative. seed None: a random one "
+           "(return_stats=True: stats[\"seed\"] repeats the sample; a batch's sequence i samples with seed + i).");
 }
 
 // Model: evaluation, and the decode session serve runs on.
@@ -858,7 +862,16 @@ void bind_train(py::module_& m) {
            const std::string& init_from, std::optional<int> stop_after, const py::object& callback, const py::object& log,
            bool quiet) {
           // resume with no config: the run's own (as the CLI's train --resume)
-          const Config c = resume && config.is_none() && !preset ? run_config(out) : config_of(config, preset);
+          const bool own = resume && config.is_none() && !preset;
+          Config c = own ? run_config(out) : config_of(config, preset);
+          // Your own text as the CLI's train holds it: data_train without data_val validates on its
+          // last val_split (a new run; a resumed one or one from init_from keeps its config).
+          std::string data_note;
+          const bool continuing = resume && !out.empty() && has_checkpoint(out);
+          if (!own && !continuing && init_from.empty() && py::isinstance<py::dict>(config)) {
+            const py::dict keys = config.cast<py::dict>();
+            c = with_own_data(c, keys.contains("data_train"), keys.contains("data_val"), &data_note);
+          }
           TrainOptions o;
           o.out_dir = out;
           o.resume = resume;
@@ -872,6 +885,7 @@ void bind_train(py::module_& m) {
             py::gil_scoped_acquire gil;
             write(text_of(to_stderr ? line + "\n" : line));
           };
+          if (!data_note.empty() && !quiet) o.log("note: " + data_note);
           // Ctrl-C (a KeyboardInterrupt, or whatever a signal handler raises) sets TrainOptions::stop:
           // the run ends after the current step with a checkpoint, then the exception is raised. The
           // callback runs on this (the calling) thread after every step, and Python's signal
@@ -935,6 +949,18 @@ void bind_train(py::module_& m) {
 PYBIND11_MODULE(looplm, m) {
   m.doc() = "looplm: looped (recurrent-depth) transformer language models (docs/python.md)";
   m.attr("__version__") = kVersion;
+  // The library's messages name Python's arguments (resume=True, config['lr'] = ...), not the CLI's flags.
+  ArgumentSpelling spelling;
+  spelling.resume = "resume=True";
+  spelling.overwrite = "overwrite=True";
+  spelling.init_from = "init_from";
+  spelling.out = "out";
+  spelling.value_sep = "=";
+  spelling.set_prefix = "config['";
+  spelling.set_key_end = "']";
+  spelling.set_value_sep = " = ";
+  spelling.set_origin = "config";
+  set_argument_spelling(spelling);
   m.attr("__build__") = version_text() + "; CPU features used: " + cpu_features_text();
 
   g_error = PyErr_NewExceptionWithDoc("looplm.Error", "A bad file or a runtime failure, with looplm's message.",

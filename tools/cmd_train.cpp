@@ -159,14 +159,10 @@ int cmd_train(int argc, char** argv) {
       if (train_set) throw UsageError("train: --data FILE is data_train; give one of --data and --set data_train");
       c.data_train = data;
       if (!val_set) c.data_val = "";
-    } else if (train_set && !val_set && !own && init_from.empty() && !c.data_val.empty()) {
-      if (!quiet)
-        std::fprintf(stderr, "note: data_train is set and data_val is not: validating on %s, not on %s (--set data_val=FILE "
-                             "for another file)\n",
-                     validation_name(c.data_train, "", c.val_split).c_str(), c.data_val.c_str());
-      c.data_val = "";
-    } else if (val_set && !train_set && !own && init_from.empty() && !quiet) {
-      std::fprintf(stderr, "note: data_val is set and data_train is not: training on %s\n", c.data_train.c_str());
+    } else if (!own && init_from.empty()) {
+      std::string note;
+      c = with_own_data(c, train_set, val_set, &note);
+      if (!quiet && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
     }
     return c;
   };

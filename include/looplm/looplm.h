@@ -148,6 +148,12 @@ bool has_checkpoint(const std::string& out_dir);
 // model.safetensors' or config.json's. Error when it holds none or its checkpoint does not verify.
 Config run_config(const std::string& out_dir);
 const std::vector<std::string>& resume_safe_keys();
+// Your own text, the same in every front end (the CLI's train, Python's looplm.train): a new run
+// whose config sets data_train and not data_val validates on the last val_split of data_train
+// (which it never trains on), not on the preset's corpus; data_val set alone trains on the
+// preset's data_train. The config to train, and in `note` what a user should be told ("" when
+// nothing). Not for a resumed run or one from --init-from: their config is their own.
+Config with_own_data(Config c, bool sets_data_train, bool sets_data_val, std::string* note = nullptr);
 // Holds run directory `dir` (created if missing) for this process, as train() does while it runs:
 // another process that tries is refused with an Error naming the holder's pid, until the holder
 // ends, however it ends. Holds within one process nest (a caller may hold the directory while it

@@ -21,6 +21,21 @@ std::vector<std::string> chat_template_names();       // the built-in chat templ
 std::string joined(const std::vector<std::string>& names, const char* sep = ", ");
 
 // ---------------------------------------------------------------- messages
+// How the library's messages name what a front end passes, so that an error says what to type:
+// the CLI's flags unless a front end says otherwise (the Python module names its keywords:
+// "resume=True", "config['lr'] = 0.001"). Set once, before any call that may fail.
+struct ArgumentSpelling {
+  std::string resume = "--resume", overwrite = "--overwrite";  // flags
+  std::string init_from = "--init-from", out = "--out", value_sep = " ";  // NAME value_sep VALUE
+  // A config key given a value: set_prefix KEY set_key_end set_value_sep VALUE.
+  std::string set_prefix = "--set ", set_key_end, set_value_sep = "=";
+  std::string set_origin = "--set";  // what a message about a set key starts with ("--set: unknown config key ...")
+};
+void set_argument_spelling(const ArgumentSpelling& s);
+const ArgumentSpelling& argument_spelling();
+// The spelling of setting config key `key` to `value` ("--set lr=0.001"; `value` "" names the key alone: "--set lr").
+std::string set_arg(const std::string& key, const std::string& value = "");
+
 // `s` for a message: at most `max` bytes (then "..."), control bytes as '?'.
 std::string brief(std::string_view s, size_t max = 60);
 // A file path for a message: whole up to 240 bytes, else "..." and its last 237 (the file's name).

@@ -17,6 +17,20 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+namespace {
+ArgumentSpelling& spelling() {
+  static ArgumentSpelling s;
+  return s;
+}
+}  // namespace
+
+void set_argument_spelling(const ArgumentSpelling& s) { spelling() = s; }
+const ArgumentSpelling& argument_spelling() { return spelling(); }
+std::string set_arg(const std::string& key, const std::string& value) {
+  const ArgumentSpelling& s = spelling();
+  return s.set_prefix + key + s.set_key_end + (value.empty() ? "" : s.set_value_sep + value);
+}
+
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   if (word.size() > 64) return "";
   std::string best;

@@ -430,23 +430,23 @@ void Config::set(const std::string& key, const std::string& value) {
   json v;
   const Field* f = find_field(key);
   const ConfigKey* k = f ? nullptr : find_component_key(key);
-  if (!f && !k) unknown_key(key, "--set");
+  if (!f && !k) unknown_key(key, argument_spelling().set_origin);
   bool is_string = f ? std::holds_alternative<std::string Config::*>(f->m) : k->type == ConfigKey::Type::String;
   if (is_string) {
     v = value;
     try {
       (void)v.dump();  // a config is stored as JSON (config.json, checkpoint metadata): UTF-8 only
     } catch (const json::exception&) {
-      throw UsageError("--set " + key + ": the value is not valid UTF-8 text (a config is stored as JSON)");
+      throw UsageError(set_arg(key) + ": the value is not valid UTF-8 text (a config is stored as JSON)");
     }
   } else {
     try {
-      v = io::parse_json(value, "--set " + key, true);
+      v = io::parse_json(value, set_arg(key), true);
     } catch (const Error&) {
-      throw UsageError("--set " + key + "=" + io::brief(value) + ": '" + io::brief(value) + "' is not a valid value");
+      throw UsageError(set_arg(key, io::brief(value)) + ": '" + io::brief(value) + "' is not a valid value");
     }
   }
-  assign_any(*this, key, v, "--set");
+  assign_any(*this, key, v, argument_spelling().set_origin);
 }
 
 void Config::validate() const {

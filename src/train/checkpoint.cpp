@@ -20,6 +20,7 @@
 #include "io/fault.h"
 #include "io/json_input.h"
 #include "io/safetensors.h"
+#include "looplm/util.h"
 
 namespace looplm {
 
@@ -71,8 +72,9 @@ void link_as(const std::string& from, const std::string& to) {
 
 // How a refused resume goes on (nothing has been changed).
 static std::string ways_on(const std::string& dir) {
-  return ". Nothing in " + dir + " was changed. To go on: --overwrite starts this run over (its files are removed), or "
-         "'looplm train --init-from FILE --out NEW_DIR' trains a new run from a model's weights (" + dir +
+  const ArgumentSpelling& a = argument_spelling();
+  return ". Nothing in " + dir + " was changed. To go on: " + a.overwrite + " starts this run over (its files are removed), or " +
+         a.init_from + a.value_sep + "FILE " + a.out + a.value_sep + "NEW_DIR trains a new run from a model's weights (" + dir +
          "/model.safetensors, model.best.safetensors or a file in checkpoints/)";
 }
 

@@ -18,6 +18,7 @@
 
 #include "io/safetensors.h"
 #include "looplm/error.h"
+#include "looplm/util.h"
 #include "model/model_io.h"
 #include "tokenizer/tokenizer.h"
 
@@ -95,7 +96,7 @@ Config resumed_config(const Config& saved, const Config& wanted, const std::stri
       throw UsageError("cannot resume " + dir + " with data_val " + it.value().dump() + ": the run " +
                        (a.value("data_val", "").empty() ? "holds out the end of data_train for validation"
                                                         : "trains on all of data_train") +
-                       ", and changing that changes its training data (start a new run, e.g. with --init-from)");
+                       ", and changing that changes its training data (start a new run, e.g. with " + argument_spelling().init_from + ")");
     if (std::find(safe.begin(), safe.end(), it.key()) != safe.end()) {
       c.set(it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
       continue;
@@ -107,7 +108,7 @@ Config resumed_config(const Config& saved, const Config& wanted, const std::stri
     std::string safe;
     for (auto& k : resume_safe_keys()) safe += (safe.empty() ? "" : ", ") + k;
     throw UsageError("cannot resume " + dir + " with a different " + changed + ": only " + safe +
-                     " may change on --resume (start a new run with another --out for the rest)");
+                     " may change on " + argument_spelling().resume + " (start a new run with another " + argument_spelling().out + " for the rest)");
   }
   return c;
 }
@@ -179,7 +180,7 @@ RunLock::RunLock(const std::string& dir) {
     (void)!::pread(h->fd, pid, sizeof pid - 1, 0);
     if (e == EWOULDBLOCK)
       throw Error(dir + " is in use by another looplm train (pid " + std::string(pid) +
-                  "); wait for it to end, or choose another --out");
+                  "); wait for it to end, or choose another " + argument_spelling().out);
     throw Error("cannot lock '" + path + "': " + std::strerror(e));
   }
   const std::string me = std::to_string(::getpid());
@@ -224,28 +225,42 @@ RunDirectory::RunDirectory(const TrainOptions& opt, const Config& config_abs, Co
         if (auto ck = find_checkpoint(dir)) at = " (checkpoint at step " + std::to_string(ck->step) + ")";
       } catch (const Error&) {
       }
-      throw UsageError(dir + " already holds a run" + at + "; continue it with --resume, start over with --overwrite, or choose another --out");
+      throw UsageError(dir + " already holds a run" + at + "; continue it with " + argument_spelling().resume + ", start over with " +
+                       argument_spelling().overwrite + ", or choose another " + argument_spelling().out);
     }
     remove_run(dir);
-    log("--overwrite: removed the previous run in " + dir);
+    log(argument_spelling().overwrite + ": removed the previous run in " + dir);
   }
   if (opt.resume && !found) {
     if (holds_weights(dir))
       throw Error("cannot resume " + dir + ": it holds a run's weights but no checkpoint to resume from "
                   "(checkpoint.json is missing, and there is no train_state.safetensors of an older looplm). Nothing in " +
-                  dir + " was changed. To go on: --overwrite starts this run over (its files are removed), or "
-                  "'looplm train --init-from " + dir + "/model.safetensors --out NEW_DIR' trains a new run from "
-                  "its weights");
+                  dir + " was changed. To go on: " + argument_spelling().overwrite + " starts this run over (its files are removed), or " +
+                  argument_spelling().init_from + argument_spelling().value_sep + dir + "/model.safetensors " + argument_spelling().out +
+                  argument_spelling().value_sep + "NEW_DIR trains a new run from its weights");
     if (path_exists(dir + "/config.json")) {
       // Stopped before its first checkpoint: the same run again from step 0, with its own config.
       c = resumed_config(with_absolute_data_paths(run_config(dir)), config_abs, dir);
-      log("--resume: " + dir + " holds no checkpoint yet (it stopped before its first); starting it again "
+      log(argument_spelling().resume + ": " + dir + " holds no checkpoint yet (it stopped before its first); starting it again "
           "from step 0 with its config.json");
     } else {
-      log("--resume: no checkpoint in " + dir + ", starting a new run");
+      log(argument_spelling().resume + ": no checkpoint in " + dir + ", starting a new run");
     }
     remove_run(dir);  // what an unfinished first attempt left
   }
+}
+
+Config with_own_data(Config c, bool sets_data_train, bool sets_data_val, std::string* note) {
+  std::string said;
+  if (sets_data_train && !sets_data_val && !c.data_val.empty()) {
+    said = "data_train is set and data_val is not: validating on " + validation_name(c.data_train, "", c.val_split) +
+           ", not on " + c.data_val + " (" + set_arg("data_val", "FILE") + " for another file)";
+    c.data_val = "";
+  } else if (sets_data_val && !sets_data_train) {
+    said = "data_val is set and data_train is not: training on " + c.data_train;
+  }
+  if (note) *note = said;
+  return c;
 }
 
 }  // namespace looplm

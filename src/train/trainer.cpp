@@ -118,7 +118,7 @@ std::unique_ptr<Model> starting_weights(const RunDirectory& run, const TrainOpti
     c.tokenizer_json = Tokenizer::hf_from_file(c.tokenizer_file).hf_json();
   if (c.tokenizer != from.tokenizer || (!c.tokenizer_chars.empty() && c.tokenizer_chars != from.tokenizer_chars) ||
       (!c.tokenizer_json.empty() && c.tokenizer_json != from.tokenizer_json))
-    throw UsageError("--init-from " + path + ": its tokenizer (" + from.tokenizer + ") differs from the run's (" + c.tokenizer +
+    throw UsageError(argument_spelling().init_from + argument_spelling().value_sep + path + ": its tokenizer (" + from.tokenizer + ") differs from the run's (" + c.tokenizer +
                      (c.tokenizer == from.tokenizer ? ", another " + c.tokenizer + " vocabulary" : std::string()) +
                      "); the weights are tied to their token ids");
   c.tokenizer_chars = from.tokenizer_chars;
@@ -134,7 +134,7 @@ std::unique_ptr<Model> starting_weights(const RunDirectory& run, const TrainOpti
 void complete_tokenizer(Config& c) {
   if (c.tokenizer == "hf" && c.tokenizer_json.empty()) {
     if (c.tokenizer_file.empty())
-      throw UsageError("tokenizer hf needs its tokenizer.json: --set tokenizer_file=FILE (e.g. one 'looplm data "
+      throw UsageError("tokenizer hf needs its tokenizer.json: " + set_arg("tokenizer_file", "FILE") + " (e.g. one 'looplm data "
                        "--tokenizer-train bpe' wrote)");
     Tokenizer::hf_from_file(c.tokenizer_file).to_config(c);
   }
@@ -143,7 +143,7 @@ void complete_tokenizer(Config& c) {
     if (detect_format(c.data_train) == DataFormat::LlmcShard || detect_format(c.data_train) == DataFormat::NanoGptBin) {
       if (!path_exists(side))
         throw UsageError(c.data_train + ": a token shard without its alphabet (" + side +
-                         "); make it with 'looplm data --tokenizer char' or --set tokenizer_chars=...");
+                         "); make it with 'looplm data --tokenizer char' or " + set_arg("tokenizer_chars", "..."));
       Tokenizer::char_level(read_file_bytes(side)).to_config(c);
     } else {
       // Every character the run will read: training and validation text (a char missing from the
@@ -177,7 +177,7 @@ struct TrainData {
       if (val_examples.size() == 0 || train_examples.size() == 0)
         throw Error(c.data_train + ": " + std::to_string(train_examples.size() + val_examples.size()) +
                     " examples are too few to hold out val_split " + std::to_string(c.val_split) +
-                    " for validation; give more, or a validation file (--set data_val=FILE)");
+                    " for validation; give more, or a validation file (" + set_arg("data_val", "FILE") + ")");
       fingerprint = {train_examples.size(), val_examples.size(), looplm::fingerprint(train_examples.tokens),
                      looplm::fingerprint(val_examples.tokens)};
       batches = std::make_unique<ExampleStream>(std::move(train_examples), c.context, c.batch_size, c.seed);
@@ -284,9 +284,9 @@ std::unique_ptr<Model> build_model(const Config& c, std::unique_ptr<Model> init,
     ++matched;
   }
   if (!same || matched != from.size())
-    throw UsageError("--init-from " + init_from + ": the config's model has other parameters than the file's "
-                     "(a --set changed the model's shape); --set may change training keys only, and add an exit gate "
-                     "(exit_gate = true)");
+    throw UsageError(argument_spelling().init_from + argument_spelling().value_sep + init_from + ": the config's model has other parameters than the file's "
+                     "(a config key changed the model's shape); " + set_arg("KEY") + " may change training keys only, and add an exit gate "
+                     "(" + set_arg("exit_gate", "true") + ")");
   return model;
 }
 
@@ -460,11 +460,11 @@ TrainStep train_step_of(const StepReport& r, const EvalResult* val) {
   std::snprintf(msg, sizeof msg,
                 "training diverged at step %lld: loss %s, gradient norm %s (the optimizer step was not taken). "
                 "%s Likely cause: the learning rate (lr = %g, %g at this step) is too high for this model; try a "
-                "lower --set lr=... or a longer warmup",
+                "lower %s or a longer warmup",
                 (long long)step, fmt_num(o.loss).c_str(), fmt_num(o.grad_norm).c_str(),
                 last_checkpoint >= 0 ? ("The checkpoint in " + dir + " is the last finite one (step " + std::to_string(last_checkpoint) + ").").c_str()
                                      : "No checkpoint was written.",
-                c.lr, lr);
+                c.lr, lr, set_arg("lr", "...").c_str());
   throw Error(msg);
 }
 
@@ -473,10 +473,12 @@ TrainStep train_step_of(const StepReport& r, const EvalResult* val) {
 namespace {
 
 void check_train_options(const TrainOptions& opt) {
-  if (opt.out_dir.empty()) throw UsageError("train: --out DIR is required");
-  if (opt.resume && opt.overwrite) throw UsageError("train: --resume continues the run in DIR, --overwrite starts it over; give one");
+  const ArgumentSpelling& a = argument_spelling();
+  if (opt.out_dir.empty()) throw UsageError("train: " + a.out + a.value_sep + "DIR is required");
+  if (opt.resume && opt.overwrite)
+    throw UsageError("train: " + a.resume + " continues the run in DIR, " + a.overwrite + " starts it over; give one");
   if (opt.resume && !opt.init_from.empty())
-    throw UsageError("train: --resume continues DIR's own weights; --init-from starts a new run from other weights; give one");
+    throw UsageError("train: " + a.resume + " continues DIR's own weights; " + a.init_from + " starts a new run from other weights; give one");
 }
 
 // Rank 0's config (a resumed run's own, its tokenizer completed) on every rank, each keeping its
@@ -595,7 +597,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
     }
     tidy_run_directory(dir, *found, st.best_step == st.step);
     log(st.step >= c.steps ? dir + " is complete: step " + std::to_string(st.step) + " of " + std::to_string(c.steps) +
-                                 " (a larger --steps extends it)"
+                                 " (a larger " + set_arg("steps", "N") + " extends it)"
                            : "resumed " + dir + " at step " + std::to_string(st.step));
   }
   share_lead_state(comm, m, adam, st);
@@ -705,7 +707,7 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
       }
     }
     if (interrupted && st.step < last) {
-      log("interrupted: checkpoint written at step " + std::to_string(st.step) + "; continue with --resume");
+      log("interrupted: checkpoint written at step " + std::to_string(st.step) + "; continue with " + argument_spelling().resume);
       res.interrupted = true;
       break;
     }
@@ -715,7 +717,10 @@ TrainResult train(const Config& config_in, const TrainOptions& opt) {
   if (st.step >= c.steps) {
     // The end-of-run report, from the validation data already in memory (never read again: it may
     // be a pipe, or gone): every metric of evaluate(), by rank 0 alone.
-    if (lead) res.report = data.evaluate(m, c);
+    if (lead) {
+      res.report = data.evaluate(m, c);
+      res.val_loss = res.report.loss;  // also for a run that was complete already (nothing ran in this call)
+    }
     add_report_samples(data, res);
     res.complete = true;
   }

@@ -309,6 +309,47 @@ class Trained(unittest.TestCase):
             self.m.detokenize(np.array([65.0]))
         self.assertEqual(self.m.detokenize(np.array([65], dtype=np.uint16)), "A")
 
+    def test_own_text_holds_out_as_the_cli_does(self):
+        # data_train without data_val: the last 10% of the file validates (the CLI's --data), not the
+        # preset's corpus; the CLI on the same keys runs the same run (the same losses and validation).
+        cfg = dict(TINY, steps=4, eval_every=2, R=2, n_prelude=0, n_coda=0, data_train=self.train_txt)
+        logs = []
+        out = os.path.join(self.dir, "own_text")
+        r = looplm.train(cfg, out=out, log=logs.append)
+        text = "\n".join(logs)
+        self.assertIn("validating on the last 10% of " + self.train_txt, text)
+        self.assertIn("config['data_val'] = FILE", text)  # the note names Python's way to choose another file
+        sets = [a for k, v in cfg.items() if k != "data_train" for a in ("--set", f"{k}={v}")]
+        cli("train", "--data", self.train_txt, *sets, "--out", os.path.join(self.dir, "own_text_cli"), "--quiet", "-t", "1")
+        with open(os.path.join(self.dir, "own_text_cli", "metrics.jsonl")) as f:
+            val = [json.loads(l)["val_loss"] for l in f if '"val"' in l]
+        self.assertAlmostEqual(r["val_loss"], val[-1], delta=1e-9 * abs(val[-1]))
+        # resume=True on the finished run: its real validation loss (the report's), not 0
+        r2 = looplm.train(out=out, resume=True, quiet=True)
+        self.assertTrue(r2["complete"])
+        self.assertEqual(r2["val_loss"], r2["report"]["loss"])
+        self.assertAlmostEqual(r2["val_loss"], r["val_loss"], delta=1e-9 * abs(r["val_loss"]))
+
+    def test_messages_name_python_arguments(self):
+        with self.assertRaises(looplm.UsageError) as e:
+            looplm.train(self.config, out=self.ckpt, quiet=True)
+        self.assertIn("resume=True", str(e.exception))
+        self.assertIn("overwrite=True", str(e.exception))
+        self.assertNotIn("--", str(e.exception))
+        with self.assertRaisesRegex(looplm.UsageError, r"config\['lr'\] = abc"):
+            looplm.train(dict(self.config, lr="abc"), out=os.path.join(self.dir, "bad_lr"), quiet=True)
+        with self.assertRaisesRegex(looplm.UsageError, "^config: unknown config key 'sample_len'"):
+            looplm.train({"sample_len": 3}, out=os.path.join(self.dir, "bad_key"), quiet=True)
+
+    def test_generate_without_a_seed_draws_one(self):
+        a, s1 = self.m.generate("the lord", max_tokens=16, temperature=1.0, return_stats=True)
+        b, s2 = self.m.generate("the lord", max_tokens=16, temperature=1.0, return_stats=True)
+        self.assertNotEqual(s1["seed"], s2["seed"])  # 64-bit random seeds: equal with probability 2^-64
+        self.assertEqual(self.m.generate("the lord", max_tokens=16, temperature=1.0, seed=s1["seed"]), a)
+        self.assertEqual(self.m.generate("the lord", max_tokens=16, temperature=1.0, seed=s2["seed"]), b)
+        _, s3 = self.m.generate("the lord", max_tokens=4, seed=9, return_stats=True)
+        self.assertEqual(s3["seed"], 9)
+
     def test_a_callback_stops_and_resume_continues(self):
         out = os.path.join(self.dir, "stopped")
         r = looplm.train(self.config, out=out, quiet=True, callback=lambda s: s["step"] < 5)
