@@ -87,7 +87,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # mpi_train: 2-rank jobs beside the other test on 2 cores, several times slower instrumented;
   # the reduction order it checks runs here in-process (GradientSum.*, docs/testing.md).
   cd build-sanitize && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j2 -E '^(emulated_cpu_|experiments_|corpus_small|mpi_train)'
+    ctest --output-on-failure -j2 -E '^(emulated_cpu_|experiments_|corpus_small|mpi_train|docs_examples)'
   exit
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
