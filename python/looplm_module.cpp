@@ -177,6 +177,7 @@ py::dict stats_dict(const GenerateStats& s, uint64_t seed) {
   d["new_tokens"] = s.new_tokens;
   d["gen_seconds"] = s.gen_seconds;
   d["mean_steps"] = s.mean_steps;
+  d["computed_steps"] = s.computed_steps;  // with per_step: the steps after each exit too (run for the cache)
   d["kv_bytes_per_token"] = s.kv_bytes_per_token;
   d["kv_cache_bytes"] = s.kv_cache_bytes;
   d["draft_tokens"] = s.draft_tokens;

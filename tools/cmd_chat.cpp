@@ -218,7 +218,8 @@ int cmd_chat(int argc, char** argv) {
     if (talk && !stopped) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(stderr, "[%d tokens, %.1f tokens/s", st.new_tokens, st.new_tokens / std::max(st.gen_seconds, 1e-9));
-      if (o.exit.rule != ExitRule::fixed) std::fprintf(stderr, ", %.2f loop steps per token", st.mean_steps);
+      if (o.exit.rule != ExitRule::fixed)
+        std::fprintf(stderr, ", %.2f loop steps per token to its exit, %.2f computed", st.mean_steps, st.computed_steps);
       std::fprintf(stderr, ", %.1f s]\n", secs);
     }
   }

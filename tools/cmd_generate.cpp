@@ -52,6 +52,7 @@ void add_stats(GenerateStats& total, const GenerateStats& st) {
   total.new_tokens += st.new_tokens;
   total.gen_seconds += st.gen_seconds;
   total.mean_steps += st.mean_steps * st.new_tokens;  // summed per token; print_stats divides
+  total.computed_steps += st.computed_steps * st.new_tokens;
   total.kv_bytes_per_token = st.kv_bytes_per_token;
   total.draft_tokens += st.draft_tokens;
   total.accepted_tokens += st.accepted_tokens;
@@ -99,14 +100,23 @@ void generate_in_batches(const LanguageModel& lm, const std::vector<std::vector<
 
 // The summary line(s) on stderr: prompt and generation rates, early exit's steps and KV bytes per
 // token, speculative decoding's acceptance.
-void print_stats(const GenerateStats& total, const GenerateOptions& g, const ExitArgs& ex, size_t sequences, int batch) {
+void print_stats(const GenerateStats& total, const GenerateOptions& g, const ExitArgs& ex, size_t sequences, int batch, int R) {
   std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tokens/s) | generation: %d tokens in %.1f ms (%.1f tokens/s)",
                total.prompt_tokens, 1e3 * total.prompt_seconds, total.prompt_tokens / std::max(total.prompt_seconds, 1e-9),
                total.new_tokens, 1e3 * total.gen_seconds, total.new_tokens / std::max(total.gen_seconds, 1e-9));
   if (sequences > 1) std::fprintf(stderr, " | %zu sequences, batches of %d", sequences, std::min<int>(batch, (int)sequences));
-  if (g.exit.rule != ExitRule::fixed)
-    std::fprintf(stderr, "\nearly exit %s < %g: %.3f loop steps per token | kv policy %s: %.0f bytes per token", ex.rule.c_str(),
-                 ex.threshold, total.mean_steps / std::max(total.new_tokens, 1), ex.policy.c_str(), total.kv_bytes_per_token);
+  if (g.exit.rule != ExitRule::fixed) {
+    // What the exit saved: the steps to each token's exit, and the steps computed (per_step runs
+    // the rest for the cache, so it saves none).
+    const int n = std::max(total.new_tokens, 1);
+    const double to_exit = total.mean_steps / n, computed = total.computed_steps / n;
+    const int depth = g.depth < 0 ? R : g.depth;
+    std::fprintf(stderr, "\nearly exit %s %s %g: %.3f loop steps per token to its exit, %.3f computed of %d (%.0f%% of the loop's compute saved%s) | kv policy %s: %.0f bytes per token",
+                 ex.rule.c_str(), g.exit.rule == ExitRule::gate ? ">=" : "<", ex.threshold, to_exit, computed, depth,
+                 100.0 * (1 - computed / std::max(depth, 1)),
+                 g.kv_policy == KvPolicy::per_step ? ": per_step runs the steps after an exit for the cache; --kv-policy last, first or mean skips them" : "",
+                 ex.policy.c_str(), total.kv_bytes_per_token);
+  }
   if (g.speculative < 0) std::fprintf(stderr, "\nspeculative auto: %s", total.speculative_why.c_str());
   if (total.draft_tokens > 0)
     std::fprintf(stderr, "\nspeculative: %lld drafts at depth %d, %lld accepted (%.1f%%), %.2f tokens per weight stream",
@@ -242,7 +252,7 @@ int cmd_generate(int argc, char** argv) {
   } else {
     generate_in_batches(lm, ids, texts, text_of, g, batch, jsonl, total);
   }
-  if (!quiet) print_stats(total, g, ex, ids.size(), batch);
+  if (!quiet) print_stats(total, g, ex, ids.size(), batch, R);
   return 0;
 }
 

@@ -230,6 +230,9 @@ struct GenerateStats {
   int new_tokens = 0;
   double gen_seconds = 0;     // everything after it (decoding, window restarts)
   double mean_steps = 0;      // loop steps per decoded token (to its exit)
+  // Loop steps computed per decoded token: mean_steps, plus the steps the per_step KV policy runs
+  // after a token's exit for the cache (so with per_step, early exit saves no loop compute).
+  double computed_steps = 0;
   double kv_bytes_per_token = 0;  // what the KV policy keeps per position (EvalResult's)
   double kv_cache_bytes = 0;      // what the cache allocated
   int64_t draft_tokens = 0, accepted_tokens = 0;  // speculative decoding: drafted, and kept by the verification

@@ -247,6 +247,7 @@ void Decoder::decode(const int* seqs, const int32_t* tokens, int n, float* logit
     oa.coda_step = r - 1;
     Node* next = m_.loop_step(g_, st, hpa, r, na, 1, oa);
     ++loop_passes_;
+    computed_steps_ += na;
     Node* h = m_.readout(g_, next);
     // The coda runs at every step (its cache slots for this step are what later tokens exiting
     // here attend to); the lm_head only where the rule reads logits (kl, entropy) or, for the

@@ -63,6 +63,9 @@ class Decoder {
   // r steps counts r): what decoding streams from memory (GenerateStats::weight_streams).
   int64_t loop_passes() const { return loop_passes_; }
   int64_t steps() const { return steps_; }
+  // Loop steps computed for decoded tokens, each row of each pass: steps() plus those a KV policy
+  // that keeps exited tokens running (per_step) runs after their exits, for the cache.
+  int64_t computed_steps() const { return computed_steps_; }
   const std::vector<int64_t>& exits() const { return exits_; }
   // Bytes of keys and values the policy needs per position, over every position written.
   double kv_bytes_per_token() const { return kept_positions_ ? kept_floats_ * cache_.bytes_per_value() / kept_positions_ : 0; }
@@ -92,7 +95,7 @@ class Decoder {
   // their loop state after draft_depth steps and their h_pre (rows of draft_state_, draft_h_pre_).
   int draft_from_ = 0, drafted_ = 0;
   std::vector<float> draft_state_, draft_h_pre_;
-  int64_t decoded_ = 0, steps_ = 0, loop_passes_ = 0;
+  int64_t decoded_ = 0, steps_ = 0, loop_passes_ = 0, computed_steps_ = 0;
   std::vector<int64_t> exits_;
   double kept_floats_ = 0;
   int64_t kept_positions_ = 0;

@@ -448,6 +448,7 @@ std::vector<std::vector<int32_t>> LanguageModel::generate_batch(const std::vecto
     for (const auto& o : out) st.new_tokens += (int)o.size();  // (the session's count has the end tokens too)
     st.gen_seconds = std::chrono::duration<double>(t2 - t1).count();
     st.mean_steps = dec.decoded() ? (double)dec.steps() / (double)dec.decoded() : depth;
+    st.computed_steps = dec.decoded() ? (double)dec.computed_steps() / (double)dec.decoded() : depth;
     st.weight_streams = depth > 0 ? (double)dec.loop_passes() / depth : 0;
     st.kv_bytes_per_token = dec.kv_bytes_per_token();
     st.kv_cache_bytes = (double)dec.cache().bytes();

@@ -160,6 +160,7 @@ std::vector<int32_t> generate_speculative(const Model& m, const std::vector<int3
     st.new_tokens = (int)out.size();
     st.gen_seconds = std::chrono::duration<double>(t2 - t1).count();
     st.mean_steps = depth;
+    st.computed_steps = depth;
     st.draft_tokens = drafted;
     st.accepted_tokens = accepted;
     st.weight_streams = (double)dec.loop_passes() / depth;
