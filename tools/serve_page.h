@@ -37,7 +37,7 @@ easy tokens leave the loop early (light), hard ones go deep (dark).</p>
 <label>depth <input id="depth" type="number" min="0" placeholder="R"></label>
 <label>exit rule <select id="exit_rule"><option>fixed</option><option selected>kl</option><option>entropy</option><option>latent</option><option>gate</option></select></label>
 <label>threshold <input id="threshold" type="number" value="0.01" step="any"></label>
-<label>KV policy <select id="kv_policy"><option>per_step</option><option>mean</option><option>last</option><option>first</option></select></label>
+<label>KV policy <select id="kv_policy"><option>per_step</option><option>mean</option><option selected>last</option><option>first</option></select></label>
 </fieldset>
 <button id="generate">Generate</button>
 <p id="legend"></p>
@@ -125,7 +125,11 @@ $('generate').addEventListener('click', async () => {
     }
     const secs = (performance.now() - t0) / 1000;
     summary.textContent = tokens + ' tokens in ' + secs.toFixed(2) + ' s (' + (tokens / secs).toFixed(1) + ' tokens/s), ' +
-      (tokens ? (steps / tokens).toFixed(2) : '0') + ' loop steps per token of ' + depthMax + (finish ? ', finished: ' + finish : '') +
+      (tokens ? (steps / tokens).toFixed(2) : '0') + ' loop steps per token of ' + depthMax +
+      // what the exit saved: per_step runs the steps after each exit for the KV cache (none saved)
+      (body.exit_rule !== 'fixed' ? (body.kv_policy === 'per_step' ? ', all ' + depthMax + ' computed (per_step runs the rest for the cache: no compute saved)'
+        : ', ' + (tokens ? (100 * (1 - steps / tokens / depthMax)).toFixed(0) : '0') + '% of the loop\'s compute saved') : '') +
+      (finish ? ', finished: ' + finish : '') +
       (usage ? ', prompt ' + usage.prompt_tokens + ' tokens' : '') +
       (loop ? ', KV cache ' + Math.round(loop.kv_bytes_per_token) + ' bytes per position' : '');
   } catch (e) {

@@ -62,6 +62,14 @@ try {
   const shallow = spans.filter((s) => s.steps < expected.R), deep = spans.filter((s) => s.steps === expected.R);
   check(shallow.length > 0, 'some tokens exited early');
   check(shallow[0].bg !== deepBg, 'shallow and deep tokens shaded differently: ' + shallow[0].bg);
+  // the summary says what the exit saved: with the page's default KV policy (last), the share of the loop
+  const exitSummary = await page.$eval('#summary', (el) => el.textContent);
+  check(/[1-9]\d*% of the loop's compute saved/.test(exitSummary), 'exit summary: ' + exitSummary);
+  await page.select('#kv_policy', 'per_step');
+  await page.click('#generate');
+  await page.waitForFunction(() => !document.querySelector('#generate').disabled && document.querySelector('#summary').textContent.length > 0, { timeout: 60000 });
+  const perStep = await page.$eval('#summary', (el) => el.textContent);
+  check(perStep.includes('no compute saved'), 'per_step summary: ' + perStep);
   check(errors.length === 0, 'page errors: ' + errors.join('; '));
   console.log(JSON.stringify({ ok: true, spans: spans.length, shallow: shallow.length, deep: deep.length }));
 } finally {
