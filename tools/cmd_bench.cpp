@@ -1,5 +1,6 @@
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,7 +80,14 @@ struct Run {
   std::string name, thread_mode, kv_cache;
   int reps = 0;
   bool decode_only = false, adaptive = false;
+  double model_rss_mib = 0;  // the process's peak RSS before the first read-rate probe (its 1 GiB buffer)
 };
+
+double peak_rss_mib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
 
 Stat get(const std::map<std::string, Stat>& s, const std::string& k) {
   auto it = s.find(k);
@@ -88,7 +96,7 @@ Stat get(const std::map<std::string, Stat>& s, const std::string& k) {
 
 // `--contended`: each metric idle and beside a busy process, and the slowdown.
 void print_contended(const Run& run, const std::map<std::string, Stat>& busy, double other, bool as_json) {
-  const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive] = run;
+  const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive, model_rss] = run;
   if (as_json) {
     nlohmann::json j = {{"preset", name}, {"threads", thread_mode}, {"repetitions", reps},
                         {"other_load_cores", other}, {"threads_contended", current_threads()}};
@@ -117,7 +125,7 @@ void print_contended(const Run& run, const std::map<std::string, Stat>& busy, do
 // The results: a markdown table (or --json, --csv) with training's fraction of the GEMM rate and
 // each format's fraction of the read rate.
 void print_results(const Run& run, double peak, const std::string& precision, bool as_json, bool as_csv) {
-  const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive] = run;
+  const auto& [bench, metrics, idle, name, thread_mode, kv_cache, reps, decode_only, adaptive, model_rss] = run;
   const std::vector<std::string>& formats = bench.formats();
   // Decoding one token reads every weight matrix it multiplies: its bytes in a format over the
   // machine's read rate bound the tokens/s memory allows.
@@ -128,7 +136,14 @@ void print_results(const Run& run, double peak, const std::string& precision, bo
   auto bound_fraction = [&](const std::string& fmt) { return get(idle, "decode_" + sfx_of(fmt) + "bandwidth_fraction"); };
   const double train_tps = get(idle, "train_tokens_per_s").mean;
   const double train_gflops = bench.train_flops_per_token() * train_tps / 1e9;
+  // Resident memory: the benchmark's peak (training, the quantized copies and generation: before
+  // the read-rate probe's 1 GiB buffer), its peak when training had run, and the whole process's
+  // (the probe included: what `time -v` reports).
   const double train_rss = bench.peak_rss_after_training_mib();
+  const double process_rss = peak_rss_mib();
+  const double run_rss = run.model_rss_mib > 0 ? run.model_rss_mib : process_rss;
+  // Training above the probed GEMM peak means the probes met more load than training did.
+  const bool above_peak = peak > 0 && train_gflops > peak;
   if (as_json) {
     nlohmann::json j = {{"preset", name},
                         {"threads", omp_get_max_threads()},
@@ -139,7 +154,9 @@ void print_results(const Run& run, double peak, const std::string& precision, bo
                         {"train_gflops", train_gflops},
                         {"gemm_peak_gflops", peak},
                         {"peak_fraction", peak > 0 ? train_gflops / peak : 0.0},
-                        {"peak_rss_mib", train_rss},
+                        {"peak_rss_mib", run_rss},
+                        {"train_peak_rss_mib", train_rss},
+                        {"process_peak_rss_mib", process_rss},
                         {"activation_mib", bench.activation_bytes_peak() / 1048576.0},
                         {"activation_grad_mib", bench.grad_bytes_peak() / 1048576.0}};
     for (const BenchMetric& mt : metrics) {
@@ -160,16 +177,20 @@ void print_results(const Run& run, double peak, const std::string& precision, bo
     std::printf("metric,mean,stddev\n");
     for (const BenchMetric& mt : metrics)
       if (idle.count(mt.key)) std::printf("%s,%.3f,%.3f\n", mt.key.c_str(), get(idle, mt.key).mean, get(idle, mt.key).sd);
-    std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\n", train_gflops, peak, train_rss);
+    std::printf("train_gflops,%.3f,\ngemm_peak_gflops,%.3f,\npeak_rss_mib,%.1f,\ntrain_peak_rss_mib,%.1f,\n", train_gflops, peak,
+                run_rss, train_rss);
   } else {
     if (decode_only)
       std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; generation only\n\n", name.c_str(), n_params / 1e6,
                   thread_mode.c_str(), reps, kv_cache.c_str());
     else
       std::printf("%s: %.2fM parameters, threads %s, %d repetitions, %s KV cache; training %.1f GFLOP/s = %.0f%% of the %s "
-                  "GEMM rate measured here (%.0f GFLOP/s); peak RSS %.0f MiB\n\n",
+                  "GEMM rate measured here (%.0f GFLOP/s%s); peak RSS %.0f MiB (%.0f MiB when training had run; the "
+                  "process %.0f MiB with the read-rate probe's buffer)\n\n",
                   name.c_str(), n_params / 1e6, thread_mode.c_str(), reps, kv_cache.c_str(), train_gflops,
-                  100 * train_gflops / peak, precision.c_str(), peak, train_rss);
+                  100 * train_gflops / peak, precision.c_str(), peak,
+                  above_peak ? ": training ran faster than both probes of it, so the machine was busier while they ran; rerun it idle" : "",
+                  run_rss, train_rss, process_rss);
     std::printf("| test | tokens/s |\n|---|---|\n");
     for (const BenchMetric& mt : metrics)
       if (idle.count(mt.key))
@@ -277,11 +298,13 @@ int cmd_bench(int argc, char** argv) {
   // decoding is set against its own: a shared machine's memory rate drifts by tens of percent
   // within minutes, so a rate taken once (or the best of many) measures the drift, not how close
   // decoding comes to what the memory allows at that moment.
+  double model_rss = 0;
   auto repeat = [&] {
     std::map<std::string, std::vector<double>> all;
     for (int r = 0; r < reps; ++r) {
       progress->repetition = r + 1;
       std::map<std::string, double> m = measure();
+      if (r == 0) model_rss = peak_rss_mib();  // before any read-rate probe
       if (gen_tokens > 0) {
         const double gbps = measure_read_gbps(std::size_t(1) << 30, 2);
         m["read_gbps"] = gbps;
@@ -295,7 +318,12 @@ int cmd_bench(int argc, char** argv) {
     for (auto& [k, vals] : all) out[k] = stat(vals);
     return out;
   };
+  // The GEMM peak training is set against: probed before and after the repetitions, the higher of
+  // the two (a probe that met more load than training did would make the fraction exceed 1).
+  auto gemm_peak = [&] { return measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7, c.precision); };
+  const double peak_before = decode_only || contended ? 0.0 : gemm_peak();
   Run run{bench, metrics, repeat(), !ckpt.empty() ? ckpt : cfg.file.empty() ? cfg.preset : cfg.file, "", ""};
+  run.model_rss_mib = model_rss;
   run.reps = reps;
   run.kv_cache = kv_cache;
   run.decode_only = decode_only;
@@ -317,8 +345,7 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
 
-  print_results(run, decode_only ? 0 : measure_gemm_gflops(c.batch_size * c.context, c.d_model, c.ff_dim(), 7, c.precision), c.precision,
-                as_json, as_csv);
+  print_results(run, decode_only ? 0 : std::max(peak_before, gemm_peak()), c.precision, as_json, as_csv);
   return 0;
 }
 

@@ -67,7 +67,7 @@ class Bench {
   std::unique_ptr<Impl> impl_;
 };
 
-// The machine's GEMM rate in GFLOP/s on a model's training shapes ({M,3d,d}, {M,f,d}, {M,d,f}) in a
+// The machine's GEMM rate in GFLOP/s (the best of `reps` of each shape) on a model's training shapes ({M,3d,d}, {M,f,d}, {M,d,f}) in a
 // training precision ("fp32", or "bf16": bf16 operands rounded from fp32, fp32 accumulation, as
 // training with precision = bf16 multiplies): the reference for "fraction of peak".
 double measure_gemm_gflops(int M, int d, int f, int reps, const std::string& precision = "fp32");
