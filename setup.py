@@ -33,8 +33,12 @@ def cached_python(build_dir):
         cache = open(os.path.join(build_dir, "CMakeCache.txt"), encoding="utf-8").read()
     except OSError:
         return None
-    m = re.search(r"^Python_EXECUTABLE:[A-Z]*=(.*)$", cache, re.M)
-    return m.group(1).strip() if m else ""
+    # FindPython records the interpreter it used as _Python_EXECUTABLE (Python_EXECUTABLE when given).
+    for key in ("Python_EXECUTABLE", "_Python_EXECUTABLE"):
+        m = re.search(r"^" + key + r":[A-Z]*=(.*)$", cache, re.M)
+        if m and m.group(1).strip():
+            return m.group(1).strip()
+    return ""
 
 
 class CMakeBuild(build_ext):
@@ -42,7 +46,7 @@ class CMakeBuild(build_ext):
         python = os.path.realpath(sys.executable)  # a venv's python is its base interpreter
         build_dir = os.path.abspath(os.environ.get("LOOPLM_BUILD_DIR") or os.path.join(ROOT, "build"))
         cached = cached_python(build_dir)
-        if cached is not None and os.path.realpath(cached) != python:
+        if cached and os.path.realpath(cached) != python:
             tag = sysconfig.get_config_var("SOABI") or "python"
             print(f"looplm: {build_dir} builds for {cached}; building for {python} in build/pip-{tag}")
             build_dir = os.path.join(ROOT, "build", f"pip-{tag}")

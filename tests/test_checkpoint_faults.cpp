@@ -314,7 +314,7 @@ TEST_F(Checkpoint, ResumeRefusesWhatItCannotVerifyAndChangesNothing) {
     EXPECT_TRUE(a.read_f32(n, a.get(n).shape) == b.read_f32(n, b.get(n).shape)) << n;
   r = sh(bin() + " train --init-from " + dir + "/no_manifest --out " + dir + "/wider --set d_model=64 --quiet");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("--set may change training keys only"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("may change training keys only, and add an exit gate (--set exit_gate=true)"), std::string::npos) << r.out;
 }
 
 // A run killed before its first checkpoint holds its config.json: --resume starts it again from

@@ -222,6 +222,22 @@ struct Progress {
 
 }  // namespace
 
+namespace {
+
+// --checkpoint: its config for every measurement (and `ck`: generation from its weights in its own
+// format, a quantized checkpoint's packed matrices, besides the --weights formats); else the
+// preset or config file with --set.
+Config bench_config(const ConfigArgs& cfg, const std::string& ckpt, CheckpointSummary& ck) {
+  if (ckpt.empty()) return cfg.resolve();
+  if (cfg.explicit_base()) throw UsageError("bench: --checkpoint names the config; do not give --preset or --config too");
+  ck = inspect_checkpoint(ckpt);
+  Config c = ck.config;
+  cfg.apply_sets(c);
+  return c;
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Benchmark training, prompt processing and generation speed.", "looplm bench"};
   ConfigArgs cfg;
@@ -263,18 +279,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--csv", as_csv, "print CSV (metric, mean, stddev) instead of a markdown table")->excludes(json_flag);
   if (!parse(app, argc, argv, "bench")) return 0;
   set_threads(threads);
-  // --checkpoint: its config for every measurement, and generation from its weights in its own
-  // format (a quantized checkpoint's packed matrices) besides the --weights formats.
-  Config c;
   CheckpointSummary ck;
-  if (!ckpt.empty()) {
-    if (cfg.explicit_base()) throw UsageError("bench: --checkpoint names the config; do not give --preset or --config too");
-    ck = inspect_checkpoint(ckpt);
-    c = ck.config;
-    cfg.apply_sets(c);
-  } else {
-    c = cfg.resolve();
-  }
+  const Config c = bench_config(cfg, ckpt, ck);
   BenchOptions bo;
   bo.train = !decode_only;
   bo.steps = steps;
@@ -293,7 +299,6 @@ int cmd_bench(int argc, char** argv) {
   Bench bench(c, bo);
   const std::vector<BenchMetric>& metrics = bench.metrics();
   for (const BenchMetric& m : metrics) progress->label_of[m.key] = m.label;
-  auto measure = [&] { return bench.measure(); };
   // The memory read rate is measured beside every repetition, and each repetition's batch-1
   // decoding is set against its own: a shared machine's memory rate drifts by tens of percent
   // within minutes, so a rate taken once (or the best of many) measures the drift, not how close
@@ -303,7 +308,7 @@ int cmd_bench(int argc, char** argv) {
     std::map<std::string, std::vector<double>> all;
     for (int r = 0; r < reps; ++r) {
       progress->repetition = r + 1;
-      std::map<std::string, double> m = measure();
+      std::map<std::string, double> m = bench.measure();
       if (r == 0) model_rss = peak_rss_mib();  // before any read-rate probe
       if (gen_tokens > 0) {
         const double gbps = measure_read_gbps(std::size_t(1) << 30, 2);

@@ -43,6 +43,32 @@ std::vector<int32_t> render(const LanguageModel& lm, const std::string& system, 
   return lm.encode_prompt(text, nullptr, false);  // the template wrote any BOS
 }
 
+// The conversation's prompt within the context: the oldest exchanges dropped (`dropped` counts
+// them) until it leaves room for an answer of max_new tokens, or a quarter of the context when
+// that is less; the last message stays, whatever its length.
+std::vector<int32_t> within_context(const LanguageModel& lm, const std::string& system, std::vector<Turn>& turns,
+                                    const ChatOptions& co, int max_new, size_t& dropped) {
+  const int ctx = lm.config().context;
+  const int room = std::min(max_new, std::max(1, ctx / 4));
+  std::vector<int32_t> prompt = render(lm, system, turns, co);
+  while ((int)prompt.size() + room > ctx && turns.size() > 1) {
+    turns.erase(turns.begin(), turns.begin() + std::min<size_t>(2, turns.size() - 1));
+    dropped += 1;
+    prompt = render(lm, system, turns, co);
+  }
+  return prompt;
+}
+
+// --chat-template-kwargs: a JSON object of template variables ("" for none).
+std::string template_variables(const std::string& text) {
+  if (text.empty()) return "";
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw UsageError("chat: --chat-template-kwargs must be a JSON object (e.g. '{\"enable_thinking\": false}'), not '" +
+                     brief(text) + "'");
+  return j.dump();
+}
+
 // Reads one message: a line, or several joined where a line ends with a backslash. False at the
 // end of input.
 bool read_message(bool interactive, std::string& message) {
@@ -72,6 +98,29 @@ std::string trimmed(const std::string& s) {
   if (a == std::string::npos) return "";
   const size_t b = s.find_last_not_of(" \t\n\r");
   return s.substr(a, b - a + 1);
+}
+
+// Generates the answer to `prompt`, printing its text as it comes (whole characters) and keeping it
+// in `answer`. False when Ctrl-C stopped it (what was said so far is kept).
+bool answer_streamed(const LanguageModel& lm, const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                     std::string& answer) {
+  TextStream text = lm.text_stream({o.stop, false});
+  auto emit = [&](const std::string& s) {
+    answer += s;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  GracefulStop stop("");  // Ctrl-C during an answer ends the answer (a second one, the program)
+  try {
+    lm.generate(prompt, o, [&](int32_t t) {
+      if (stop.flag()->load()) throw AnswerStopped{};
+      emit(text.push(t));
+    });
+    emit(text.finish());
+  } catch (const AnswerStopped&) {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -120,13 +169,7 @@ int cmd_chat(int argc, char** argv) {
   if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
     throw UsageError("chat: --exit-rule " + ex.rule + " needs loop steps (--depth 0 runs none)");
   ChatOptions co;
-  if (!template_kwargs.empty()) {
-    nlohmann::json j = nlohmann::json::parse(template_kwargs, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      throw UsageError("chat: --chat-template-kwargs must be a JSON object (e.g. '{\"enable_thinking\": false}'), not '" +
-                       brief(template_kwargs) + "'");
-    co.extra_json = j.dump();
-  }
+  co.extra_json = template_variables(template_kwargs);
   const bool interactive = isatty(STDIN_FILENO) == 1;
   const bool talk = interactive && !quiet;  // banner, timing
 
@@ -165,16 +208,8 @@ int cmd_chat(int argc, char** argv) {
     }
     if (command.empty() && interactive) continue;
     turns.push_back({"user", message});
-    // The history within the context: drop the oldest exchanges until the prompt leaves room for
-    // an answer (up to max_new, at least a quarter of the context when the limit is larger).
-    const int room = std::min(g.max_new, std::max(1, ctx / 4));
-    std::vector<int32_t> prompt = render(lm, system, turns, co);
     size_t dropped = 0;
-    while ((int)prompt.size() + room > ctx && turns.size() > 1) {
-      turns.erase(turns.begin(), turns.begin() + std::min<size_t>(2, turns.size() - 1));
-      dropped += 1;
-      prompt = render(lm, system, turns, co);
-    }
+    const std::vector<int32_t> prompt = within_context(lm, system, turns, co, g.max_new, dropped);
     if (dropped > 0 && !quiet)
       std::fprintf(stderr, "(the oldest %zu exchange%s no longer fit the context of %d tokens: forgotten)\n", dropped,
                    dropped == 1 ? "" : "s", ctx);
@@ -190,27 +225,9 @@ int cmd_chat(int argc, char** argv) {
     o.seed = seed0 + answer_no++;
     GenerateStats st;
     o.stats = &st;
-    TextStream text = lm.text_stream({o.stop, false});
     std::string answer;
-    auto emit = [&](const std::string& s) {
-      answer += s;
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    };
-    bool stopped = false;
     const auto t0 = std::chrono::steady_clock::now();
-    {
-      GracefulStop stop("");  // Ctrl-C during an answer ends the answer (a second one, the program)
-      try {
-        lm.generate(prompt, o, [&](int32_t t) {
-          if (stop.flag()->load()) throw AnswerStopped{};
-          emit(text.push(t));
-        });
-        emit(text.finish());
-      } catch (const AnswerStopped&) {
-        stopped = true;
-      }
-    }
+    const bool stopped = !answer_streamed(lm, prompt, o, answer);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (stopped && !quiet) std::fputs("(stopped)\n", stderr);

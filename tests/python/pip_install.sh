@@ -16,8 +16,10 @@ if ! "$python" -m venv --system-site-packages "$work/venv" >"$work/venv.log" 2>&
   cat "$work/venv.log"; echo "SKIP: $python -m venv failed (python3-venv)"; exit 77
 fi
 "$work/venv/bin/python" -m pip --version >/dev/null 2>&1 || { echo "SKIP: no pip in the venv (python3-pip)"; exit 77; }
-LOOPLM_BUILD_DIR=$build "$work/venv/bin/python" -m pip install --no-build-isolation --no-index "$src" \
+LOOPLM_BUILD_DIR=$build "$work/venv/bin/python" -m pip install -v --no-build-isolation --no-index "$src" \
   >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; fail "pip install"; }
+# The venv's python is the build directory's: the module is built there, not in a new directory.
+if grep -q "building for" "$work/pip.log"; then grep "building for" "$work/pip.log"; fail "pip built in a second build directory"; fi
 grep -q "Successfully installed looplm-" "$work/pip.log" || { cat "$work/pip.log"; fail "pip installed no looplm"; }
 cd "$work"
 out=$(env -u PYTHONPATH "$work/venv/bin/python" -c '
