@@ -123,6 +123,14 @@ bool answer_streamed(const LanguageModel& lm, const std::vector<int32_t>& prompt
   return true;
 }
 
+// After an answer in a terminal: its tokens, rate and, with an exit rule, the loop steps it saved.
+void print_timing(const GenerateStats& st, const GenerateOptions& o, double secs) {
+  std::fprintf(stderr, "[%d tokens, %.1f tokens/s", st.new_tokens, st.new_tokens / std::max(st.gen_seconds, 1e-9));
+  if (o.exit.rule != ExitRule::fixed)
+    std::fprintf(stderr, ", %.2f loop steps per token to its exit, %.2f computed", st.mean_steps, st.computed_steps);
+  std::fprintf(stderr, ", %.1f s]\n", secs);
+}
+
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
@@ -209,7 +217,15 @@ int cmd_chat(int argc, char** argv) {
     if (command.empty() && interactive) continue;
     turns.push_back({"user", message});
     size_t dropped = 0;
-    const std::vector<int32_t> prompt = within_context(lm, system, turns, co, g.max_new, dropped);
+    std::vector<int32_t> prompt;
+    try {
+      prompt = within_context(lm, system, turns, co, g.max_new, dropped);
+    } catch (const UsageError& e) {  // the template refused the conversation (roles it does not take, ...)
+      std::fprintf(stderr, "error: %s\n", e.what());
+      turns.pop_back();
+      if (!interactive) std::fputs("\n", stdout);
+      continue;
+    }
     if (dropped > 0 && !quiet)
       std::fprintf(stderr, "(the oldest %zu exchange%s no longer fit the context of %d tokens: forgotten)\n", dropped,
                    dropped == 1 ? "" : "s", ctx);
@@ -232,13 +248,7 @@ int cmd_chat(int argc, char** argv) {
     std::fflush(stdout);
     if (stopped && !quiet) std::fputs("(stopped)\n", stderr);
     turns.push_back({"assistant", trimmed(answer)});
-    if (talk && !stopped) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "[%d tokens, %.1f tokens/s", st.new_tokens, st.new_tokens / std::max(st.gen_seconds, 1e-9));
-      if (o.exit.rule != ExitRule::fixed)
-        std::fprintf(stderr, ", %.2f loop steps per token to its exit, %.2f computed", st.mean_steps, st.computed_steps);
-      std::fprintf(stderr, ", %.1f s]\n", secs);
-    }
+    if (talk && !stopped) print_timing(st, o, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   if (interactive) std::fputs("\n", stdout);
   return 0;
