@@ -161,6 +161,9 @@ TEST_F(Cli, BenchDecodeOnly) {
   EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["decode_q4_0_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["decode_batch_q4_0_tokens_per_s"].get<double>(), 0);
+  // a looped model (R = 3) has a loop-as-draft row per format: generate --speculative auto's speed
+  EXPECT_GT(j["decode_speculative_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode_speculative_q4_0_tokens_per_s"].get<double>(), 0);
   EXPECT_FALSE(j.contains("train_tokens_per_s"));
   EXPECT_FALSE(j.contains("decode_bf16_tokens_per_s"));  // not named
   // the fraction is the repetition's tokens/s over the read rate measured beside it (one here)
@@ -169,6 +172,9 @@ TEST_F(Cli, BenchDecodeOnly) {
   EXPECT_NEAR(frac, j["decode_q4_0_tokens_per_s"].get<double>() * j["weight_bytes_per_token_q4_0"].get<double>() / (read * 1e9),
               1e-9 * frac);
   EXPECT_EQ(j["decode_q4_0_bandwidth_fraction_stddev"].get<double>(), 0);
+  r = run("bench --checkpoint " + ckpt() + " --decode-only --weights fp32 -r 1 -n 4 -p 8 --gen-batch 1 -t 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| generation tg4 fp32, loop-as-draft auto: "), std::string::npos) << r.out;  // what auto chose
   r = run("bench --preset bench-dense --decode-only --weights none -r 1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("no format to time"), std::string::npos) << r.out;
@@ -826,6 +832,7 @@ TEST_F(Cli, BenchFormats) {
   EXPECT_TRUE(j.contains("train_tokens_per_s_stddev"));
   EXPECT_GT(j["eval_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["quantize_tokens_per_s"].get<double>(), 0);
+  EXPECT_FALSE(j.contains("decode_speculative_tokens_per_s"));  // R = 1: no loop to draft from
   // A fixed count of 2 or more threads waits with a short spin (tools/wait_policy.cpp); the
   // adaptive default keeps OpenMP's own, and a user's own choice is kept.
   EXPECT_EQ(j["threads_mode"].get<std::string>(), "1");  // one thread never waits for another

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/weight_format.h"
@@ -57,6 +58,8 @@ struct Bench::Impl {
 
   void train_steps(std::map<std::string, double>& v);
   void generation(std::map<std::string, double>& v);
+  void speculative(const LanguageModel& lm, const std::vector<int32_t>& prompt, const std::string& format,
+                   std::map<std::string, double>& v);
   // A measured metric into v, and to the caller's on_measured as it comes.
   void put(std::map<std::string, double>& v, const std::string& key, double value) {
     v[key] = value;
@@ -111,6 +114,8 @@ Bench::Bench(const Config& config, const BenchOptions& options) : impl_(std::mak
     if (f == "fp32" || f == "bf16")
       b.metrics.push_back({"generate_" + sfx_of(f) + "tokens_per_s",
                            "end to end: 16-token prompt + " + std::to_string(options.gen_tokens) + " new, " + f});
+    if (c.R >= 2)  // a loop to draft from (the label says what auto chose, once measured)
+      b.metrics.push_back({"decode_speculative_" + sfx_of(f) + "tokens_per_s", tg + " " + f + ", loop-as-draft (auto)"});
   }
 
   // The weight matrices: the training model's, or every 2-D parameter of the layout but the
@@ -206,6 +211,7 @@ void Bench::Impl::generation(std::map<std::string, double>& v) {
     lm->generate(prompt, go);
     if (formats[fi] == "fp32" || formats[fi] == "bf16") put(v, "generate_" + sfx + "tokens_per_s", o.gen_tokens / secs(t0, clk::now()));
     put(v, "decode_" + sfx + "tokens_per_s", std::max(0, st.new_tokens - 1) / st.gen_seconds);
+    if (c.R >= 2) speculative(*lm, prompt, formats[fi], v);
     if (o.gen_batch > 1) {  // gen_batch sequences decoded together: distinct prompts, one batched pass per token
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < o.gen_batch; ++i) {
@@ -217,6 +223,33 @@ void Bench::Impl::generation(std::map<std::string, double>& v) {
       put(v, "decode_batch_" + sfx + "tokens_per_s", std::max(0, st.new_tokens - o.gen_batch) / st.gen_seconds);
     }
   }
+}
+
+// Batch-1 greedy decoding as `generate --speculative auto` runs it (loop-as-draft where it is
+// predicted to pay, else plain): an untimed call first, in which auto measures (once per model,
+// KV cache and thread count), then the timed one. The row's label says what auto chose.
+void Bench::Impl::speculative(const LanguageModel& lm, const std::vector<int32_t>& prompt, const std::string& format,
+                              std::map<std::string, double>& v) {
+  GenerateStats st;
+  GenerateOptions go;
+  go.temperature = 0;
+  go.speculative = -1;
+  go.kv_cache = o.kv_cache;
+  go.stats = &st;
+  go.max_new = 2;
+  lm.generate(prompt, go);
+  go.max_new = o.gen_tokens;
+  lm.generate(prompt, go);
+  const std::string key = "decode_speculative_" + sfx_of(format) + "tokens_per_s";
+  char chose[160];
+  if (st.speculative > 0)
+    std::snprintf(chose, sizeof chose, "K %d at draft depth %d, %.0f%% of drafts accepted", st.speculative, st.draft_depth,
+                  100.0 * st.accepted_tokens / std::max<int64_t>(st.draft_tokens, 1));
+  else
+    std::snprintf(chose, sizeof chose, "plain decoding");
+  for (BenchMetric& m : metrics)
+    if (m.key == key) m.label = "generation tg" + std::to_string(o.gen_tokens) + " " + format + ", loop-as-draft auto: " + chose;
+  put(v, key, std::max(0, st.new_tokens - 1) / st.gen_seconds);
 }
 
 std::map<std::string, double> Bench::measure() {
