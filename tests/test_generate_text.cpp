@@ -340,30 +340,45 @@ TEST(GenerateText, CleanUpTokenizationAsTransformers) {
 // --logit-bias so the samples cut characters often: the one streamed sequence (-p) prints the
 // prompt and then the text of its ids in whole characters, and the batched path (--prompts, plain
 // and JSONL) prints each completion whole; every text is the decode of the sampled ids.
-TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
-  test::TempDir d("gen_real_tok");
+// A model of random weights with Qwen3's tokenizer (the frozen parity fixture) in `d`, and the ids
+// whose own text is part of a character (to favour with --logit-bias, so samples split characters).
+struct RealTokenizerModel {
+  std::string checkpoint;
+  std::vector<int32_t> parts;
+  std::string bias;  // " --logit-bias ID=8" for each of them
+};
+RealTokenizerModel real_tokenizer_model(test::TempDir& d, const std::string& prompt) {
+  RealTokenizerModel r;
   const std::string tok_file = d / "tokenizer.json";
   const std::string why = test::unxz(std::string(LOOPLM_SOURCE_DIR) + "/tests/fixtures/tokenizer_parity/qwen3.tokenizer.json.xz", tok_file);
-  ASSERT_TRUE(why.empty()) << why;
+  EXPECT_TRUE(why.empty()) << why;
   const Tokenizer tok = Tokenizer::hf_from_file(tok_file);
   Config c = small(128);
   c.tokenizer = "hf";
   tok.to_config(c);
   c.vocab_size = tok.vocab_size();
+  r.checkpoint = d / "model.safetensors";
   {
     Model m(c);
-    save_model(d / "model.safetensors", m);
+    save_model(r.checkpoint, m);
   }
-  LanguageModel lm = LanguageModel::load(d / "model.safetensors");
-  const std::string prompt = "日本語のテキスト 😀🎉 中文字符 👩‍👩‍👧";
-  std::vector<int32_t> parts;  // ids whose own text is part of a character
+  LanguageModel lm = LanguageModel::load(r.checkpoint);
   for (int32_t id : lm.encode(prompt + prompt + "🦀🫠🪐𝄞"))
-    if (lm.decode({id}).find("\xEF\xBF\xBD") != std::string::npos && std::find(parts.begin(), parts.end(), id) == parts.end())
-      parts.push_back(id);  // its own text is U+FFFD: part of a character
+    if (lm.decode({id}).find("\xEF\xBF\xBD") != std::string::npos && std::find(r.parts.begin(), r.parts.end(), id) == r.parts.end())
+      r.parts.push_back(id);  // its own text is U+FFFD: part of a character
+  for (int32_t id : r.parts) r.bias += " --logit-bias " + std::to_string(id) + "=8";
+  return r;
+}
+
+TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
+  test::TempDir d("gen_real_tok");
+  const std::string prompt = "日本語のテキスト 😀🎉 中文字符 👩‍👩‍👧";
+  const RealTokenizerModel rt = real_tokenizer_model(d, prompt);
+  LanguageModel lm = LanguageModel::load(rt.checkpoint);
+  const std::vector<int32_t>& parts = rt.parts;
   ASSERT_GE(parts.size(), 3u);
-  std::string bias;
-  for (int32_t id : parts) bias += " --logit-bias " + std::to_string(id) + "=8";
-  const std::string gen = std::string(LOOPLM_BINARY) + " generate --checkpoint " + (d / "model.safetensors") +
+  const std::string& bias = rt.bias;
+  const std::string gen = std::string(LOOPLM_BINARY) + " generate --checkpoint " + rt.checkpoint +
                           " -n 50 --temperature 1 --seed 4 -t 1" + bias;
   // whole: a JSONL line per sample, its tokens and its completion
   {
@@ -399,7 +414,7 @@ TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
   EXPECT_TRUE(valid_utf8(one.out));
   // streamed through loop-as-draft: greedy, the same text as plain decoding (drafts of 3 at depth
   // 1, and auto's choice); sampled (speculative sampling), whole characters all the same
-  const std::string greedy = std::string(LOOPLM_BINARY) + " generate --checkpoint " + (d / "model.safetensors") +
+  const std::string greedy = std::string(LOOPLM_BINARY) + " generate --checkpoint " + rt.checkpoint +
                              " -n 50 --temperature 0 -t 1" + bias + " -p '" + prompt + "'";
   const test::CmdResult g = test::run_shell(greedy + " 2>/dev/null");
   ASSERT_EQ(g.code, 0) << g.out;
@@ -411,6 +426,57 @@ TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
   ASSERT_EQ(sampled.code, 0) << sampled.out;
   EXPECT_EQ(sampled.out.rfind(prompt, 0), 0u) << sampled.out;
   EXPECT_TRUE(valid_utf8(sampled.out)) << sampled.out;
+}
+
+
+// `looplm chat` with the same real tokenizer: each answer on a pipe is streamed token by token in
+// whole characters, and is exactly the completion `generate --prompts` (the batched path, whole)
+// makes for the conversation rendered in ChatML with the same seed (answer i: seed + i), the
+// split ids favoured so the answers cut characters often.
+TEST(GenerateText, ChatTextFromARealTokenizerComesWhole) {
+  test::TempDir d("chat_real_tok");
+  const std::string question = "日本語のテキスト 😀🎉 中文字符 👩‍👩‍👧";
+  const RealTokenizerModel rt = real_tokenizer_model(d, question);
+  ASSERT_GE(rt.parts.size(), 3u);
+  LanguageModel lm = LanguageModel::load(rt.checkpoint);
+  {
+    std::ofstream(d / "questions.txt") << question << "\n中文\n";
+  }
+  const test::CmdResult chat = test::run_shell(std::string(LOOPLM_BINARY) + " chat --checkpoint " + rt.checkpoint +
+                                               " -n 40 --temperature 1 --seed 7 -t 1" + rt.bias + " < " + (d / "questions.txt") +
+                                               " 2>/dev/null");
+  ASSERT_EQ(chat.code, 0) << chat.out;
+  EXPECT_TRUE(valid_utf8(chat.out));
+  // the first answer: the completion of the first question's conversation, seed 7 (one answer per
+  // line of input; an answer holds no newline here only if the sample made none, so compare the whole)
+  auto conversation = [](const std::vector<std::pair<std::string, std::string>>& turns) {
+    std::string t;
+    for (const auto& [role, content] : turns) t += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
+    return t + "<|im_start|>assistant\n";
+  };
+  auto completion = [&](const std::string& prompt, uint64_t seed) {
+    {
+      std::ofstream(d / "p.jsonl") << nlohmann::json({{"prompt", prompt}}).dump() << "\n";
+    }
+    const test::CmdResult r = test::run_shell(std::string(LOOPLM_BINARY) + " generate --checkpoint " + rt.checkpoint +
+                                              " -n 40 --temperature 1 --seed " + std::to_string(seed) + " -t 1 --stop '<|im_end|>'" +
+                                              rt.bias + " --prompts " + (d / "p.jsonl") + " 2>/dev/null");
+    EXPECT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    int split = 0;
+    for (int32_t id : j.at("tokens").get<std::vector<int32_t>>())
+      split += std::find(rt.parts.begin(), rt.parts.end(), id) != rt.parts.end();
+    EXPECT_GE(split, 3) << "the answer split few characters";
+    return j.at("completion").get<std::string>();
+  };
+  auto trimmed = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \t\n\r"));
+    s.erase(s.find_last_not_of(" \t\n\r") + 1);
+    return s;
+  };
+  const std::string a1 = completion(conversation({{"user", question}}), 7);
+  const std::string a2 = completion(conversation({{"user", question}, {"assistant", trimmed(a1)}, {"user", "中文"}}), 8);
+  EXPECT_EQ(chat.out, a1 + "\n" + a2 + "\n");
 }
 
 }  // namespace

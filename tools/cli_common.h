@@ -6,8 +6,11 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -138,6 +141,32 @@ inline void print_config_keys(std::ostream& out, const Config* values = nullptr,
     if (now != k.default_value) out << "   (default " << k.default_value << ")";
     out << "\n      " << k.meaning << "\n";
   }
+}
+
+// "ID=BIAS" of --logit-bias (generate, chat; the range against the vocabulary is checked by generate).
+inline std::pair<int32_t, float> parse_logit_bias(const std::string& s, const std::string& command) {
+  const size_t eq = s.find('=');
+  size_t a = 0, b = 0;
+  long long id = -1;
+  double bias = 0;
+  try {
+    if (eq != std::string::npos) {
+      id = std::stoll(s.substr(0, eq), &a);
+      bias = std::stod(s.substr(eq + 1), &b);
+    }
+  } catch (const std::exception&) {
+    a = 0;
+  }
+  if (eq == std::string::npos || a == 0 || a != eq || b == 0 || b != s.size() - eq - 1 || id < 0 || id > INT32_MAX)
+    throw UsageError(command + ": --logit-bias '" + brief(s) + "' is not ID=BIAS (e.g. --logit-bias 50256=-100)");
+  return {(int32_t)id, (float)bias};
+}
+// Sampling without --seed: a random seed, printed on stderr (unless quiet) so that `what` ("this
+// sample") can be repeated. Greedy decoding needs none.
+inline void draw_seed(GenerateOptions& g, bool quiet, const char* what) {
+  if (g.temperature <= 0) return;
+  g.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;
+  if (!quiet) std::fprintf(stderr, "seed: %llu (--seed %llu repeats %s)\n", (unsigned long long)g.seed, (unsigned long long)g.seed, what);
 }
 
 // A prompt's ids; characters a char model does not know become its fallback, with a warning on

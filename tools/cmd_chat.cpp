@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -167,11 +166,14 @@ int cmd_chat(int argc, char** argv) {
                  "a JSON object of more template variables, e.g. '{\"enable_thinking\": false}'")
       ->type_name("JSON");
   app.add_option("--stop", g.stop, "end an answer's text before TEXT (repeatable)")->type_name("TEXT");
+  std::vector<std::string> biases;
+  app.add_option("--logit-bias", biases, "ID=BIAS: add BIAS (-100 to 100) to token ID's logit (repeatable)")->type_name("ID=BIAS");
   app.add_flag("--quiet", quiet, "no banner, notes or per-answer timing (a pipe never gets the banner or timing)");
   ThreadsArg threads;
   threads.add(app);
   if (!parse(app, argc, argv, "chat")) return 0;
   set_threads(threads.n);
+  for (const std::string& b : biases) g.logit_bias.push_back(parse_logit_bias(b, "chat"));
   g.exit = ex.exit();
   g.kv_policy = ex.kv_policy();
   if (g.depth == 0 && g.exit.rule != ExitRule::fixed)
@@ -192,11 +194,7 @@ int cmd_chat(int argc, char** argv) {
                            "--chat-template NAME|FILE gives another\n");
   }
   if (!quiet) note_depth_beyond(g.depth, lm.config().R, "");
-  if (seed_opt->count() == 0 && g.temperature > 0) {
-    g.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;
-    if (!quiet) std::fprintf(stderr, "seed: %llu (--seed %llu repeats this conversation)\n", (unsigned long long)g.seed,
-                             (unsigned long long)g.seed);
-  }
+  if (seed_opt->count() == 0) draw_seed(g, quiet, "this conversation");
   const uint64_t seed0 = g.seed;
   const int ctx = lm.config().context;
   if (talk)

@@ -1,7 +1,6 @@
 // `looplm generate`: sample from a checkpoint, streaming tokens as they are made, with a timing
 // summary on stderr (as llama.cpp prints one).
 #include <cstdio>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -13,24 +12,6 @@
 namespace looplm::cli {
 
 namespace {
-// "ID=BIAS" of --logit-bias (the range against the vocabulary is checked by generate).
-std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
-  const size_t eq = s.find('=');
-  size_t a = 0, b = 0;
-  long long id = -1;
-  double bias = 0;
-  try {
-    if (eq != std::string::npos) {
-      id = std::stoll(s.substr(0, eq), &a);
-      bias = std::stod(s.substr(eq + 1), &b);
-    }
-  } catch (const std::exception&) {
-    a = 0;
-  }
-  if (eq == std::string::npos || a == 0 || a != eq || b == 0 || b != s.size() - eq - 1 || id < 0 || id > INT32_MAX)
-    throw UsageError("generate: --logit-bias '" + brief(s) + "' is not ID=BIAS (e.g. --logit-bias 50256=-100)");
-  return {(int32_t)id, (float)bias};
-}
 // --speculative K (>= 1) or auto (-1).
 int speculative_of(const std::string& s) {
   if (s == "auto") return -1;
@@ -183,7 +164,7 @@ int cmd_generate(int argc, char** argv) {
   threads.add(app);
   if (!parse(app, argc, argv, "generate")) return 0;
   const size_t temperature_given = temp_opt->count();
-  for (const std::string& b : biases) g.logit_bias.push_back(parse_logit_bias(b));
+  for (const std::string& b : biases) g.logit_bias.push_back(parse_logit_bias(b, "generate"));
   set_threads(threads.n);
   g.exit = ex.exit();
   if (spec_opt->count() > 0) g.speculative = speculative_of(speculative);
@@ -210,11 +191,7 @@ int cmd_generate(int argc, char** argv) {
     ex.note_unused_policy("");
   }
   // Sampling varies from run to run unless --seed is given; the seed used is printed to repeat it.
-  if (seed_opt->count() == 0 && g.temperature > 0) {
-    g.seed = std::random_device{}() | (uint64_t)std::random_device{}() << 32;
-    if (!quiet) std::fprintf(stderr, "seed: %llu (--seed %llu repeats this sample)\n", (unsigned long long)g.seed,
-                             (unsigned long long)g.seed);
-  }
+  if (seed_opt->count() == 0) draw_seed(g, quiet, "this sample");
   const int ctx = lm.config().context;
   std::vector<std::vector<int32_t>> ids;  // every (prompt, sample): sequence i samples with seed + i
   std::vector<int> text_of;

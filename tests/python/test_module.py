@@ -615,6 +615,19 @@ class RealTokenizerText(unittest.TestCase):
         self.assertEqual(["".join(by_seq[0]), "".join(by_seq[1])], list(texts))
         self.assertTrue(all(len(t) > 0 for t in texts))
 
+    def test_a_drawn_seed_repeats_the_split_characters(self):
+        # no seed: one is drawn and returned; the streamed pieces join to the text, and the seed
+        # repeats the same ids, whose decode the text is
+        m, ids = self.m, list(self.m.tokenize(self.prompt))
+        bias = {i: 9.0 for i in self.parts}
+        pieces = []
+        text, st = m.generate(self.prompt, max_tokens=80, temperature=1.0, logit_bias=bias, on_text=pieces.append,
+                              return_stats=True)
+        self.assertEqual("".join(pieces), text)  # (a sampled byte that starts no character decodes to U+FFFD)
+        out = list(m.generate(ids, max_tokens=80, temperature=1.0, seed=st["seed"], logit_bias=bias))
+        self.assertGreaterEqual(sum(i in self.parts for i in out), 5, "the sample split few characters")
+        self.assertEqual(text, m.detokenize(ids + out)[len(self.prompt):])
+
     def test_evaluate_and_calibration_score_the_tokenizers_ids(self):
         text = self.prompt * 24  # characters split across tokens at every window edge and inside
         ids = self.m.tokenize(text)
