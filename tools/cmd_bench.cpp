@@ -1,6 +1,5 @@
 #include <signal.h>
 #include <spawn.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,12 +81,6 @@ struct Run {
   bool decode_only = false, adaptive = false;
   double model_rss_mib = 0;  // the process's peak RSS before the first read-rate probe (its 1 GiB buffer)
 };
-
-double peak_rss_mib() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;
-}
 
 Stat get(const std::map<std::string, Stat>& s, const std::string& k) {
   auto it = s.find(k);

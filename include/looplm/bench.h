@@ -71,6 +71,8 @@ class Bench {
 // training precision ("fp32", or "bf16": bf16 operands rounded from fp32, fp32 accumulation, as
 // training with precision = bf16 multiplies): the reference for "fraction of peak".
 double measure_gemm_gflops(int M, int d, int f, int reps, const std::string& precision = "fp32");
+// This process's peak resident memory so far, in MiB (getrusage's ru_maxrss).
+double peak_rss_mib();
 // The memory read rate in GB/s with the current thread count: the best of `reps` streaming passes
 // over `bytes` (far beyond the caches). The reference for memory-bound decoding.
 double measure_read_gbps(std::size_t bytes = std::size_t(1) << 30, int reps = 5);

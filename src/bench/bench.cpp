@@ -32,14 +32,15 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
+std::string sfx_of(const std::string& f) { return f == "fp32" ? std::string() : f + "_"; }
+
+}  // namespace
+
 double peak_rss_mib() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss / 1024.0;
 }
-std::string sfx_of(const std::string& f) { return f == "fp32" ? std::string() : f + "_"; }
-
-}  // namespace
 
 struct Bench::Impl {
   Config c;
