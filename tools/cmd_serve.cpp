@@ -164,38 +164,40 @@ struct Server {
             for (size_t k = 0; k < jobs.size(); ++k) {
               if (st->closed[k]) continue;
               Job& j = *jobs[k];
-              std::string text, error;
-              std::vector<size_t> ends;
+              // The chunks are built under the job's lock (they read its tokens, which the engine
+              // appends to meanwhile) and sent after it, so a slow client never holds the engine up.
+              std::vector<json> out;
               bool done = false;
               {
                 std::unique_lock<std::mutex> lk(j.mu);
                 if (!j.done && j.text_end.size() == st->sent_tokens[k])
                   j.cv.wait_for(lk, std::chrono::milliseconds(jobs.size() > 1 ? 5 : 50));
-                text = j.text;
-                ends.assign(j.text_end.begin() + (std::ptrdiff_t)std::min(st->sent_tokens[k], j.text_end.size()), j.text_end.end());
+                const std::string& text = j.text;
+                const size_t sent = std::min(st->sent_tokens[k], j.text_end.size()), n_new = j.text_end.size() - sent;
                 done = j.done;
-                if (done && j.finish_reason == "error") error = j.error;
+                if (done && j.finish_reason == "error") out.push_back({{"error", {{"message", j.error}, {"type", "server_error"}}}});
+                // a chunk per token whose piece is ready
+                size_t from = st->sent_tokens[k];
+                for (size_t q = 0; q < n_new; ++q) {
+                  const size_t end = std::min(j.text_end[sent + q], text.size());
+                  const bool final_piece = done && q + 1 == n_new;
+                  if (end <= st->sent_text[k] && !final_piece) continue;  // held back: goes with the next token
+                  const size_t to = st->sent_tokens[k] + q + 1;
+                  const size_t at = std::min(st->sent_text[k], text.size());
+                  const std::string piece = text.substr(at, final_piece ? std::string::npos : end - at);
+                  out.push_back(chunk(k, piece, from, to, final_piece));
+                  st->sent_text[k] = at + piece.size();
+                  from = to;
+                }
+                st->sent_tokens[k] += n_new;
+                if (done && n_new == 0) {  // finished with no new token (cancelled, an error, or nothing made)
+                  out.push_back(chunk(k, text.substr(std::min(st->sent_text[k], text.size())), from, from, true));
+                  st->sent_text[k] = text.size();
+                }
               }
-              if (!error.empty() && !send({{"error", {{"message", error}, {"type", "server_error"}}}})) return false;
-              // a chunk per token whose piece is ready
-              size_t from = st->sent_tokens[k];
-              for (size_t q = 0; q < ends.size(); ++q) {
-                const size_t end = std::min(ends[q], text.size());
-                const bool final_piece = done && q + 1 == ends.size();
-                if (end <= st->sent_text[k] && !final_piece) continue;  // held back: goes with the next token
-                const size_t to = st->sent_tokens[k] + q + 1;
-                const std::string piece = text.substr(st->sent_text[k], final_piece ? std::string::npos : end - st->sent_text[k]);
-                if (!send(chunk(k, piece, from, to, final_piece))) return false;
-                st->sent_text[k] += piece.size();
-                from = to;
-                wrote = true;
-              }
-              st->sent_tokens[k] += ends.size();
-              if (done && ends.empty()) {  // finished with no new token (cancelled, an error, or nothing made)
-                if (!send(chunk(k, text.substr(std::min(st->sent_text[k], text.size())), from, from, true))) return false;
-                st->sent_text[k] = text.size();
-                wrote = true;
-              }
+              for (const json& c : out)
+                if (!send(c)) return false;
+              wrote = wrote || !out.empty();
               if (done) st->closed[k] = true;
               all_closed = all_closed && st->closed[k];
             }
