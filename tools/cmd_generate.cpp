@@ -12,7 +12,9 @@
 namespace looplm::cli {
 
 namespace {
-// --speculative K (>= 1) or auto (-1).
+constexpr int kAutoSpeculativeMinTokens = 200;  // greedy generate runs --speculative auto from here (-n's default)
+
+// --speculative K (>= 1; 0: plain decoding) or auto (-1).
 int speculative_of(const std::string& s) {
   if (s == "auto") return -1;
   size_t used = 0;
@@ -22,8 +24,8 @@ int speculative_of(const std::string& s) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != s.size() || k < 1 || k > 1 << 20)
-    throw UsageError("generate: --speculative takes K (a number of drafts, 1 or more) or auto, not '" + brief(s) + "'");
+  if (used == 0 || used != s.size() || k < 0 || k > 1 << 20)
+    throw UsageError("generate: --speculative takes K (a number of drafts, 1 or more; 0: plain decoding) or auto, not '" + brief(s) + "'");
   return (int)k;
 }
 
@@ -140,7 +142,8 @@ int cmd_generate(int argc, char** argv) {
   auto* spec_opt = app.add_option("--speculative", speculative,
                                   "self-speculative decoding: draft K tokens with the first --draft-depth loop steps, verify them with "
                                   "the remaining steps in one pass (greedy: plain greedy decoding's output; sampling: its "
-                                  "distribution); auto: measure whether and how drafting pays here, and choose K and the depth")
+                                  "distribution); auto: measure whether and how drafting pays here, and choose K and the depth; "
+                                  "0: plain decoding (default: auto with --temperature 0, else 0)")
                        ->type_name("K|auto");
   app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,
@@ -168,6 +171,13 @@ int cmd_generate(int argc, char** argv) {
   set_threads(threads.n);
   g.exit = ex.exit();
   if (spec_opt->count() > 0) g.speculative = speculative_of(speculative);
+  // Greedy decoding drafts where that pays: auto measures it, and its output is plain greedy
+  // decoding's token for token (it falls back to plain decoding where drafting does not pay, for
+  // several prompts and for an exit rule). Measuring costs a few hundred ms on a d640 model, which
+  // the ~1.45x drafting gives there repays in about 150 tokens (bench/README.md, Self-speculative
+  // decoding): shorter greedy runs decode plainly unless auto is asked for.
+  else if (temperature_given > 0 && g.temperature == 0 && g.draft_depth == 0 && g.max_new >= kAutoSpeculativeMinTokens)
+    g.speculative = -1;
   if (g.speculative < 0 && g.draft_depth > 0) throw UsageError("generate: --speculative auto chooses the draft depth (no --draft-depth)");
   if ((g.speculative > 0) != (g.draft_depth > 0))
     throw UsageError("generate: --speculative K and --draft-depth r go together");

@@ -72,8 +72,14 @@ SpeculativeChoice measure_speculative(const Model& m, const std::vector<int32_t>
 
   // Draft depths 1, depth / 2 and depth − 1: rounds of 8, 4, 8 and 4 drafts, each verified, the
   // rows' agreement with the drafts as the acceptance (row i and draft i + 1 follow the same tokens).
+  // No plan beats one token per draft pass, and a draft pass costs more the deeper it runs, so
+  // once a depth's draft pass is too slow for that (against plain decoding, or the best plan so
+  // far) the measuring stops: where a pass is bound by per-op overheads rather than by reading
+  // weights (a small model), that is known after the first round at depth 1.
   double best = 0;
+  bool bounded = false;  // stopped early: no deeper draft can win
   for (int r : std::set<int>{1, std::max(1, depth / 2), depth - 1}) {
+    if (bounded) break;
     Decoder dec(m, 1, tail + kRoom, DecoderOptions{depth, {}, KvPolicy::per_step, r, kv});
     adapt_threads();
     dec.prefill(0, x.data(), tail, z.data());
@@ -103,6 +109,18 @@ SpeculativeChoice measure_speculative(const Model& m, const std::vector<int32_t>
       }
       if (kept == n) last = drafts[n];
       dec.truncate(0, p + std::min(kept + 1, n));
+      if (1 / std::max(median(draft_s), 1e-9) <= std::max(best, 1.05 * choice.plain_tokens_per_s)) {
+        bounded = true;
+        break;
+      }
+    }
+    if (bounded) {
+      if (best == 0) {  // the first depth: nothing measured to compare
+        choice.draft_depth = r;
+        choice.acceptance = rows ? (double)agree / rows : 0;
+        best = 1 / std::max(median(draft_s), 1e-9);
+      }
+      break;
     }
     const double alpha = std::min(0.99, (double)agree / rows), t_draft = median(draft_s);
     for (int K : {4, 8}) {
@@ -118,10 +136,16 @@ SpeculativeChoice measure_speculative(const Model& m, const std::vector<int32_t>
   }
   choice.tokens_per_s = best;
   choice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  char why[240];
+  char why[320];
   if (best > 1.05 * choice.plain_tokens_per_s) {
     std::snprintf(why, sizeof why, "%d drafts at depth %d: %.0f%% agree, predicted %.2fx plain decoding (measured in %.0f ms)", choice.K,
                   choice.draft_depth, 100 * choice.acceptance, best / choice.plain_tokens_per_s, 1e3 * choice.seconds);
+  } else if (choice.K == 0) {
+    std::snprintf(why, sizeof why,
+                  "plain decoding: a draft pass at depth %d is only %.2fx as fast as a plain token, so no drafting can pay (passes "
+                  "bound by per-op overheads, not by reading weights; measured in %.0f ms)",
+                  choice.draft_depth, best / choice.plain_tokens_per_s, 1e3 * choice.seconds);
+    choice.draft_depth = 0;
   } else {
     std::snprintf(why, sizeof why, "plain decoding: the best drafting measured (%d at depth %d, %.0f%% agree) predicted %.2fx (measured in %.0f ms)",
                   choice.K, choice.draft_depth, 100 * choice.acceptance, best / choice.plain_tokens_per_s, 1e3 * choice.seconds);
