@@ -91,7 +91,7 @@ def measure(a, threads, formats, tmp):
     def tokens_per_s(f, batch, t):
         path, extra = ck[f]
         r = must(sh([a.looplm, "generate", "--checkpoint", path, *extra, "--prompts", p8 if batch > 1 else p1,
-                     "--batch", str(batch), "-n", str(a.n_new), "--temperature", "0", "-t", str(t),
+                     "--batch", str(batch), "-n", str(a.n_new), "--temperature", "0", "--speculative", "0", "-t", str(t),
                      "--kv-cache", a.kv_cache]), f"generate {f} batch {batch}")
         m = re.search(r"generation: \d+ tokens in [0-9.]+ ms \(([0-9.]+) tokens/s\)", r.stderr)
         if not m:

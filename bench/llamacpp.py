@@ -84,6 +84,8 @@ def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="deco
     kv: looplm's KV cache element (--kv-cache)."""
     cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", prompt, "-n", str(n_new), "--temperature", "0",
            "--threads", str(threads), "--kv-cache", kv, *extra]
+    if "--speculative" not in extra:
+        cmd += ["--speculative", "0"]  # plain decoding, as llama.cpp's (greedy generate drafts by default from 200 tokens)
     if weights:
         cmd += ["--weights", weights]
     r = sh(cmd)

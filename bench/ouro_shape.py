@@ -194,7 +194,7 @@ for t in [int(x) for x in args.threads.split(",")]:
         for q in rules:
             rule = ["--exit-rule", "gate", "--exit-threshold", q, "--kv-policy", "last"] if q != "fixed" else []
             g = run([LOOPLM, "generate", "--checkpoint", q4, "-p", prompt, "-n", str(args.tokens), "--temperature", "0",
-                     "-t", str(t)] + rule)
+                     "--speculative", "0", "-t", str(t)] + rule)
             m = re.search(r"generation: \d+ tokens in [\d.]+ ms \(([\d.]+) tokens/s\)", g.stderr)
             st = re.search(r"([\d.]+) loop steps per token", g.stderr)
             speeds[q].append(float(m.group(1)))

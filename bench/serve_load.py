@@ -70,7 +70,7 @@ def main():
         f.write("\n".join(prompts) + "\n")
         pfile = f.name
     r = subprocess.run([a.bin, "generate", "--checkpoint", a.checkpoint, "--prompts", pfile, "--batch", str(a.clients),
-                        "-n", str(a.max_tokens), "--temperature", "0", "--ignore-eos", "-t", str(a.threads)] + spec_cli, capture_output=True, text=True,
+                        "-n", str(a.max_tokens), "--temperature", "0", "--ignore-eos", "-t", str(a.threads)] + (spec_cli or ["--speculative", "0"]), capture_output=True, text=True,
                        errors="replace")
     os.unlink(pfile)
     m = re.search(r"prompt: (\d+) tokens in ([\d.]+) ms .* generation: (\d+) tokens in ([\d.]+) ms", r.stderr)

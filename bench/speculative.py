@@ -46,6 +46,8 @@ def must(r, what):
 def generate(binary, ckpt, args, threads, n_new, weights):
     cmd = [binary, "generate", "--checkpoint", ckpt, "-p", PROMPT, "-n", str(n_new), "--temperature", "0", "--ignore-eos",
            "-t", str(threads)] + args + (["--weights", weights] if weights else [])
+    if not args and n_new >= 200:  # plain: greedy generate drafts by default from 200 tokens (--base binaries predate that)
+        cmd += ["--speculative", "0"]
     r = must(sh(cmd), " ".join(cmd))
     speed = float(re.search(r"generation: \d+ tokens in [\d.]+ ms \(([\d.]+) tokens/s\)", r.stderr).group(1))
     acc = re.search(r"accepted \(([\d.]+)%\), ([\d.]+) tokens per (weight stream|full pass)", r.stderr)

@@ -99,7 +99,8 @@ void nrgpt_attention_check(bool strict, int T) {
   Vec dqkv(qkv.size());
   k::attention_bwd(qkv.data(), lse.data(), G.data(), dqkv.data(), false, B, T, H, hd, nullptr, nullptr, scratch.data(),
                    1.0, strict);
-  fd_check(strict ? "strict attention dqkv" : "attention (scale 1) dqkv", qkv, dqkv, L);
+  // past a causal block, every 7th input (rows of 30): each difference is two O(T²) passes
+  fd_check(strict ? "strict attention dqkv" : "attention (scale 1) dqkv", qkv, dqkv, L, T > k::kAttnBlock ? 7 : 1);
 }
 }  // namespace
 
