@@ -85,7 +85,7 @@ def looplm_rate(looplm, ckpt, weights, threads, n_new, prompt=PROMPT, what="deco
     cmd = [looplm, "generate", "--checkpoint", ckpt, "-p", prompt, "-n", str(n_new), "--temperature", "0",
            "--threads", str(threads), "--kv-cache", kv, *extra]
     if "--speculative" not in extra:
-        cmd += ["--speculative", "0"]  # plain decoding, as llama.cpp's (greedy generate drafts by default from 200 tokens)
+        cmd += ["--speculative", "0"]  # plain decoding, as llama.cpp's (greedy generate drafts by default from 1000 tokens)
     if weights:
         cmd += ["--weights", weights]
     r = sh(cmd)

@@ -505,7 +505,7 @@ TEST_F(Cli, Quantize) {
 }
 
 // generate --speculative K --draft-depth r prints what greedy decoding prints, with the acceptance
-// line; the two flags go together; greedy generation of 200 tokens or more drafts by default (auto).
+// line; the two flags go together; greedy generation of 1000 tokens or more drafts by default (auto).
 TEST_F(Cli, GenerateSpeculative) {
   CmdResult plain = run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --temperature 0 --quiet");
   CmdResult spec = run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --speculative 2 --draft-depth 1 --quiet");
@@ -527,15 +527,15 @@ TEST_F(Cli, GenerateSpeculative) {
   EXPECT_NE(r.out.find("speculative auto: "), std::string::npos) << r.out;
   EXPECT_EQ(plain.out.find("speculative"), std::string::npos) << plain.out;  // --quiet
   EXPECT_EQ(run("generate --checkpoint " + ckpt() + " --prompt hi -n 20 --temperature 0").out.find("speculative auto"), std::string::npos)
-      << "greedy under 200 tokens decodes plainly unless auto is asked for";
-  // greedy from 200 tokens: auto by default (the same text), --speculative 0 turns it off
-  const CmdResult long_plain = run("generate --checkpoint " + ckpt() + " --prompt hi -n 200 --temperature 0 --speculative 0 --quiet");
+      << "greedy under 1000 tokens decodes plainly unless auto is asked for";
+  // greedy from 1000 tokens: auto by default (the same text), --speculative 0 turns it off
+  const CmdResult long_plain = run("generate --checkpoint " + ckpt() + " --prompt hi -n 1000 --temperature 0 --speculative 0 --quiet");
   ASSERT_EQ(long_plain.code, 0) << long_plain.out;
-  EXPECT_EQ(run("generate --checkpoint " + ckpt() + " --prompt hi -n 200 --temperature 0 --quiet").out, long_plain.out);
-  r = run("generate --checkpoint " + ckpt() + " --prompt hi -n 200 --temperature 0");
+  EXPECT_EQ(run("generate --checkpoint " + ckpt() + " --prompt hi -n 1000 --temperature 0 --quiet").out, long_plain.out);
+  r = run("generate --checkpoint " + ckpt() + " --prompt hi -n 1000 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("speculative auto: "), std::string::npos) << r.out;
-  EXPECT_EQ(run("generate --checkpoint " + ckpt() + " --prompt hi -n 200 --temperature 0 --speculative 0").out.find("speculative"),
+  EXPECT_EQ(run("generate --checkpoint " + ckpt() + " --prompt hi -n 1000 --temperature 0 --speculative 0").out.find("speculative"),
             std::string::npos);
   r = run("generate --checkpoint " + ckpt() + " --prompt hi --speculative auto --draft-depth 1");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -12,7 +12,7 @@
 namespace looplm::cli {
 
 namespace {
-constexpr int kAutoSpeculativeMinTokens = 200;  // greedy generate runs --speculative auto from here (-n's default)
+constexpr int kAutoSpeculativeMinTokens = 1000;  // greedy generate runs --speculative auto from here
 
 // --speculative K (>= 1; 0: plain decoding) or auto (-1).
 int speculative_of(const std::string& s) {
@@ -143,7 +143,7 @@ int cmd_generate(int argc, char** argv) {
                                   "self-speculative decoding: draft K tokens with the first --draft-depth loop steps, verify them with "
                                   "the remaining steps in one pass (greedy: plain greedy decoding's output; sampling: its "
                                   "distribution); auto: measure whether and how drafting pays here, and choose K and the depth; "
-                                  "0: plain decoding (default: auto with --temperature 0, else 0)")
+                                  "0: plain decoding (default: auto with --temperature 0 and -n 1000 or more, else 0)")
                        ->type_name("K|auto");
   app.add_option("--draft-depth", g.draft_depth, "the draft's loop steps (1 .. depth - 1), with --speculative")->check(at_least(1));
   app.add_option("--weights", lo.weights,
@@ -173,9 +173,10 @@ int cmd_generate(int argc, char** argv) {
   if (spec_opt->count() > 0) g.speculative = speculative_of(speculative);
   // Greedy decoding drafts where that pays: auto measures it, and its output is plain greedy
   // decoding's token for token (it falls back to plain decoding where drafting does not pay, for
-  // several prompts and for an exit rule). Measuring costs a few hundred ms on a d640 model, which
-  // the ~1.45x drafting gives there repays in about 150 tokens (bench/README.md, Self-speculative
-  // decoding): shorter greedy runs decode plainly unless auto is asked for.
+  // several prompts and for an exit rule). Measuring costs ~70 plain tokens' time on a d640 model
+  // (0.3-1.2 s), lost where drafting does not pay (bench/README.md, Self-speculative decoding): from
+  // 1000 tokens that is under a tenth of the run; shorter greedy runs decode plainly unless auto
+  // is asked for.
   else if (temperature_given > 0 && g.temperature == 0 && g.draft_depth == 0 && g.max_new >= kAutoSpeculativeMinTokens)
     g.speculative = -1;
   if (g.speculative < 0 && g.draft_depth > 0) throw UsageError("generate: --speculative auto chooses the draft depth (no --draft-depth)");
