@@ -422,6 +422,32 @@ TEST(GenerateText, CliTextFromARealTokenizerComesWhole) {
     const test::CmdResult s = test::run_shell(greedy + spec + " 2>/dev/null");
     EXPECT_EQ(s.out, g.out) << spec;
   }
+  // greedy from 1000 tokens drafts by default (auto): streamed (-p) and whole (--prompts, JSONL),
+  // the text of --speculative 0, the decode of its ids
+  {
+    const std::string long_greedy = std::string(LOOPLM_BINARY) + " generate --checkpoint " + rt.checkpoint +
+                                    " -n 1000 --temperature 0 --ignore-eos -t 1" + bias;
+    const test::CmdResult by_default = test::run_shell(long_greedy + " -p '" + prompt + "' 2>&1 >" + (d / "default.txt"));
+    ASSERT_EQ(by_default.code, 0) << by_default.out;
+    EXPECT_NE(by_default.out.find("speculative auto: "), std::string::npos) << by_default.out;
+    const test::CmdResult plain_long = test::run_shell(long_greedy + " --speculative 0 -p '" + prompt + "' 2>/dev/null");
+    ASSERT_EQ(plain_long.code, 0) << plain_long.out;
+    EXPECT_EQ(test::read_bytes(d / "default.txt"), plain_long.out);
+    EXPECT_TRUE(valid_utf8(plain_long.out));
+    {
+      std::ofstream(d / "one.jsonl") << nlohmann::json({{"prompt", prompt}}).dump() << "\n";
+    }
+    const test::CmdResult whole = test::run_shell(long_greedy + " --prompts " + (d / "one.jsonl") + " 2>/dev/null");
+    ASSERT_EQ(whole.code, 0) << whole.out;
+    const nlohmann::json row = nlohmann::json::parse(whole.out);
+    const std::vector<int32_t> ids = row.at("tokens").get<std::vector<int32_t>>();
+    EXPECT_EQ(ids.size(), 1000u);
+    int split_long = 0;
+    for (int32_t id : ids) split_long += std::find(parts.begin(), parts.end(), id) != parts.end();
+    EXPECT_GE(split_long, 5) << "the greedy text split few characters";
+    EXPECT_EQ(row.at("completion").get<std::string>(), lm.decode_continuation(lm.encode(prompt), ids));
+    EXPECT_EQ(plain_long.out, prompt + row.at("completion").get<std::string>() + "\n");
+  }
   const test::CmdResult sampled = test::run_shell(gen + " --speculative 3 --draft-depth 1 -p '" + prompt + "' 2>/dev/null");
   ASSERT_EQ(sampled.code, 0) << sampled.out;
   EXPECT_EQ(sampled.out.rfind(prompt, 0), 0u) << sampled.out;
